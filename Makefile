@@ -1,0 +1,22 @@
+# pytest-agentcgroup — `make test`, `make run`; extra pytest args: PYTEST_ARGS="-k foo -x"
+PY           := .venv/bin/python
+PYTEST_ARGS  ?=
+# package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core"
+SETUP_GROUPS ?=
+
+.PHONY: setup test run clean
+
+setup:
+	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
+
+# pytest exit 5 means "no tests collected": treat it as a failure, not a pass.
+test: setup
+	@$(PY) -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
+
+run: setup
+	@$(PY) -m pytest experiments -q --agentcgroup-out results $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
+
+clean:
+	rm -rf .venv results

@@ -1,0 +1,16 @@
+"""Experiment 1 — domain mismatch.
+
+Each shipped smoke trace replays under the four arms of experiments/agentcgroup.toml. The budgets
+there state the hypothesis: no OOM kill without limits; under a static per-step limit exactly the
+steps whose recorded peak exceeds the limit are killed (counted by the kernel, once each); a soft
+limit counts those same steps as breaches and kills nothing.
+"""
+import pytest
+
+pytestmark = pytest.mark.experiment(name="exp1")
+
+
+def test_exp1(agentcgroup_run):
+    outcome = agentcgroup_run()
+    assert outcome.records, "the replay produced no step records"
+    outcome.assert_within_budget()

@@ -1,0 +1,1 @@
+"""pytest-agentcgroup: trace-driven resource-control experiments for AI-agent workloads."""

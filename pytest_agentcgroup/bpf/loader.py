@@ -1,0 +1,178 @@
+"""Load one of the repository's BPF programs (bpf/*.bpf.c) with bcc, and always unload it.
+
+    with load("memcg_observer", cflags=["-DAGCG_PGFAULT"]) as prog:
+        prog.attach_tracepoint("vmscan:mm_vmscan_memcg_reclaim_begin", "agcg_obs_rcl_beg")
+        ...
+
+`Loaded.close()` (run by the context manager on any exit: return, exception, KeyboardInterrupt)
+detaches every tracepoint, destroys every cgroup link and frees the bcc module, so nothing of ours
+stays loaded. Cgroup programs are attached with BPF_LINK_CREATE rather than bcc's BPF_PROG_ATTACH:
+a link belongs to its file descriptor, so even a SIGKILLed run cannot leave a filter attached.
+
+bcc compiles the C source at load time with the running kernel's headers from
+/lib/modules/$(uname -r)/build (`make setup` links them). Our programs read no kernel structs, so a
+header version that differs from the running kernel is harmless. bcc can load tracepoint, cgroup
+and other classic program types but not struct_ops (sched_ext schedulers, memcg_bpf_ops): those
+need an external loader (see controller.ExternalLoader).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+
+PREFIX = "agcg_"                    # every program function is named agcg_*
+BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+
+_SYS_BPF = 321                      # x86_64
+_BPF_LINK_CREATE = 28
+_ATTACH_TYPES = {"cgroup_inet_egress": 1, "cgroup_inet_ingress": 0}
+
+
+class BPFUnavailable(RuntimeError):
+    """bcc or the kernel cannot load this program; the message says what is missing."""
+
+
+def import_bcc():
+    try:
+        import bcc  # noqa: F401  (Debian's python3-bpfcc, made importable by `make setup`)
+        return bcc
+    except ImportError as exc:
+        raise BPFUnavailable(f"bcc is not importable ({exc}); run `make setup` "
+                             "(installs python3-bpfcc and links it into the venv)") from None
+
+
+def source_path(name: str) -> Path:
+    path = BPF_DIR / (name if name.endswith(".bpf.c") else f"{name}.bpf.c")
+    if not path.exists():
+        raise FileNotFoundError(f"no BPF program {path}")
+    return path
+
+
+class _LinkCreateAttr(ctypes.Structure):
+    _fields_ = [("prog_fd", ctypes.c_uint32), ("target_fd", ctypes.c_uint32),
+                ("attach_type", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("_pad", ctypes.c_uint8 * 112)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def link_create(prog_fd: int, target_fd: int, attach_type: str) -> int:
+    attr = _LinkCreateAttr(prog_fd=prog_fd, target_fd=target_fd,
+                           attach_type=_ATTACH_TYPES[attach_type], flags=0)
+    fd = _libc.syscall(_SYS_BPF, _BPF_LINK_CREATE, ctypes.byref(attr), ctypes.sizeof(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"BPF_LINK_CREATE ({attach_type}): {os.strerror(err)}")
+    return fd
+
+
+class Loaded:
+    """A compiled, loaded bcc module plus everything we attached; `close()` undoes all of it."""
+
+    def __init__(self, name: str, cflags=()):
+        bcc = import_bcc()
+        self.name = name
+        self.path = source_path(name)
+        try:
+            self.bpf = bcc.BPF(src_file=str(self.path).encode(),
+                               cflags=[f"-I{BPF_DIR}", "-Wno-unused-function", *cflags])
+        except Exception as exc:
+            raise BPFUnavailable(f"cannot compile/load {self.path.name}: {exc}") from None
+        self._links: list[int] = []
+        self._cgroup_fds: list[int] = []
+        self._tracepoints: list[tuple[str, str]] = []
+        self._ring_open = False
+        self.closed = False
+
+    def __getitem__(self, map_name):
+        return self.bpf[map_name.encode() if isinstance(map_name, str) else map_name]
+
+    def attach_tracepoint(self, tp: str, fn_name: str) -> None:
+        assert fn_name.startswith(PREFIX), fn_name
+        self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=fn_name.encode())
+        self._tracepoints.append((tp, fn_name))
+
+    def attach_cgroup(self, fn_name: str, cgroup_dir: str | os.PathLike,
+                      attach_type: str = "cgroup_inet_egress") -> None:
+        assert fn_name.startswith(PREFIX), fn_name
+        bcc = import_bcc()
+        fn = self.bpf.load_func(fn_name.encode(), bcc.BPF.CGROUP_SKB)
+        cg_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._cgroup_fds.append(cg_fd)
+        self._links.append(link_create(fn.fd, cg_fd, attach_type))
+
+    def open_ring_buffer(self, map_name: str, callback) -> None:
+        self[map_name].open_ring_buffer(callback)
+        self._ring_open = True
+
+    def poll(self, timeout_ms: int = 0) -> None:
+        """Run the ring-buffer callbacks for what is there (waits up to timeout_ms; -1 = forever)."""
+        self.bpf.ring_buffer_poll(timeout_ms)
+
+    def consume(self) -> None:
+        self.bpf.ring_buffer_consume()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        # Not interruptible half-way: a Ctrl-C here would leave things attached.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            for fd in self._links + self._cgroup_fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._links, self._cgroup_fds = [], []
+            for tp, fn in self._tracepoints:
+                try:
+                    self.bpf.detach_tracepoint(tp=tp.encode())
+                except Exception:
+                    pass
+            self._tracepoints = []
+            self.bpf.cleanup()      # frees ring buffers, closes program and map fds
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@contextmanager
+def load(name: str, cflags=()):
+    prog = Loaded(name, cflags)
+    try:
+        yield prog
+    finally:
+        prog.close()
+
+
+def our_programs() -> list[dict]:
+    """Programs currently loaded in the kernel whose name starts with agcg_ (via bpftool), each
+    {"id", "name", "pids": [...]}. Raises BPFUnavailable when bpftool is missing."""
+    import json
+    import shutil
+    import subprocess
+    tool = shutil.which("bpftool") or ("/usr/sbin/bpftool" if os.path.exists("/usr/sbin/bpftool") else None)
+    if tool is None:
+        raise BPFUnavailable("bpftool not found (apt-get install bpftool)")
+    out = subprocess.run([tool, "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    progs = json.loads(out or "[]")
+    return [{"id": p.get("id"), "name": p.get("name", ""),
+             "pids": [x.get("pid") for x in p.get("pids", [])]}
+            for p in progs if str(p.get("name", "")).startswith(PREFIX)]

@@ -1,0 +1,108 @@
+"""Arms: the resource-control configurations an experiment compares. Arms are data (TOML):
+
+    [arms.static-toolcall]
+    description = "a child cgroup per tool call with a fixed per-step limit"
+    memory_max_mb = 512          # hard limit: above it the kernel reclaims, then OOM-kills
+    memory_high_mb = 384         # soft limit (v2 memory.high; v1: see Cgroup.set_memory_high)
+    pids_max = 512
+    scope = "step"               # where the limits go: "step" (each tool call's cgroup) or
+                                 # "trace" (the workload cgroup shared by all steps)
+
+Steps always run in their own child cgroup, whatever the scope, so every arm measures each step the
+same way; the scope only decides which cgroup carries the limits.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .node import MB, Cgroup, Counters
+
+SCOPES = ("step", "trace")
+LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
+
+
+class ArmError(ValueError):
+    """An arm definition that cannot be applied; names the arm and the key."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    description: str = ""
+    scope: str = "step"
+    memory_max_mb: float | None = None
+    memory_high_mb: float | None = None
+    pids_max: int | None = None
+
+    @classmethod
+    def from_dict(cls, name: str, raw: dict, *, where: str = "arms") -> "Arm":
+        if not isinstance(raw, dict):
+            raise ArmError(f"{where}.{name}: expected a table, got {type(raw).__name__}")
+        unknown = set(raw) - {"description", "scope", *LIMIT_KEYS}
+        if unknown:
+            raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; "
+                           f"expected description, scope, {', '.join(LIMIT_KEYS)}")
+        scope = raw.get("scope", "step")
+        if scope not in SCOPES:
+            raise ArmError(f"{where}.{name}.scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+        for key in LIMIT_KEYS:
+            val = raw.get(key)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0):
+                raise ArmError(f"{where}.{name}.{key}: expected a positive number, got {val!r}")
+        hi, mx = raw.get("memory_high_mb"), raw.get("memory_max_mb")
+        if hi is not None and mx is not None and hi > mx:
+            raise ArmError(f"{where}.{name}: memory_high_mb ({hi}) above memory_max_mb ({mx}) can never be reached")
+        return cls(name=name, description=str(raw.get("description", "")), scope=scope,
+                   memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"))
+
+    @property
+    def limits(self) -> dict:
+        return {k: getattr(self, k) for k in LIMIT_KEYS if getattr(self, k) is not None}
+
+    def apply(self, cg: Cgroup) -> None:
+        if self.memory_max_mb is not None:
+            cg.set_memory_max(int(self.memory_max_mb * MB))
+        if self.memory_high_mb is not None:
+            cg.set_memory_high(int(self.memory_high_mb * MB))
+        if self.pids_max is not None:
+            cg.set_pids_max(int(self.pids_max))
+
+
+class ArmPlacement:
+    """Places each step of a trace in `workload/s<step_id>` with the arm's limits (the replayer's
+    Placement). Per-step counters = the step cgroup's own + what the workload cgroup itself counted
+    during the step (where a trace-scope limit is hit), both local, so nothing is counted twice."""
+
+    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...]):
+        self.arm, self.workload, self.controllers = arm, workload, controllers
+        if arm.scope == "trace":
+            arm.apply(workload)
+        self.step_cg: Cgroup | None = None
+        self._before: Counters | None = None
+
+    def begin_step(self, step) -> list[str]:
+        self.step_cg = self.workload.child(f"s{step.step_id}", self.controllers)
+        if self.arm.scope == "step":
+            self.arm.apply(self.step_cg)
+        self._before = self.workload.counters()
+        return self.step_cg.join_files()
+
+    def kill_step(self) -> None:
+        if self.step_cg is not None:
+            self.step_cg.kill()
+
+    def end_step(self, step) -> dict[str, float]:
+        cg, self.step_cg = self.step_cg, None
+        try:
+            deadline = time.monotonic() + 5.0
+            while cg.pids() and time.monotonic() < deadline:   # killed processes take a moment to go
+                time.sleep(0.002)
+            own = cg.counters()
+            env = self.workload.counters().minus(self._before)
+            return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
+                    "high_events": own.high_events + env.high_events,
+                    "max_events": own.max_events + env.max_events,
+                    "oom_kills": own.oom_kills + env.oom_kills}
+        finally:
+            cg.remove()

@@ -1,0 +1,94 @@
+"""Which cgroup layout this host has, and where this process sits in it.
+
+Two layouts are supported:
+
+* `v2`     – one unified hierarchy with controllers (most current distributions).
+* `hybrid` – controllers on v1 hierarchies (/sys/fs/cgroup/memory, /pids, ...) and a
+             controller-less v2 tree (usually /sys/fs/cgroup/unified) that still gives cgroup ids
+             for BPF, cpu.stat, PSI, cgroup.kill and cgroup.freeze.
+
+Everything the run creates lives *under* the cgroup this process is in (never beside it), so the
+run is accounted to whoever started it and a container's or session's limits still hold.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: v1 controllers we use in hybrid mode. memory is required; the others are used when an arm asks.
+V1_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+class CgroupUnavailable(RuntimeError):
+    """This host or this process cannot create cgroups; the message names what is missing."""
+
+
+@dataclass(frozen=True)
+class CgroupHost:
+    mode: str                       # "v2" or "hybrid"
+    unified: Path                   # this process's cgroup in the v2 tree
+    v1: dict[str, Path]             # hybrid only: controller -> this process's v1 cgroup
+
+    @property
+    def controllers(self) -> tuple[str, ...]:
+        if self.mode == "hybrid":
+            return tuple(self.v1)
+        try:
+            return tuple((self.unified / "cgroup.controllers").read_text().split())
+        except OSError:
+            return ()
+
+    def describe(self) -> dict:
+        return {"mode": self.mode, "unified": str(self.unified),
+                "v1": {k: str(v) for k, v in self.v1.items()}, "controllers": list(self.controllers)}
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, str, list[str]]]:
+    """(mount point, fs type, super options) for every cgroup mount."""
+    out = []
+    for line in Path(mountinfo).read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(rfields) >= 3 and rfields[0] in ("cgroup", "cgroup2"):
+            out.append((fields[4].replace("\\040", " "), rfields[0], rfields[2].split(",")))
+    return out
+
+
+def detect(*, mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup") -> CgroupHost:
+    try:
+        mounts = _mounts(mountinfo)
+        membership = Path(proc_cgroup).read_text().splitlines()
+    except OSError as exc:
+        raise CgroupUnavailable(f"cannot read {exc.filename}: {exc.strerror}") from None
+    unified_mount = next((m for m, fs, _ in mounts if fs == "cgroup2"), None)
+    v1_mounts = {c: m for m, fs, opts in mounts if fs == "cgroup" for c in opts if c in V1_CONTROLLERS}
+    rel_v2, rel_v1 = None, {}
+    for line in membership:
+        hid, ctrls, rel = line.split(":", 2)
+        if hid == "0" and ctrls == "":
+            rel_v2 = rel
+        for c in ctrls.split(","):
+            if c in V1_CONTROLLERS:
+                rel_v1[c] = rel
+    if unified_mount is None or rel_v2 is None:
+        raise CgroupUnavailable("no cgroup v2 hierarchy is mounted (needed for cgroup ids, cpu.stat, kill)")
+    unified = Path(unified_mount) / rel_v2.lstrip("/")
+    if "memory" in v1_mounts and "memory" in rel_v1:
+        v1 = {c: Path(v1_mounts[c]) / rel_v1[c].lstrip("/") for c in V1_CONTROLLERS if c in v1_mounts and c in rel_v1}
+        return CgroupHost(mode="hybrid", unified=unified, v1=v1)
+    host = CgroupHost(mode="v2", unified=unified, v1={})
+    if "memory" not in host.controllers:
+        raise CgroupUnavailable(f"the memory controller is not available in {unified}/cgroup.controllers "
+                                "(not delegated to this cgroup?)")
+    return host
+
+
+def check_writable(host: CgroupHost) -> None:
+    """Raise CgroupUnavailable naming the first cgroup directory we may not create children in."""
+    dirs = [host.unified, *host.v1.values()]
+    for d in dirs:
+        if not os.access(d, os.W_OK | os.X_OK):
+            who = "root" if os.geteuid() != 0 else "write access"
+            raise CgroupUnavailable(f"cannot create cgroups under {d}: needs {who} "
+                                    "(run as root, or in a cgroup delegated to this user)")

@@ -1,0 +1,104 @@
+"""The run's cgroup hierarchy: one root per run, one cgroup per test, one child per step.
+
+    <this process's cgroup>/agentcgroup-<pid>-<start ticks>/   run root (one per pytest process)
+        <test>/                                                 the workload: limits of env-wide arms
+            s<step_id>/                                         one tool call: per-step limits, counters
+
+The run root's name says which process made it. A run killed with SIGKILL cannot clean up, so
+every new run first removes the run roots whose maker is gone (`sweep_stale`).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .host import CgroupHost, CgroupUnavailable, check_writable
+from .node import Cgroup, remove_tree
+
+PREFIX = "agentcgroup-"
+_ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)$")
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process start time in clock ticks since boot (field 22 of /proc/PID/stat): pid reuse guard."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def run_root_name(pid: int | None = None) -> str:
+    pid = os.getpid() if pid is None else pid
+    return f"{PREFIX}{pid}-{_start_ticks(pid)}"
+
+
+def _parents(host: CgroupHost) -> dict[str, Path]:
+    return {"unified": host.unified, **host.v1}
+
+
+def sweep_stale(host: CgroupHost) -> list[Path]:
+    """Remove run roots left by runs whose process no longer exists. Returns what was removed."""
+    removed = []
+    for parent in _parents(host).values():
+        try:
+            entries = list(parent.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            m = _ROOT_RE.match(entry.name)
+            if not m or not entry.is_dir():
+                continue
+            pid, ticks = int(m.group(1)), int(m.group(2))
+            if _start_ticks(pid) == ticks:
+                continue                      # its maker still runs (another session, an xdist worker)
+            kill = entry / "cgroup.kill"
+            if kill.exists():
+                try:
+                    kill.write_text("1")
+                except OSError:
+                    pass
+            remove_tree(entry)
+            removed.append(entry)
+    return removed
+
+
+class RunTree:
+    """The run root. `workload(name)` makes a test's cgroup; `close()` removes everything."""
+
+    def __init__(self, host: CgroupHost, *, controllers: tuple[str, ...] = ("memory", "pids")):
+        check_writable(host)
+        self.host = host
+        self.controllers = tuple(c for c in controllers if host.mode == "v2" or c in host.v1)
+        self.stale_removed = sweep_stale(host)
+        try:
+            self.root = Cgroup.make(host, _parents(host), run_root_name(), self.controllers)
+        except PermissionError as exc:
+            raise CgroupUnavailable(f"cannot create cgroups under {Path(exc.filename).parent}: "
+                                    f"{exc.strerror} (run as root, or in a delegated cgroup)") from None
+        except OSError as exc:
+            if host.mode == "v2" and exc.errno == 16:   # EBUSY: no-internal-processes rule
+                raise CgroupUnavailable(
+                    f"cannot enable controllers below {host.unified}: it holds processes; run under a "
+                    "delegated scope, e.g. `systemd-run --user --scope -p Delegate=yes pytest ...`") from None
+            raise
+        self._names: set[str] = set()
+
+    def workload(self, name: str) -> Cgroup:
+        name = _safe_name(name)
+        base, n = name, 1
+        while name in self._names:
+            n += 1
+            name = f"{base}.{n}"
+        self._names.add(name)
+        return self.root.child(name, self.controllers)
+
+    def close(self) -> None:
+        self.root.remove()
+
+
+def _safe_name(name: str) -> str:
+    """A cgroup directory name: no slashes, no leading dot, at most 200 bytes."""
+    name = re.sub(r"[^A-Za-z0-9_.@:+-]+", "_", name).lstrip(".") or "_"
+    return name[:200]

@@ -1,0 +1,113 @@
+"""Budgets: what an experiment expects of an arm, as data, checked against a replay's records.
+
+    [experiments.exp1.budgets.static-toolcall]
+    oom_kills = "predicted"          # or a number: at most this many OOM kills in the trace
+    mem_high_events = "predicted"    # every step predicted above the soft limit breaches it
+    latency_overhead_p95_ms = 250    # p95 of (latency - replayed duration) over executed steps
+
+"predicted" compares step by step with what the trace and the arm's limits imply: a step whose
+replayed peak exceeds the hard limit by more than the margin must be OOM-killed, one that stays
+below it by more than the margin must not be; steps inside the margin may go either way (the
+interpreter, page cache and kernel rounding make a few MiB of difference).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cgroups.arms import Arm
+from .records import percentile
+
+BUDGET_KEYS = ("oom_kills", "mem_high_events", "latency_overhead_p95_ms")
+MARGIN_MB = 32.0           # ± around a limit inside which a prediction is not made
+MARGIN_FRACTION = 0.05
+
+
+class BudgetError(ValueError):
+    """A budget that cannot be checked (unknown key, bad value); names experiment, arm and key."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    trace_id: str
+    step_id: int | None
+    counter: str
+    observed: float
+    budget: str
+
+    def __str__(self) -> str:
+        where = f"{self.trace_id} step {self.step_id}" if self.step_id is not None else self.trace_id
+        return f"{where}: {self.counter} = {self.observed:g}, budget {self.budget}"
+
+
+def validate(budget: dict, where: str) -> dict:
+    for key, val in budget.items():
+        if key not in BUDGET_KEYS:
+            raise BudgetError(f"{where}.{key}: unknown budget; expected one of {', '.join(BUDGET_KEYS)}")
+        if key == "latency_overhead_p95_ms":
+            ok = isinstance(val, (int, float)) and not isinstance(val, bool) and val >= 0
+        else:
+            ok = val == "predicted" or (isinstance(val, int) and not isinstance(val, bool) and val >= 0)
+        if not ok:
+            also = "" if key.startswith("latency") else ' or "predicted"'
+            raise BudgetError(f"{where}.{key}: expected a number >= 0{also}, got {val!r}")
+    return budget
+
+
+def _limit_mb(arm: Arm, kind: str) -> float | None:
+    return arm.memory_max_mb if kind == "max" else arm.memory_high_mb
+
+
+def predict(peak_mb: float | None, limit_mb: float | None) -> bool | None:
+    """True: the step must cross the limit; False: it must not; None: too close to call."""
+    if limit_mb is None:
+        return False
+    if peak_mb is None:
+        return None
+    margin = max(MARGIN_MB, MARGIN_FRACTION * limit_mb)
+    if peak_mb > limit_mb + margin:
+        return True
+    if peak_mb < limit_mb - margin:
+        return False
+    return None
+
+
+def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
+    """Every way the records break the budget (empty: within budget)."""
+    out: list[Violation] = []
+    if not records:
+        return out
+    trace_id = records[0]["trace_id"]
+    for key, kind, counter in (("oom_kills", "max", "oom_kills"), ("mem_high_events", "high", "mem_high_events")):
+        want = budget.get(key)
+        if want is None:
+            continue
+        if want == "predicted":
+            limit = _limit_mb(arm, kind)
+            for r in records:
+                expect = predict(r.get("replayed_peak_mb"), limit)
+                if expect is None or not r["executed"]:
+                    continue
+                got = r[counter]
+                if expect and got < 1:
+                    out.append(Violation(trace_id, r["step_id"], counter, got,
+                                         f">= 1 (replayed peak {r['replayed_peak_mb']:g} MiB > {kind} limit {limit:g} MiB)"))
+                elif not expect and got > 0:
+                    peak = r.get("replayed_peak_mb")
+                    why = f"no {kind} limit" if limit is None else f"replayed peak {peak if peak is not None else 0:g} MiB < {kind} limit {limit:g} MiB"
+                    out.append(Violation(trace_id, r["step_id"], counter, got, f"0 ({why})"))
+        else:
+            total = sum(r[counter] for r in records)
+            if total > want:
+                worst = max(records, key=lambda r: r[counter])
+                out.append(Violation(trace_id, worst["step_id"] if worst[counter] else None, counter, total,
+                                     f"<= {want} for the trace"))
+    if "latency_overhead_p95_ms" in budget:
+        over = [r["latency_ms"] - (r.get("replayed_duration_ms") or 0.0)
+                for r in records if r["executed"] and r["latency_ms"] is not None and not r["oom_kills"]]
+        p95 = percentile(over, 95)
+        if p95 is not None and p95 > budget["latency_overhead_p95_ms"]:
+            worst = max((r for r in records if r["executed"] and r["latency_ms"] is not None),
+                        key=lambda r: r["latency_ms"] - (r.get("replayed_duration_ms") or 0.0))
+            out.append(Violation(trace_id, worst["step_id"], "latency_overhead_p95_ms", round(p95, 1),
+                                 f"<= {budget['latency_overhead_p95_ms']} ms"))
+    return out

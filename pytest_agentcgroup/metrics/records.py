@@ -1,0 +1,103 @@
+"""What a replay measured, as records: one per step (metrics.jsonl) and one per config (summary).
+
+Every metric is declared once in METRICS with its unit, which direction is better, and where its
+number comes from (`recorded`: counted by the kernel or the wall clock in this run; `derived`:
+computed from recorded numbers, like a percentile). Replayed *inputs* say their own provenance in
+`profile_source` (recorded/derived/synthetic: see the trace IR).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..replay.replayer import StepResult
+from ..traces.ir import Step
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    better: str            # "lower" | "higher" | "none"
+    provenance: str        # recorded | derived
+    source: str            # where the number is read from
+
+    def describe(self, value) -> dict:
+        return {"value": value, "unit": self.unit, "better": self.better,
+                "provenance": self.provenance, "source": self.source}
+
+
+_KERNEL_OOM = "v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill (step + workload cgroup)"
+METRICS = {m.name: m for m in (
+    Metric("latency_ms", "ms", "lower", "recorded", "wall clock, fork to reap"),
+    Metric("cpu_ms", "ms", "lower", "recorded", "cgroup v2 cpu.stat usage_usec"),
+    Metric("max_rss_mb", "MiB", "lower", "recorded", "v2 memory.peak | v1 memory.max_usage_in_bytes"),
+    Metric("mem_high_events", "count", "lower", "recorded",
+           "v2 memory.events.local high | v1 usage-threshold crossings (cgroup.event_control)"),
+    Metric("mem_max_events", "count", "lower", "recorded", "v2 memory.events.local max | v1 memory.failcnt"),
+    Metric("oom_kills", "count", "lower", "recorded", _KERNEL_OOM),
+    # Per-config aggregates
+    Metric("latency_p50_ms", "ms", "lower", "derived", "median of latency_ms over executed steps"),
+    Metric("latency_p95_ms", "ms", "lower", "derived", "95th percentile (linear) of latency_ms"),
+    Metric("latency_p99_ms", "ms", "lower", "derived", "99th percentile (linear) of latency_ms"),
+    Metric("mem_high_events_total", "count", "lower", "derived", "sum of mem_high_events"),
+    Metric("mem_max_events_total", "count", "lower", "derived", "sum of mem_max_events"),
+    Metric("timeouts", "count", "lower", "derived", "steps killed at their timeout"),
+    Metric("total_steps", "count", "none", "derived", "steps replayed"),
+)}
+
+
+def step_record(result: StepResult, step: Step, *, config: str, time_scale: float, executor: str) -> dict:
+    """The metrics.jsonl line of one step."""
+    c = result.counters
+    rec = {
+        "trace_id": result.trace_id, "step_id": result.step_id, "tool": result.tool, "cmd": result.cmd,
+        "config": config, "executor": executor, "executed": result.executed,
+        "latency_ms": _round(result.latency_ms),
+        "cpu_ms": _round(c["cpu_usec"] / 1000.0) if "cpu_usec" in c else None,
+        "max_rss_mb": _round(c["peak_bytes"] / MB) if "peak_bytes" in c else None,
+        "mem_high_events": c.get("high_events", 0), "mem_max_events": c.get("max_events", 0),
+        "oom_kills": c.get("oom_kills", 0),
+        "exit_code": result.exit_code, "signal": result.signal, "timed_out": result.timed_out,
+        "profile_source": result.profile_source,
+        # What was asked for, so a reader can compare: the trace's numbers, scaled as replayed.
+        "replayed_duration_ms": _round(step.duration_ms.value * time_scale) if step.duration_ms else None,
+        "replayed_peak_mb": _round(step.profile.peak_mb.value) if step.profile.peak_mb else None,
+    }
+    if result.error:
+        rec["error"] = result.error
+    return rec
+
+
+def _round(x):
+    return None if x is None else round(float(x), 3)
+
+
+def percentile(values, q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default), or None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(records: list[dict], config: str) -> dict:
+    """The summary.json object of one config (arm), over all its traces' step records."""
+    lat = [r["latency_ms"] for r in records if r["latency_ms"] is not None]
+    return {
+        "config": config,
+        "traces": len({r["trace_id"] for r in records}),
+        "total_steps": len(records),
+        "executed_steps": sum(1 for r in records if r["executed"]),
+        "latency_p50_ms": _round(percentile(lat, 50)),
+        "latency_p95_ms": _round(percentile(lat, 95)),
+        "latency_p99_ms": _round(percentile(lat, 99)),
+        "mem_high_events_total": sum(r["mem_high_events"] for r in records),
+        "mem_max_events_total": sum(r["mem_max_events"] for r in records),
+        "oom_kills": sum(r["oom_kills"] for r in records),
+        "timeouts": sum(1 for r in records if r["timed_out"]),
+    }

@@ -1,0 +1,325 @@
+"""pytest-agentcgroup: every trace × arm of an experiment is a test that replays the trace in real
+per-step cgroups, checks the experiment's budgets, and reports its metrics through pytest-benchmark.
+
+Settings (each is a command-line option, an ini key and, where it makes sense, a marker keyword;
+`setting()` is the one place that decides which wins: option > marker > ini > config file > default):
+
+    --agentcgroup-config FILE      agentcgroup_config       experiments/agentcgroup.toml
+    --agentcgroup-out DIR          agentcgroup_out          results
+    --agentcgroup-traces DIR       agentcgroup_traces       `traces` of the config file
+    --agentcgroup-subset NAME      agentcgroup_subset       the experiment's subset      (marker: subset=)
+    --agentcgroup-arms A,B         agentcgroup_arms         the experiment's arms        (marker: arms=)
+    --agentcgroup-executor NAME    agentcgroup_executor     emulate
+    --agentcgroup-time-scale X     agentcgroup_time_scale   the experiment's time_scale
+    --agentcgroup-step-timeout S   agentcgroup_step_timeout the experiment's step_timeout_s
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from . import config as cfgmod
+from .cgroups import CgroupUnavailable, RunTree, detect
+from .cgroups.arms import Arm, ArmPlacement
+from .metrics import budgets
+from .metrics.records import METRICS, step_record, summarize
+from .metrics.store import ResultsStore
+from .replay import ExecutorUnavailable, make_executor, replay
+from .reports.table import format_summary
+from .traces.corpus import Corpus
+from .traces.ir import Trace, TraceError
+
+# name -> (help, default, type, marker keyword or None)
+SETTINGS = {
+    "config": ("experiment configuration file (TOML: arms, experiments, budgets)", "experiments/agentcgroup.toml", str, None),
+    "out": ("results directory: metrics.jsonl (a line per step) and summary.json", "results", str, None),
+    "traces": ("trace corpus directory (holding manifest.json); default: the config file's `traces`", None, str, None),
+    "subset": ("manifest subset or comma-separated trace ids to replay, for every experiment", None, str, "subset"),
+    "arms": ("comma-separated arm names to run, for every experiment", None, str, "arms"),
+    "executor": ("how steps run: emulate (reproduce the recorded profile) or sandbox (real command under bubblewrap)", None, str, None),
+    "time_scale": ("multiply recorded durations by this factor when replaying", None, float, None),
+    "step_timeout": ("per-step timeout in seconds", None, float, None),
+}
+_PATH_SETTINGS = ("config", "out", "traces")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("agentcgroup", "trace-driven cgroup experiments")
+    for name, (help_, default, _type, _marker) in SETTINGS.items():
+        flag = "--agentcgroup-" + name.replace("_", "-")
+        group.addoption(flag, dest=f"agentcgroup_{name}", default=None, help=f"{help_} (ini: agentcgroup_{name})")
+        parser.addini(f"agentcgroup_{name}", help_, default=None)
+
+
+def setting(config: pytest.Config, name: str, *, marker=None, experiment: cfgmod.Experiment | None = None):
+    """The one precedence rule: command line > marker keyword > ini > config file > built-in default."""
+    _help, default, type_, marker_kw = SETTINGS[name]
+    value, base = config.getoption(f"agentcgroup_{name}"), Path.cwd()
+    if value is None and marker is not None and marker_kw and marker_kw in marker.kwargs:
+        value = marker.kwargs[marker_kw]
+    if value is None:
+        value, base = config.getini(f"agentcgroup_{name}"), config.rootpath
+    if value in (None, "", []) and experiment is not None:
+        value = {"subset": experiment.subset, "arms": ",".join(experiment.arms),
+                 "executor": experiment.settings["executor"], "time_scale": experiment.settings["time_scale"],
+                 "step_timeout": experiment.settings["step_timeout_s"]}.get(name)
+    if value in (None, "", []):
+        value, base = default, config.rootpath
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        value = ",".join(value)
+    try:
+        value = type_(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"agentcgroup_{name}: expected {type_.__name__}, got {value!r}") from None
+    if name in _PATH_SETTINGS:
+        value = str((base / value).resolve())
+    return value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "experiment(name, subset=None, arms=None): an agentcgroup experiment; its test is "
+        "parametrized over the experiment's traces x arms (select with -m \"experiment(name='exp1')\")")
+    config.stash[_STATE] = _State()
+
+
+# ---------------------------------------------------------------------------------------------
+# Session state
+
+@dataclass
+class _State:
+    experiments: cfgmod.Config | None = None
+    corpus: Corpus | None = None
+    tree: RunTree | None = None
+    store: ResultsStore | None = None
+    summaries: list = field(default_factory=list)
+    failures: dict = field(default_factory=dict)
+
+    def load_config(self, config: pytest.Config) -> cfgmod.Config:
+        if self.experiments is None:
+            try:
+                self.experiments = cfgmod.load(setting(config, "config"))
+            except cfgmod.ConfigError as exc:
+                pytest.fail(str(exc), pytrace=False)
+        return self.experiments
+
+    def load_corpus(self, config: pytest.Config) -> Corpus:
+        if self.corpus is None:
+            root = setting(config, "traces") or str(self.load_config(config).traces)
+            try:
+                self.corpus = Corpus.open(root)
+            except TraceError as exc:
+                pytest.fail(f"trace corpus: {exc}", pytrace=False)
+        return self.corpus
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+@dataclass(frozen=True)
+class Case:
+    """One parametrized test: an experiment's trace under one arm."""
+    experiment: cfgmod.Experiment
+    trace_id: str
+    arm: Arm
+
+    def __str__(self) -> str:
+        return case_id(self.arm.name, self.trace_id)
+
+
+def case_id(arm: str, trace_id: str) -> str:
+    """Stable, readable test id: `<arm>:<trace id without its format prefix>`."""
+    short = trace_id.split("/", 1)[1] if "/" in trace_id else trace_id
+    return f"{arm}:{short}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "agentcgroup_case" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("experiment")
+    name = (marker.kwargs.get("name") or (marker.args[0] if marker.args else None)) if marker else None
+    if not name:
+        pytest.fail(f"{metafunc.definition.nodeid}: uses agentcgroup_case but has no "
+                    "@pytest.mark.experiment(name=...) marker", pytrace=False)
+    state = metafunc.config.stash[_STATE]
+    conf = state.load_config(metafunc.config)
+    if name not in conf.experiments:
+        pytest.fail(f"{conf.path}: no [experiments.{name}] (needed by {metafunc.definition.nodeid})", pytrace=False)
+    exp = conf.experiments[name]
+    corpus = state.load_corpus(metafunc.config)
+    try:
+        trace_ids = corpus.ids(setting(metafunc.config, "subset", marker=marker, experiment=exp))
+    except TraceError as exc:
+        pytest.fail(f"--agentcgroup-subset: {exc}", pytrace=False)
+    arm_names = [a.strip() for a in setting(metafunc.config, "arms", marker=marker, experiment=exp).split(",") if a.strip()]
+    for a in arm_names:
+        if a not in conf.arms:
+            pytest.fail(f"arm {a!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
+    cases = [Case(exp, t, conf.arms[a]) for a in arm_names for t in trace_ids]
+    metafunc.parametrize("agentcgroup_case", cases, ids=[str(c) for c in cases], scope="function")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures: host -> run tree (session) -> workload cgroup (test) -> step cgroups / replay
+
+@pytest.fixture(scope="session")
+def agentcgroup_tree(request: pytest.FixtureRequest):
+    """The run's cgroup root under this process's own cgroup; removed at the end of the session.
+    Skips (naming what is missing) where cgroups cannot be created."""
+    state = request.config.stash[_STATE]
+    try:
+        tree = state.tree = RunTree(detect())
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    try:
+        yield tree
+    finally:
+        tree.close()
+        state.tree = None
+
+
+@pytest.fixture
+def workload_cgroup(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
+    """This test's own cgroup (a child of the run root); killed and removed after the test."""
+    cg = agentcgroup_tree.workload(request.node.name)
+    try:
+        yield cg
+    finally:
+        cg.remove()
+
+
+@pytest.fixture
+def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
+    """Factory: `step_cgroups(name, arm=None)` makes a child of the workload cgroup, with the arm's
+    limits when given. The workload's removal removes them too."""
+    def make(name: str, arm: Arm | None = None):
+        cg = workload_cgroup.child(name, agentcgroup_tree.controllers)
+        if arm is not None:
+            arm.apply(cg)
+        return cg
+    return make
+
+
+@pytest.fixture
+def agentcgroup_trace(request: pytest.FixtureRequest, agentcgroup_case: Case) -> Trace:
+    try:
+        return request.config.stash[_STATE].load_corpus(request.config).load(agentcgroup_case.trace_id)
+    except TraceError as exc:
+        pytest.fail(f"trace {agentcgroup_case.trace_id}: {exc}", pytrace=False)
+
+
+@dataclass
+class Outcome:
+    """What one replay of a trace under an arm produced."""
+    case: Case
+    records: list[dict]
+
+    @property
+    def summary(self) -> dict:
+        return summarize(self.records, self.case.arm.name)
+
+    def violations(self, budget: dict | None = None) -> list[budgets.Violation]:
+        budget = self.case.experiment.budgets.get(self.case.arm.name, {}) if budget is None else budget
+        return budgets.check(self.records, budget, self.case.arm)
+
+    def assert_within_budget(self, budget: dict | None = None) -> None:
+        """Fail naming trace, step, counter and budget for every violation of the experiment's
+        budget for this arm (or of `budget`)."""
+        bad = self.violations(budget)
+        if bad:
+            lines = "\n  ".join(str(v) for v in bad)
+            pytest.fail(f"{self.case.experiment.name} under arm {self.case.arm.name}: "
+                        f"{len(bad)} budget violation(s):\n  {lines}", pytrace=False)
+
+
+@pytest.fixture
+def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case, agentcgroup_trace: Trace,
+                         workload_cgroup, agentcgroup_tree: RunTree):
+    """A callable replaying this test's trace under its arm, step by step, in `workload_cgroup`.
+    Each step's record is appended (and flushed) to metrics.jsonl as soon as the step ends."""
+    config, case = request.config, agentcgroup_case
+    marker = request.node.get_closest_marker("experiment")
+    time_scale = setting(config, "time_scale", marker=marker, experiment=case.experiment)
+    executor_name = setting(config, "executor", marker=marker, experiment=case.experiment)
+    try:
+        executor = make_executor(executor_name, time_scale=time_scale,
+                                 step_timeout_s=setting(config, "step_timeout", marker=marker, experiment=case.experiment))
+    except ExecutorUnavailable as exc:
+        pytest.skip(str(exc))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    store = _store(config)
+    steps = {s.step_id: s for s in agentcgroup_trace.steps}
+
+    def run() -> Outcome:
+        records: list[dict] = []
+
+        def on_step(result):
+            rec = {"experiment": case.experiment.name,
+                   **step_record(result, steps[result.step_id], config=case.arm.name,
+                                 time_scale=time_scale, executor=executor_name)}
+            records.append(rec)
+            store.append(rec)
+
+        placement = ArmPlacement(case.arm, workload_cgroup, agentcgroup_tree.controllers)
+        replay(agentcgroup_trace, executor, placement, on_step=on_step)
+        return Outcome(case, records)
+    return run
+
+
+@pytest.fixture
+def agentcgroup_run(agentcgroup_replayer, agentcgroup_case: Case, benchmark):
+    """Replay once through pytest-benchmark (`pedantic`, one round) and put the metrics — each with
+    unit, direction and provenance — into `benchmark.extra_info`, so `--benchmark-json` exports
+    every trace × arm. Returns the Outcome."""
+    def run() -> Outcome:
+        box = []
+        benchmark.group = agentcgroup_case.experiment.name
+        benchmark.pedantic(lambda: box.append(agentcgroup_replayer()), rounds=1, iterations=1, warmup_rounds=0)
+        outcome = box[0]
+        s = outcome.summary
+        benchmark.extra_info.update({
+            "experiment": agentcgroup_case.experiment.name, "arm": agentcgroup_case.arm.name,
+            "trace_id": agentcgroup_case.trace_id, "limits": agentcgroup_case.arm.limits,
+            "metrics": {k: METRICS[k].describe(v) for k, v in s.items() if k in METRICS},
+            "steps": s["total_steps"], "oom_kills": s["oom_kills"],
+        })
+        return outcome
+    return run
+
+
+def _store(config: pytest.Config) -> ResultsStore:
+    state = config.stash[_STATE]
+    if state.store is None:
+        out = Path(setting(config, "out"))
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        # Each xdist worker writes its own file (one writer per file); the controller merges them.
+        state.store = ResultsStore(out / worker if worker else out)
+    return state.store
+
+
+@pytest.hookimpl(trylast=True)    # after pytest's own session teardown of fixtures
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    if state.tree is not None:       # a session interrupted before fixture teardown
+        state.tree.close()
+        state.tree = None
+    if state.store is not None:
+        state.summaries = state.store.close()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None or not state.summaries:
+        return
+    terminalreporter.write_sep("=", "agentcgroup summary")
+    for line in format_summary(state.summaries).splitlines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"results: {state.store.out} (metrics.jsonl, summary.json)")

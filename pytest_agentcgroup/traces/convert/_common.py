@@ -1,0 +1,469 @@
+"""Parsing helpers shared by the converters (not a format of its own).
+
+Decisions that hold for every converter (they are documented here once, and the tests pin them):
+
+* **Errors.** Bad input raises :class:`TraceError` naming file, record (array index, JSONL line number
+  or parquet row), step (index of the IR step being built) and field (a path into the source record,
+  e.g. ``trajectory[37].tool_calls[0].function.arguments``). Nothing else escapes a converter.
+* **Per-record errors.** Each converter module has ``iter_results(path)`` yielding a ``Trace`` or a
+  ``TraceError`` per record, so a batch tool can report a bad record and still convert the rest of the
+  file; ``convert(path)`` is the strict form that raises at the first bad record. A file that cannot
+  be read or parsed at all (truncated JSON array, bad zip) raises from both.
+* **Size caps.** Any string kept in a step's args (a command, code, a path, an edit's text) must be at
+  most :data:`MAX_ARG_BYTES` (1 MiB, UTF-8). A 10 MB command is **refused** with a TraceError naming
+  the field: no agent tool call in the real samples is above 7 KB (OpenHands rows: commands 912 B,
+  file_text 6.2 KB), Linux refuses a single ``bash -c`` argument above 128 KiB anyway, and replaying
+  a multi-megabyte "command" would measure the replayer, not the agent. Whole-file JSON inputs are
+  capped at :data:`MAX_JSON_FILE_BYTES`, one JSONL line at :data:`MAX_JSONL_LINE_BYTES`.
+* **NUL bytes.** A raw NUL byte in a JSON file is reported as such (it is never valid JSON). A NUL
+  inside a kept string (``"\\u0000"`` in a command or path) is refused: ``execve`` cannot pass it and
+  no file name can hold it. NULs in text we do not keep (tool output) are ignored.
+* **Numbers.** JSON ``NaN``/``Infinity`` and negative values are refused where we use a number
+  (timeouts, durations).
+* **Source and ids.** ``source.path`` is ``<parent folder>/<file name>`` (stable across machines).
+  ``trace_id`` is ``<format>/<instance or file stem>[/<record index>]``; instance ids are sanitised to
+  ``[A-Za-z0-9._-]`` and capped at 200 characters. Multi-record files (JSON arrays, JSONL, parquet)
+  always carry the record index, so ids are unique within a file even when an instance repeats.
+* **Licence and origin.** The public datasets' licences are taken from their READMEs (see
+  ``shared/datasets``). A file converted from one of those sample folders (its folder's README.md names
+  it) gets that folder's origin ``owner/repo@commit``; an HF-row file from anywhere gets the HF dataset's
+  licence (CC-BY-4.0); any other file (your own OpenHands, SWE-agent or Playwright run) gets
+  ``licence: "unknown"`` and ``origin: "unknown"``: a trace you recorded is not under the tool's licence.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..ir import Measure, Step, Trace, TraceError, parse_trace
+
+#: Largest string (UTF-8 bytes) kept in a step's args.
+MAX_ARG_BYTES = 1 << 20
+#: Largest JSON file loaded whole (JSON arrays, .traj, event-stream arrays).
+MAX_JSON_FILE_BYTES = 512 << 20
+#: Largest single JSONL line.
+MAX_JSONL_LINE_BYTES = 128 << 20
+#: How much of a file `sniff` reads.
+SNIFF_BYTES = 1 << 20
+
+Where = dict  # {"file": str, "record": int | str | None}
+
+
+def fail(message: str, where: Where, *, step: int | None = None, field: str | None = None) -> TraceError:
+    """A TraceError at `where` (file/record), optionally naming step and field. Raise it."""
+    return TraceError(message, file=where.get("file"), record=where.get("record"), step=step, field=field)
+
+
+def short_path(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files
+
+def read_bytes(path: Path, *, limit: int = MAX_JSON_FILE_BYTES) -> bytes:
+    name = str(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if len(data) > limit:
+        raise TraceError(f"file is over the {limit >> 20} MiB limit for a whole-file JSON input "
+                         "(use JSONL or parquet for large row sets)", file=name)
+    return data
+
+
+def decode(data: bytes, where: Where) -> str:
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise fail(f"contains a NUL byte at byte offset {nul}", where)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise fail(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where) from None
+
+
+def loads(text: str, where: Where) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", where) from None
+    except RecursionError:
+        raise fail("invalid JSON: nested too deeply", where) from None
+
+
+def load_json_file(path: Path) -> Any:
+    where = {"file": str(path)}
+    return loads(decode(read_bytes(path), where), where)
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded object or TraceError) for each non-blank line; file errors raise."""
+    name = str(path)
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    with fh:
+        lineno = 0
+        while True:
+            try:
+                line = fh.readline(MAX_JSONL_LINE_BYTES + 1)
+            except OSError as exc:
+                raise TraceError(f"cannot read: {exc.strerror or exc}", file=name) from None
+            if not line:
+                return
+            lineno += 1
+            where = {"file": name, "record": lineno}
+            if len(line) > MAX_JSONL_LINE_BYTES and not line.endswith(b"\n"):
+                # Skip the rest of the oversized line, then report it.
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(1 << 20)
+                yield lineno, fail(f"line is over the {MAX_JSONL_LINE_BYTES >> 20} MiB limit", where)
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield lineno, loads(decode(line, where), where)
+            except TraceError as exc:
+                yield lineno, exc
+
+
+def head(path: Path, n: int = SNIFF_BYTES) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
+def iter_json_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """Rows of a JSON array file (index, row), a JSONL file (line number, row or TraceError), or a
+    single JSON object (0, obj). A file-level problem raises."""
+    if path.suffix == ".jsonl":
+        yield from iter_jsonl(path)
+        return
+    data = load_json_file(path)
+    if isinstance(data, list):
+        yield from enumerate(data)
+    elif isinstance(data, dict):
+        yield 0, data
+    else:
+        raise TraceError(f"expected a JSON array of rows or an object, got {type(data).__name__}", file=str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking values
+
+def need(obj: Any, key: str, types, where: Where, *, step=None, field: str | None = None, prefix: str = "") -> Any:
+    """obj[key], checked to be of `types` (bool never counts as a number)."""
+    fname = field or f"{prefix}{key}"
+    if not isinstance(obj, dict):
+        raise fail(f"expected an object, got {type(obj).__name__}", where, step=step, field=prefix.rstrip(".") or None)
+    if key not in obj:
+        raise fail("missing", where, step=step, field=fname)
+    return check_type(obj[key], types, where, step=step, field=fname)
+
+
+def check_type(val: Any, types, where: Where, *, step=None, field=None) -> Any:
+    types_t = types if isinstance(types, tuple) else (types,)
+    if not isinstance(val, types_t) or (isinstance(val, bool) and bool not in types_t):
+        names = " or ".join("null" if t is type(None) else t.__name__ for t in types_t)
+        got = "null" if val is None else type(val).__name__
+        raise fail(f"expected {names}, got {got}", where, step=step, field=field)
+    return val
+
+
+def check_str(val: Any, where: Where, *, step=None, field=None) -> str:
+    """A string we keep in step args: str, no NUL, at most MAX_ARG_BYTES."""
+    check_type(val, str, where, step=step, field=field)
+    if "\x00" in val:
+        raise fail(f"contains a NUL character at offset {val.index(chr(0))}", where, step=step, field=field)
+    if len(val) > MAX_ARG_BYTES:  # even one byte per character is too many
+        raise fail(f"is over {MAX_ARG_BYTES:,} bytes, the limit for one step argument ({len(val):,} characters)",
+                   where, step=step, field=field)
+    try:
+        size = len(val.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise fail(f"contains an unpaired surrogate at offset {exc.start}", where, step=step, field=field) from None
+    if size > MAX_ARG_BYTES:
+        raise fail(f"is {size:,} bytes, over the {MAX_ARG_BYTES:,}-byte limit for one step argument",
+                   where, step=step, field=field)
+    return val
+
+
+def check_number(val: Any, where: Where, *, step=None, field=None, allow_str: bool = False) -> float:
+    """A finite number >= 0 (a numeric string too when `allow_str`)."""
+    if allow_str and isinstance(val, str):
+        try:
+            val = float(val.strip())
+        except ValueError:
+            raise fail(f"expected a number, got {val[:40]!r}", where, step=step, field=field) from None
+    check_type(val, (int, float), where, step=step, field=field)
+    if not math.isfinite(val) or val < 0:
+        raise fail(f"expected a finite number >= 0, got {val!r}", where, step=step, field=field)
+    return float(val)
+
+
+def check_bool(val: Any, where: Where, *, step=None, field=None) -> bool:
+    """A JSON bool, or the strings 'true'/'false' (OpenHands sends enums as strings)."""
+    if isinstance(val, bool):
+        return val
+    if isinstance(val, str) and val.strip().lower() in ("true", "false"):
+        return val.strip().lower() == "true"
+    raise fail(f"expected true or false, got {val!r:.40}", where, step=step, field=field)
+
+
+def recorded_ms(seconds: float) -> Measure:
+    return Measure(round(seconds * 1000.0, 3), "recorded")
+
+
+# ---------------------------------------------------------------------------------------------
+# SWE-agent: the command of a model response, and what an ACI command does
+
+_FENCE = re.compile(r"^```(\S*)\s*\n|^```\s*$", re.MULTILINE)
+
+
+def last_fenced_block(text: str) -> str | None:
+    """The last top-level fenced block of `text` (SWE-agent's ThoughtActionParser rule), or None."""
+    stack: list[re.Match] = []
+    last = None
+    for m in _FENCE.finditer(text):
+        if stack and not m.group(1):
+            start = stack.pop()
+            if not stack:
+                last = (start, m)
+        elif m.group(1) is not None:
+            stack.append(m)
+    if last is None:
+        return None
+    start, end = last
+    return text[start.end():end.start()]
+
+
+#: SWE-agent ACI commands by what they do. Anything not listed runs in the shell (bash).
+ACI_READ = frozenset({"open", "goto", "scroll_up", "scroll_down", "filemap"})
+ACI_EDIT = frozenset({"create", "edit", "insert", "append"})
+ACI_SEARCH = frozenset({"search_dir", "search_file", "find_file"})
+ACI_NOOP = frozenset({"submit", "exit_forfeit", "exit_cost", "exit_context", "exit_format", "exit_error",
+                      "exit_api", "skip"})
+_FIRST_WORD = re.compile(r"\s*(\S+)")
+_EDIT_RANGE = re.compile(r"edit\s+(\d+)\s*:\s*(\d+)\s*$")
+
+
+def aci_step_fields(action: str) -> tuple[str, str, dict]:
+    """(tool, native_tool, args) of one SWE-agent action string (without cwd).
+
+    ACI commands are run by SWE-agent's own tools, not as plain shell commands; we keep the raw text
+    in ``args.action`` (never ``args.command``, which replay would execute) plus what we can parse:
+    ``op``, ``path`` (open/create/str_replace_editor) and ``start_line``/``end_line`` (``edit N:M``).
+    """
+    text = action.strip()
+    m = _FIRST_WORD.match(text)
+    if not m:
+        return "noop", "(empty)", {"action": action}
+    word = m.group(1)
+    rest = text[m.end():].strip()
+    first_line = text.split("\n", 1)[0].strip()
+    if word == "str_replace_editor":
+        parts = rest.split(None, 2)
+        sub = parts[0] if parts else ""
+        args = {"op": sub or "?", "action": action}
+        if len(parts) > 1:
+            args["path"] = parts[1].strip("'\"")
+        return ("read" if sub == "view" else "edit"), word, args
+    if word in ACI_READ | ACI_EDIT | ACI_SEARCH | ACI_NOOP:
+        tool = ("read" if word in ACI_READ else "edit" if word in ACI_EDIT
+                else "search" if word in ACI_SEARCH else "noop")
+        args = {"op": word, "action": action}
+        if word in ("open", "create") and rest:
+            args["path"] = rest.split("\n", 1)[0].split()[0].strip("'\"")
+        rng = _EDIT_RANGE.match(first_line)
+        if word == "edit" and rng:
+            args["start_line"], args["end_line"] = int(rng.group(1)), int(rng.group(2))
+        return tool, word, args
+    return "bash", "bash", {"command": action}
+
+
+_CWD_FOOTER = re.compile(r"\(Current directory: ([^\n)]*)\)")
+_OPEN_FOOTER = re.compile(r"\(Open file: ([^\n)]*)\)")
+
+
+def swe_footer(text: str) -> tuple[str | None, str | None]:
+    """(cwd, open file) from the last SWE-agent prompt footer in `text`, None where absent/'n/a'."""
+    cwds = _CWD_FOOTER.findall(text)
+    opens = _OPEN_FOOTER.findall(text)
+    cwd = cwds[-1].strip() if cwds else None
+    opened = opens[-1].strip() if opens else None
+    if opened in ("n/a", "", "<path>"):
+        opened = None
+    if cwd in ("", "<cwd>"):
+        cwd = None
+    return cwd, opened
+
+
+def swe_agent_step(action: str, index: int, where: Where, field: str, *, cwd: str | None,
+                   open_file: str | None, duration: Measure | None = None) -> Step:
+    """One IR step from a SWE-agent action string, validating the strings we keep."""
+    action = check_str(action, where, step=index, field=field).strip("\n")
+    tool, native, args = aci_step_fields(action)
+    if args.get("op") == "edit" and "path" not in args and open_file:
+        args["path"] = open_file
+    if cwd is not None:
+        args["cwd"] = check_str(cwd, where, step=index, field="cwd")
+    for key in ("path",):
+        if key in args:
+            check_str(args[key], where, step=index, field=field)
+    return Step(step_id=index, tool=tool, native_tool=native, args=args, duration_ms=duration)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building traces
+
+_ID_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def id_part(value: Any, fallback: str) -> str:
+    s = value if isinstance(value, str) else ""
+    s = _ID_BAD.sub("_", s).strip("_.")[:200]
+    return s or fallback
+
+
+def make_trace_id(fmt: str, name: str, record: int | None = None) -> str:
+    return f"{fmt}/{name}" if record is None else f"{fmt}/{name}/{record}"
+
+
+#: What the public datasets' READMEs say, keyed by the sample folder in shared/datasets.
+SAMPLE_SOURCES = {
+    "openhands-swe-rebench-row": {
+        "dataset": "nebius/SWE-rebench-openhands-trajectories", "licence": "CC-BY-4.0",
+        "origin": "neulab/agent-data-protocol@57c3046fb43ac059e7a52b7dea8016caabe6cb07"},
+    "swe-agent-hf-rows": {
+        "dataset": "nebius/SWE-agent-trajectories", "licence": "CC-BY-4.0",
+        "origin": "zhu-yiqi/agent-data-protocol@05546b4fc77edbd6adeb297721592bb64dd03d02"},
+    "openhands-events": {
+        "dataset": "All-Hands-AI/OpenHands test fixtures and evaluation examples", "licence": "MIT",
+        "origin": "All-Hands-AI/OpenHands@156d0686c46aafb0fa9d291da6421fb6f64dddc0"},
+    "swe-agent-traj": {
+        "dataset": "SWE-agent/SWE-agent demonstrations and test data", "licence": "MIT",
+        "origin": "SWE-agent/SWE-agent@3ea751c087f32b16e039a2233dd6eefecef325d5"},
+    "playwright-trace": {
+        "dataset": "microsoft/playwright test assets", "licence": "Apache-2.0",
+        "origin": "microsoft/playwright@d4e1023f6c03a8dced50eb3db88c2217e7c1a86a"},
+}
+
+#: Per-format defaults for files from anywhere else.
+FORMAT_SOURCES = {
+    "openhands-rows": {"dataset": "nebius/SWE-rebench-openhands-trajectories", "licence": "CC-BY-4.0",
+                       "origin": "hf:nebius/SWE-rebench-openhands-trajectories"},
+    "swe-agent-rows": {"dataset": "nebius/SWE-agent-trajectories", "licence": "CC-BY-4.0",
+                       "origin": "hf:nebius/SWE-agent-trajectories"},
+    "openhands-events": {"dataset": "OpenHands event stream", "licence": "unknown", "origin": "unknown"},
+    "swe-agent-traj": {"dataset": "SWE-agent trajectory", "licence": "unknown", "origin": "unknown"},
+    "playwright": {"dataset": "Playwright trace", "licence": "unknown", "origin": "unknown"},
+}
+
+_README_CACHE: dict[Path, str] = {}
+
+
+def _readme_mentions(path: Path) -> bool:
+    readme = path.parent / "README.md"
+    text = _README_CACHE.get(readme)
+    if text is None:
+        try:
+            text = readme.read_text(encoding="utf-8", errors="replace")[:200_000]
+        except OSError:
+            text = ""
+        _README_CACHE[readme] = text
+    return path.name in text
+
+
+def make_source(fmt: str, path: Path) -> dict:
+    sample = SAMPLE_SOURCES.get(path.parent.name)
+    base = sample if sample is not None and _readme_mentions(path) else FORMAT_SOURCES[fmt]
+    return {"format": fmt, "dataset": base["dataset"], "path": short_path(path),
+            "licence": base["licence"], "origin": base["origin"]}
+
+
+def finish(trace_id: str, source: dict, steps: list[Step], where: Where, *, what: str = "trajectory") -> Trace:
+    """The Trace, checked against the IR schema (so a converter never emits an invalid trace)."""
+    if not steps:
+        raise fail("empty trajectory: no steps", where, field=what)
+    trace = Trace(trace_id=trace_id, source=source, steps=tuple(steps))
+    parse_trace(trace.to_json(), file=where.get("file"), record=where.get("record"))
+    return trace
+
+
+def guard(where: Where, fn: Callable[[], Trace]) -> Trace | TraceError:
+    """Run one record's conversion, returning its TraceError instead of raising it. Any other
+    exception is a converter bug and propagates (the fuzz tests rely on that)."""
+    try:
+        return fn()
+    except TraceError as exc:
+        return exc
+    except RecursionError:
+        return fail("input nested too deeply", where)
+
+
+def strict(results: Iterable[Trace | TraceError]) -> Iterator[Trace]:
+    for r in results:
+        if isinstance(r, TraceError):
+            raise r
+        yield r
+
+
+# ---------------------------------------------------------------------------------------------
+# Parquet (optional: needs pyarrow, the `convert` extra)
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_columns(path: Path) -> list[str] | None:
+    """Column names of a parquet file, or None when it is not one / pyarrow is absent."""
+    if head(path, 4) != PARQUET_MAGIC:
+        return None
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    try:
+        return list(pq.ParquetFile(path).schema_arrow.names)
+    except Exception:  # any pyarrow failure here just means "not mine"
+        return None
+
+
+def parquet_schema_text(path: Path) -> str:
+    try:
+        import pyarrow.parquet as pq
+        return str(pq.ParquetFile(path).schema_arrow)
+    except Exception:
+        return ""
+
+
+def iter_parquet(path: Path, columns: Iterable[str], *, batch_size: int = 256) -> Iterator[tuple[int, Any]]:
+    """(row index, row dict) from a parquet file, a batch of rows at a time (bounded memory)."""
+    name = str(path)
+    try:
+        import pyarrow
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TraceError("reading parquet needs pyarrow: pip install 'pytest-agentcgroup[convert]'", file=name) from None
+    errors = (pyarrow.ArrowException, OSError, ValueError, TypeError)
+    try:
+        pf = pq.ParquetFile(path)
+        names = set(pf.schema_arrow.names)
+    except errors as exc:
+        raise TraceError(f"not a readable parquet file: {exc}", file=name) from None
+    cols = [c for c in columns if c in names]
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
+            for rec in batch.to_pylist():
+                yield row, rec
+                row += 1
+    except errors as exc:
+        raise TraceError(f"parquet data unreadable: {exc}", file=name, record=row) from None

@@ -1,0 +1,184 @@
+"""OpenHands rows of HF `nebius/SWE-rebench-openhands-trajectories` -> trace IR.
+
+Input: a JSON array of rows, JSONL (a row per line), or parquet (needs pyarrow, the `convert` extra;
+read a batch of rows at a time). A row has `instance_id` and `trajectory`, a list of OpenAI-style
+chat messages (system/user/assistant/tool); an assistant message's `tool_calls[].function.arguments`
+is a JSON *string*. Each tool call is one step, in message order:
+
+* `execute_bash` -> `bash`: args `command`, `timeout_ms` (from `timeout`, seconds), `is_input` (when
+  the call has it: true means the text goes to the running process's stdin, not a new command).
+* `str_replace_editor` -> `read` for `view`, `edit` for create/str_replace/insert/undo_edit. It is the
+  OpenHands file editor, not a shell command: args `op`, `path` and the edit's own fields
+  (`file_text`, `old_str`, `new_str`, `insert_line`, `view_range`), never `command`. A sub-command
+  OpenHands would reject is kept as a `noop` step with `rejected: true` (the agent spent the turn).
+* `think`, `finish`, `task_tracker` -> `noop` steps, **kept** (with `native_tool` set) so step
+  numbering matches the source; they execute nothing.
+* other OpenHands tools: `execute_ipython_cell` -> `python`, `browser`/`web_read`/`fetch` -> `browser`,
+  `edit_file` -> `edit`, `request_condensation` -> `noop`. Any other name is a TraceError.
+
+The working directory is the last `[Current working directory: ...]` footer of a tool result seen
+before the call (OpenHands prints the shell's cwd after each command), carried to following steps;
+the first command's cwd is unknown and left out. Rows have no timestamps, so steps have no duration.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..ir import Step, Trace, TraceError
+from ._common import (check_bool, check_number, check_str, check_type, fail, finish, guard, head,
+                      id_part, iter_json_rows, iter_parquet, loads, make_source, make_trace_id, need,
+                      parquet_columns, parquet_schema_text, strict)
+
+FORMAT = "openhands-rows"
+COLUMNS = ("trajectory_id", "instance_id", "repo", "trajectory")
+
+EDITOR_READ = frozenset({"view"})
+EDITOR_EDIT = frozenset({"create", "str_replace", "insert", "undo_edit"})
+NOOP_TOOLS = frozenset({"think", "finish", "task_tracker", "request_condensation"})
+KNOWN_TOOLS = ("execute_bash", "str_replace_editor", "think", "finish", "task_tracker", "execute_ipython_cell",
+               "browser", "web_read", "fetch", "edit_file", "request_condensation")
+_CWD = re.compile(r"\[Current working directory: ([^\]\n]*)\]")
+_ROLE = re.compile(r'"role"\s*:\s*"(?:assistant|tool)"')
+_OBSERVATION_KEY = re.compile(r'"observation"\s*:')
+
+
+def sniff(path: Path) -> bool:
+    path = Path(path)
+    if path.suffix == ".parquet":
+        cols = parquet_columns(path)
+        return bool(cols) and "trajectory" in cols and "tool_calls" in parquet_schema_text(path)
+    if path.suffix not in (".json", ".jsonl"):
+        return False
+    text = head(path).decode("utf-8", "replace")
+    return ('"trajectory"' in text and '"tool_call_id"' in text and _ROLE.search(text) is not None
+            and _OBSERVATION_KEY.search(text) is None)
+
+
+def convert(path: Path) -> Iterator[Trace]:
+    return strict(iter_results(path))
+
+
+def iter_results(path: Path) -> Iterator[Trace | TraceError]:
+    """A Trace or a TraceError per row; a file that cannot be read at all raises."""
+    path = Path(path)
+    source = make_source(FORMAT, path)
+    rows = iter_parquet(path, COLUMNS) if path.suffix == ".parquet" else iter_json_rows(path)
+    for rec, row in rows:
+        if isinstance(row, TraceError):
+            yield row
+            continue
+        where = {"file": str(path), "record": rec}
+        yield guard(where, lambda: convert_row(row, where, source, rec))
+
+
+def _text(content: Any) -> str:
+    """A tool result's text (str, or a list of {type, text} parts); anything else has none."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
+    if not isinstance(row, dict):
+        raise fail(f"expected a row object, got {type(row).__name__}", where)
+    traj = need(row, "trajectory", (list, str), where)
+    if isinstance(traj, str):  # some exports store the message list as a JSON string
+        traj = check_type(loads(traj, where), list, where, field="trajectory")
+    if not traj:
+        raise fail("empty trajectory: no messages", where, field="trajectory")
+    instance = row.get("instance_id")
+    if instance is not None:
+        check_type(instance, str, where, field="instance_id")
+    steps: list[Step] = []
+    cwd: str | None = None
+    for mi, msg in enumerate(traj):
+        mf = f"trajectory[{mi}]"
+        if not isinstance(msg, dict):
+            raise fail(f"expected a message object, got {type(msg).__name__}", where, field=mf)
+        role = need(msg, "role", str, where, prefix=f"{mf}.")
+        if role == "tool":
+            found = _CWD.findall(_text(msg.get("content")))
+            if found:
+                cwd = check_str(found[-1].strip(), where, step=len(steps), field=f"{mf}.content") or cwd
+            continue
+        if role != "assistant":
+            continue
+        calls = msg.get("tool_calls")
+        if calls is None:
+            continue
+        check_type(calls, list, where, step=len(steps), field=f"{mf}.tool_calls")
+        for ci, call in enumerate(calls):
+            steps.append(_step(call, len(steps), cwd, where, f"{mf}.tool_calls[{ci}]"))
+    if not steps:
+        raise fail("empty trajectory: no tool calls", where, field="trajectory")
+    return finish(make_trace_id(FORMAT, id_part(instance, f"row{rec}"), rec), source, steps, where)
+
+
+def _step(call: Any, index: int, cwd: str | None, where: dict, cf: str) -> Step:
+    if not isinstance(call, dict):
+        raise fail(f"expected a tool call object, got {type(call).__name__}", where, step=index, field=cf)
+    fn = need(call, "function", dict, where, step=index, prefix=f"{cf}.")
+    name = need(fn, "name", str, where, step=index, prefix=f"{cf}.function.")
+    af = f"{cf}.function.arguments"
+    raw = need(fn, "arguments", (str, dict), where, step=index, field=af)
+    if isinstance(raw, str):
+        try:
+            args = loads(raw, where)
+        except TraceError as exc:
+            raise fail(exc.reason, where, step=index, field=af) from None
+    else:
+        args = raw
+    if not isinstance(args, dict):
+        raise fail(f"expected a JSON object of arguments, got {type(args).__name__}", where, step=index, field=af)
+
+    def s(key: str) -> str:
+        return check_str(need(args, key, str, where, step=index, field=f"{af}.{key}"), where, step=index,
+                         field=f"{af}.{key}")
+
+    if name == "execute_bash":
+        out: dict[str, Any] = {"command": s("command")}
+        if cwd is not None:
+            out["cwd"] = cwd
+        if args.get("timeout") is not None:
+            secs = check_number(args["timeout"], where, step=index, field=f"{af}.timeout", allow_str=True)
+            out["timeout_ms"] = round(secs * 1000.0, 3)
+        if args.get("is_input") is not None:
+            out["is_input"] = check_bool(args["is_input"], where, step=index, field=f"{af}.is_input")
+        return Step(step_id=index, tool="bash", native_tool=name, args=out)
+    if name == "str_replace_editor":
+        op = s("command")
+        out = {"op": op, "path": s("path")}
+        if op not in EDITOR_READ | EDITOR_EDIT:
+            return Step(step_id=index, tool="noop", native_tool=name, args={**out, "rejected": True})
+        for key in ("file_text", "old_str", "new_str"):
+            if args.get(key) is not None:
+                out[key] = s(key)
+        for key in ("insert_line",):
+            if args.get(key) is not None:
+                out[key] = int(check_number(args[key], where, step=index, field=f"{af}.{key}", allow_str=True))
+        if args.get("view_range") is not None:
+            vr = check_type(args["view_range"], list, where, step=index, field=f"{af}.view_range")
+            if len(vr) > 2:
+                raise fail("expected [start, end]", where, step=index, field=f"{af}.view_range")
+            out["view_range"] = [check_type(v, int, where, step=index, field=f"{af}.view_range") for v in vr]
+        if cwd is not None:
+            out["cwd"] = cwd
+        return Step(step_id=index, tool="read" if op in EDITOR_READ else "edit", native_tool=name, args=out)
+    if name in NOOP_TOOLS:
+        return Step(step_id=index, tool="noop", native_tool=name, args={})
+    if name == "execute_ipython_cell":
+        return Step(step_id=index, tool="python", native_tool=name, args={"command": s("code")})
+    if name in ("browser", "web_read", "fetch"):
+        out = {"method": name}
+        for key in ("url", "code"):
+            if args.get(key) is not None:
+                out[key] = s(key)
+        return Step(step_id=index, tool="browser", native_tool=name, args=out)
+    if name == "edit_file":
+        return Step(step_id=index, tool="edit", native_tool=name, args={"op": "edit_file", "path": s("path")})
+    raise fail(f"unknown tool {name[:80]!r}; known: {', '.join(KNOWN_TOOLS)}", where, step=index,
+               field=f"{cf}.function.name")

@@ -1,0 +1,78 @@
+"""A trace corpus on disk: a directory of IR files plus `manifest.json` naming subsets.
+
+manifest.json (schema agentcgroup-manifest/1):
+
+    {"schema": "agentcgroup-manifest/1",
+     "subsets": {"smoke": ["<trace_id>", ...], "dev": [...], "full": [...]},
+     "traces": [{"trace_id": "...", "file": "<path relative to the manifest>", ...descriptive keys}]}
+
+Descriptive keys (steps, category, length, bursty, peak_mb, ...) are for people and for selection
+tools; loading needs only `trace_id` and `file`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .ir import Trace, TraceError, read_traces
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = "agentcgroup-manifest/1"
+
+
+@dataclass(frozen=True)
+class Corpus:
+    root: Path
+    subsets: dict[str, tuple[str, ...]]
+    files: dict[str, Path]          # trace_id -> file holding it
+
+    @classmethod
+    def open(cls, root: str | Path) -> "Corpus":
+        root = Path(root)
+        mpath = root / MANIFEST
+        if not mpath.is_file():
+            raise TraceError(f"no {MANIFEST} in the trace directory", file=str(root))
+        try:
+            data = json.loads(mpath.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceError(f"invalid JSON: {exc}", file=str(mpath)) from None
+        if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+            raise TraceError(f"expected schema {MANIFEST_SCHEMA!r}", file=str(mpath), field="schema")
+        files: dict[str, Path] = {}
+        for i, entry in enumerate(data.get("traces") or []):
+            if not isinstance(entry, dict) or not isinstance(entry.get("trace_id"), str) \
+                    or not isinstance(entry.get("file"), str):
+                raise TraceError("each entry needs trace_id and file (strings)", file=str(mpath), record=i, field="traces")
+            files[entry["trace_id"]] = root / entry["file"]
+        subsets: dict[str, tuple[str, ...]] = {}
+        if not isinstance(data.get("subsets") or {}, dict):
+            raise TraceError("expected an object {name: [trace ids]}", file=str(mpath), field="subsets")
+        for name, ids in (data.get("subsets") or {}).items():
+            if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+                raise TraceError("a subset is a list of trace ids", file=str(mpath), field=f"subsets.{name}")
+            missing = [x for x in ids if x not in files]
+            if missing:
+                raise TraceError(f"names trace(s) not in 'traces': {', '.join(missing[:3])}",
+                                 file=str(mpath), field=f"subsets.{name}")
+            subsets[name] = tuple(ids)
+        subsets.setdefault("full", tuple(files))
+        return cls(root=root, subsets=subsets, files=files)
+
+    def ids(self, subset: str) -> tuple[str, ...]:
+        """Trace ids of a subset name, or of a comma-separated list of trace ids."""
+        if subset in self.subsets:
+            return self.subsets[subset]
+        ids = tuple(x.strip() for x in subset.split(",") if x.strip())
+        unknown = [x for x in ids if x not in self.files]
+        if unknown:
+            raise TraceError(f"{unknown[0]!r} is neither a subset ({', '.join(sorted(self.subsets))}) nor a trace id",
+                             file=str(self.root / MANIFEST))
+        return ids
+
+    def load(self, trace_id: str) -> Trace:
+        path = self.files[trace_id]
+        for trace in read_traces(path):
+            if trace.trace_id == trace_id:
+                return trace
+        raise TraceError(f"trace {trace_id!r} listed in the manifest is not in this file", file=str(path))

@@ -1,0 +1,256 @@
+"""The trace IR: one agent run as a list of tool-call steps, plus optional replay data.
+
+A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 1:
+
+    {
+      "schema": "agentcgroup-trace/1",
+      "trace_id": "claude-code/haiku/RDFLib__rdflib-1117",     # unique, stable: test ids use it
+      "source": {"format": "claude-code", "dataset": "...", "path": "...",
+                 "origin": "owner/repo@commit", "licence": "GPL-2.0"},
+      "steps": [
+        {"step_id": 0,
+         "tool": "bash",                      # one of TOOLS
+         "native_tool": "Bash",               # the tool's name in the source format
+         "args": {"command": "pytest -x", "cwd": "/testbed", "timeout_ms": 120000},
+         "duration_ms": {"value": 5120.0, "provenance": "recorded"},
+         "profile": {                          # what the step consumed; every field optional
+           "peak_mb":  {"value": 310.0, "provenance": "derived"},
+           "ramp_ms":  {"value": 2000.0, "provenance": "derived"},
+           "cpu_ms":   {"value": 4100.0, "provenance": "derived"},
+           "io_bytes": {"value": 0, "provenance": "synthetic"}
+         }}
+      ]
+    }
+
+Every number a trace carries says where it came from (PROVENANCES): `recorded` was measured by the
+source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
+container samples that fall inside it), `synthetic` was made up by us (a default, a generator).
+
+This module imports nothing else from the package: it is the bottom of the data flow.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+SCHEMA = "agentcgroup-trace/1"
+
+#: What a step does. `bash` runs a shell command; `python` runs code in an interpreter the agent
+#: keeps (IPython); `edit`/`read`/`search` are file operations the agent runtime performs itself
+#: (not shell commands); `browser` is one browser action; `noop` is a step that executes nothing
+#: (think, finish, todo lists) but is kept so step numbering matches the source.
+TOOLS = ("bash", "python", "edit", "read", "search", "browser", "noop")
+PROVENANCES = ("recorded", "derived", "synthetic")
+PROFILE_FIELDS = ("peak_mb", "ramp_ms", "cpu_ms", "io_bytes")
+
+
+class TraceError(ValueError):
+    """A trace that does not follow the schema. `str()` names file, record/step and field."""
+
+    def __init__(self, message: str, *, file: str | None = None, record: int | str | None = None,
+                 step: int | None = None, field: str | None = None):
+        self.file, self.record, self.step, self.field, self.reason = file, record, step, field, message
+        where = [f"{file}" if file else None,
+                 f"record {record}" if record is not None else None,
+                 f"step {step}" if step is not None else None,
+                 f"field '{field}'" if field else None]
+        super().__init__(": ".join([", ".join(w for w in where if w)] if any(where) else []) + (": " if any(where) else "") + message)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A number and where it came from."""
+    value: float
+    provenance: str
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "provenance": self.provenance}
+
+
+@dataclass(frozen=True)
+class Profile:
+    peak_mb: Measure | None = None
+    ramp_ms: Measure | None = None
+    cpu_ms: Measure | None = None
+    io_bytes: Measure | None = None
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k).to_json() for k in PROFILE_FIELDS if getattr(self, k) is not None}
+
+    def provenance(self) -> str:
+        """The weakest provenance among the fields present ('none' when the profile is empty)."""
+        present = [getattr(self, k).provenance for k in PROFILE_FIELDS if getattr(self, k) is not None]
+        if not present:
+            return "none"
+        return max(present, key=PROVENANCES.index)
+
+
+@dataclass(frozen=True)
+class Step:
+    step_id: int
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    native_tool: str | None = None
+    duration_ms: Measure | None = None
+    profile: Profile = field(default_factory=Profile)
+
+    @property
+    def command(self) -> str | None:
+        return self.args.get("command")
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"step_id": self.step_id, "tool": self.tool}
+        if self.native_tool is not None:
+            out["native_tool"] = self.native_tool
+        out["args"] = self.args
+        if self.duration_ms is not None:
+            out["duration_ms"] = self.duration_ms.to_json()
+        prof = self.profile.to_json()
+        if prof:
+            out["profile"] = prof
+        return out
+
+
+@dataclass(frozen=True)
+class Trace:
+    trace_id: str
+    source: dict[str, Any]
+    steps: tuple[Step, ...]
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "trace_id": self.trace_id, "source": self.source,
+                "steps": [s.to_json() for s in self.steps]}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: parse a decoded JSON object into a Trace, or raise TraceError naming the field.
+
+def _need(obj: dict, key: str, types, where: dict, *, step=None) -> Any:
+    if not isinstance(obj, dict):
+        raise TraceError(f"expected an object, got {type(obj).__name__}", step=step, **where)
+    if key not in obj:
+        raise TraceError("missing", field=key, step=step, **where)
+    val = obj[key]
+    if not isinstance(val, types) or isinstance(val, bool) and bool not in _astuple(types):
+        raise TraceError(f"expected {_typename(types)}, got {type(val).__name__}", field=key, step=step, **where)
+    return val
+
+
+def _astuple(types):
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _typename(types) -> str:
+    return " or ".join(t.__name__ for t in _astuple(types))
+
+
+def _measure(raw: Any, name: str, where: dict, step: int) -> Measure:
+    if not isinstance(raw, dict):
+        raise TraceError(f"expected {{value, provenance}}, got {type(raw).__name__}", field=name, step=step, **where)
+    value = raw.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise TraceError(f"value must be a finite number >= 0, got {value!r}", field=f"{name}.value", step=step, **where)
+    prov = raw.get("provenance")
+    if prov not in PROVENANCES:
+        raise TraceError(f"provenance must be one of {', '.join(PROVENANCES)}, got {prov!r}",
+                         field=f"{name}.provenance", step=step, **where)
+    return Measure(float(value), prov)
+
+
+def parse_step(raw: Any, index: int, where: dict) -> Step:
+    if not isinstance(raw, dict):
+        raise TraceError(f"expected an object, got {type(raw).__name__}", step=index, **where)
+    step_id = _need(raw, "step_id", int, where, step=index)
+    tool = _need(raw, "tool", str, where, step=index)
+    if tool not in TOOLS:
+        raise TraceError(f"unknown tool {tool!r}; expected one of {', '.join(TOOLS)}", field="tool", step=index, **where)
+    args = raw.get("args", {})
+    if not isinstance(args, dict):
+        raise TraceError(f"expected an object, got {type(args).__name__}", field="args", step=index, **where)
+    for key, types in (("command", str), ("cwd", str), ("timeout_ms", (int, float))):
+        if key in args and args[key] is not None and (not isinstance(args[key], types) or isinstance(args[key], bool)):
+            raise TraceError(f"expected {_typename(types)}, got {type(args[key]).__name__}",
+                             field=f"args.{key}", step=index, **where)
+    if tool in ("bash", "python") and not isinstance(args.get("command"), str):
+        raise TraceError(f"a {tool} step needs a command", field="args.command", step=index, **where)
+    native = raw.get("native_tool")
+    if native is not None and not isinstance(native, str):
+        raise TraceError(f"expected str, got {type(native).__name__}", field="native_tool", step=index, **where)
+    duration = _measure(raw["duration_ms"], "duration_ms", where, index) if raw.get("duration_ms") is not None else None
+    prof_raw = raw.get("profile")
+    prof_raw = {} if prof_raw is None else prof_raw
+    if not isinstance(prof_raw, dict):
+        raise TraceError(f"expected an object, got {type(prof_raw).__name__}", field="profile", step=index, **where)
+    unknown = set(prof_raw) - set(PROFILE_FIELDS)
+    if unknown:
+        raise TraceError(f"unknown profile field(s) {', '.join(sorted(unknown))}; expected {', '.join(PROFILE_FIELDS)}",
+                         field="profile", step=index, **where)
+    profile = Profile(**{k: _measure(v, f"profile.{k}", where, index) for k, v in prof_raw.items() if v is not None})
+    return Step(step_id=step_id, tool=tool, args=args, native_tool=native, duration_ms=duration, profile=profile)
+
+
+def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None) -> Trace:
+    where = {"file": file, "record": record}
+    if not isinstance(raw, dict):
+        raise TraceError(f"expected a trace object, got {type(raw).__name__}", **where)
+    schema = raw.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise TraceError(f"unsupported schema {schema!r}; this version reads {SCHEMA!r}", field="schema", **where)
+    trace_id = _need(raw, "trace_id", str, where)
+    if not trace_id.strip():
+        raise TraceError("must not be empty", field="trace_id", **where)
+    source = _need(raw, "source", dict, where)
+    steps_raw = _need(raw, "steps", list, where)
+    if not steps_raw:
+        raise TraceError("a trace needs at least one step", field="steps", **where)
+    steps = tuple(parse_step(s, i, where) for i, s in enumerate(steps_raw))
+    seen: set[int] = set()
+    for i, s in enumerate(steps):
+        if s.step_id in seen:
+            raise TraceError(f"duplicate step_id {s.step_id}", field="step_id", step=i, **where)
+        seen.add(s.step_id)
+    return Trace(trace_id=trace_id, source=source, steps=steps)
+
+
+def read_traces(path: str | Path) -> Iterator[Trace]:
+    """Traces in one .json (a trace, or a list of traces) or .jsonl file (a trace per line)."""
+    path = Path(path)
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=name) from None
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror}", file=name) from None
+    if "\x00" in text:
+        raise TraceError(f"contains a NUL byte at offset {text.index(chr(0))}", file=name)
+    if path.suffix == ".jsonl":
+        for lineno, line in enumerate(text.split("\n"), 1):   # not splitlines(): U+2028, \x85 ... may sit in strings
+            if not line.strip():
+                continue
+            yield parse_trace(_loads(line, name, lineno), file=name, record=lineno)
+        return
+    data = _loads(text, name, None)
+    if isinstance(data, list):
+        for i, item in enumerate(data):
+            yield parse_trace(item, file=name, record=i)
+    else:
+        yield parse_trace(data, file=name)
+
+
+def _loads(text: str, file: str, record: int | None) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                         file=file, record=record) from None
+
+
+def write_trace(trace: Trace, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(trace.to_json(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,76 @@
+"""Shared fixtures for the plugin's own tests: a tiny synthetic study (corpus + config) on disk."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def synthetic_step(step_id: int, peak_mb: float | None, duration_ms: float, tool: str = "bash", cmd: str = "true"):
+    step = {"step_id": step_id, "tool": tool, "args": {"command": cmd} if tool == "bash" else {},
+            "duration_ms": {"value": duration_ms, "provenance": "synthetic"}}
+    if peak_mb is not None:
+        step["profile"] = {"peak_mb": {"value": peak_mb, "provenance": "synthetic"},
+                           "ramp_ms": {"value": duration_ms / 2, "provenance": "synthetic"}}
+    return step
+
+
+def write_study(root: Path, *, limit_mb: int = 128, high_mb: int = 128, peaks=(20, 300, 30)) -> Path:
+    """A corpus with one synthetic trace whose step 1 (300 MiB) exceeds the per-step limit, and a
+    config with the four arms. Returns the config path."""
+    traces = root / "traces"
+    traces.mkdir(parents=True)
+    steps = [synthetic_step(i, p, 200) for i, p in enumerate(peaks)]
+    steps.append(synthetic_step(len(steps), None, 0, tool="noop"))
+    trace = {"schema": "agentcgroup-trace/1", "trace_id": "synthetic/oom-once",
+             "source": {"format": "synthetic", "note": "made by tests/conftest.py"}, "steps": steps}
+    (traces / "oom-once.json").write_text(json.dumps(trace))
+    (traces / "manifest.json").write_text(json.dumps({
+        "schema": "agentcgroup-manifest/1",
+        "subsets": {"smoke": ["synthetic/oom-once"]},
+        "traces": [{"trace_id": "synthetic/oom-once", "file": "oom-once.json"}]}))
+    config = root / "study.toml"
+    config.write_text(textwrap.dedent(f"""
+        traces = "traces"
+        [defaults]
+        time_scale = 1.0
+        [arms.unlimited]
+        [arms.static-env]
+        scope = "trace"
+        memory_max_mb = {limit_mb}
+        [arms.static-toolcall]
+        memory_max_mb = {limit_mb}
+        [arms.static-high]
+        memory_high_mb = {high_mb}
+        [experiments.exp1]
+        subset = "smoke"
+        [experiments.exp1.budgets.unlimited]
+        oom_kills = 0
+        [experiments.exp1.budgets.static-toolcall]
+        oom_kills = "predicted"
+        [experiments.exp1.budgets.static-high]
+        oom_kills = 0
+        mem_high_events = "predicted"
+    """))
+    return config
+
+
+EXP_MODULE = '''
+import pytest
+pytestmark = pytest.mark.experiment(name="exp1")
+
+def test_exp1(agentcgroup_run):
+    outcome = agentcgroup_run()
+    outcome.assert_within_budget()
+'''
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    return write_study(tmp_path)

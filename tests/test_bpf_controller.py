@@ -1,0 +1,118 @@
+"""The agentcgroup arm's controller on real cgroups: throttle -> resume, escalation to freeze and
+kill, soft-limit raise for high-priority steps, and the bpf_soft control arm (no eBPF)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup.bpf import features
+from pytest_agentcgroup.bpf.controller import Controller, Rules
+
+MB = 1 << 20
+
+# allocate `rounds` bursts over the limit, each backed by a MADV_FREE cushion (no OOM kill)
+ALLOC = """
+import mmap, sys
+MB = 1 << 20
+for r in range(int(sys.argv[1])):
+    c = mmap.mmap(-1, 32 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(0, 32 * MB, 4096): c[i] = 1
+    c.madvise(mmap.MADV_FREE)
+    b = mmap.mmap(-1, 48 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(0, 48 * MB, 4096): b[i] = 1
+    b.close(); c.close()
+"""
+
+
+@pytest.fixture
+def run_tree():
+    why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
+    if why:
+        pytest.skip(why)
+    from pytest_agentcgroup.cgroups.host import CgroupUnavailable, detect
+    from pytest_agentcgroup.cgroups.tree import RunTree
+    try:
+        tree = RunTree(detect())
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups: {exc}")
+    try:
+        yield tree
+    finally:
+        tree.close()
+        from pytest_agentcgroup.bpf.loader import our_programs
+        assert our_programs() == []
+
+
+def start(cg, rounds):
+    files = cg.join_files()
+    return subprocess.Popen([sys.executable, "-c", ALLOC, str(rounds)],
+                            preexec_fn=lambda: [Path(f).write_text("0") for f in files])
+
+
+def drive(ctl, procs, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        ctl.poll(timeout_ms=10)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_low_priority_step_is_throttled_then_resumed(run_tree):
+    rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "hold_ms": 50, "freeze_after": 100,
+                             "priorities": {"test": "low", "default": "normal"}})
+    with Controller(rules) as ctl:
+        low, other = run_tree.workload("low"), run_tree.workload("other")
+        ctl.add_step(low, "test")
+        ctl.add_step(other, "edit")
+        p, q = start(low, 3), start(other, 1)
+        drive(ctl, [p, q])
+        assert p.returncode == 0 and q.returncode == 0
+        what = [(a.cgroup_id, a.what) for a in ctl.actions]
+        assert what.count((low.id, "throttle")) == 3 and what.count((low.id, "resume")) == 3
+        assert (other.id, "throttle") not in what
+
+
+def test_escalates_to_freeze_then_kill(run_tree):
+    rules = Rules.from_dict({"memory_max_mb": 64, "hold_ms": 20, "freeze_after": 2, "freeze_hold_ms": 100,
+                             "kill_after": 2, "priorities": {"default": "low"}})
+    with Controller(rules) as ctl:
+        cg = run_tree.workload("bad")
+        ctl.add_step(cg)
+        p = start(cg, 50)
+        drive(ctl, [p])
+        kinds = [a.what for a in ctl.actions]
+        assert kinds[:5] == ["throttle", "resume", "throttle", "freeze", "thaw"], kinds
+        assert kinds[-1] == "kill" and p.returncode == -9
+
+
+def test_high_priority_step_gets_more_room(run_tree):
+    rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "raise_step_mb": 8, "raise_max_mb": 16,
+                             "priorities": {"default": "high"}})
+    with Controller(rules) as ctl:
+        cg = run_tree.workload("hi")
+        ctl.add_step(cg)
+        p = start(cg, 3)
+        drive(ctl, [p])
+        assert p.returncode == 0
+        assert [a.detail for a in ctl.actions if a.what == "raise"] == ["soft limit -> 56 MB", "soft limit -> 64 MB"]
+
+
+def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
+    raw = {"memory_max_mb": 64, "memory_high_mb": 48, "priorities": {"default": "low"}}
+    with Controller(Rules.from_dict({**raw, "ebpf": False})) as ctl:
+        assert ctl.throttle is None
+        cg = run_tree.workload("soft")
+        ctl.add_step(cg)
+        if cg.host.mode == "hybrid":
+            assert int((cg.paths["memory"] / "memory.soft_limit_in_bytes").read_text()) == 48 * MB
+        p = start(cg, 2)
+        drive(ctl, [p])
+        assert p.returncode == 0 and ctl.actions == []
+        from pytest_agentcgroup.bpf.loader import our_programs
+        assert our_programs() == []

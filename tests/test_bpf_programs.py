@@ -1,0 +1,228 @@
+"""The BPF programs on real cgroups: observer vs cgroup counters, egress policy, in-kernel throttle.
+
+Each test makes its cgroups with RunTree (closed in the fixture) and checks afterwards that none of
+our programs (named agcg_*) is still loaded (`bpftool prog show`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup.bpf import features
+from pytest_agentcgroup.replay.spawn import run
+
+MB = 1 << 20
+
+
+def need(*names):
+    why = features.missing(*names)
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture
+def run_tree():
+    need("root", "bcc", "bpf_syscall")
+    from pytest_agentcgroup.cgroups.host import CgroupUnavailable, detect
+    from pytest_agentcgroup.cgroups.tree import RunTree
+    try:
+        tree = RunTree(detect())
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups: {exc}")
+    try:
+        yield tree
+    finally:
+        tree.close()
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_loaded():
+    yield
+    from pytest_agentcgroup.bpf.loader import BPFUnavailable, our_programs
+    try:
+        left = our_programs()
+    except BPFUnavailable:
+        return
+    assert left == [], f"BPF programs still loaded after the test: {left}"
+
+
+def proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def joiner(cg):
+    files = cg.join_files()
+    return lambda: [Path(f).write_text("0") for f in files]
+
+
+# -- observer ----------------------------------------------------------------------------------
+
+def test_observer_counts_agree_with_cgroup_counters(run_tree):
+    need("ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:oom/mark_victim")
+    from pytest_agentcgroup.bpf.observer import MemcgObserver
+    steps = {"oom": "b = bytearray(100 << 20)",                # over the 64 MB limit: OOM-killed
+             "fits": "b = bytearray(16 << 20)",                # well under it: nothing happens
+             "oom2": "x = [bytearray(8 << 20) for _ in range(12)]"}
+    with MemcgObserver() as obs:
+        t0 = time.monotonic_ns()
+        for name, code in steps.items():
+            cg = run_tree.workload(name)
+            cg.set_memory_max(64 * MB)
+            obs.watch(cg.id)
+            res = run([sys.executable, "-c", code], join=cg.join_files(), timeout_s=60)
+            obs.poll()
+            st, c = obs.stats(cg.id), cg.counters()
+            assert st.oom_victims == c.oom_kills, (name, st, c)
+            # every memcg reclaim follows a failed charge (failcnt += 1), but a failed charge of a
+            # batch retries with the exact size before reclaiming: reclaims <= failcnt
+            assert st.reclaim_begin == st.reclaim_end, (name, st)
+            assert st.reclaim_begin <= c.max_events, (name, st, c)
+            assert (st.reclaim_begin > 0) == (c.max_events > 0), (name, st, c)
+            if name == "fits":
+                assert res.exit_code == 0 and c.oom_kills == 0 and st.reclaim_begin == 0
+            else:
+                assert res.signal == signal.SIGKILL and c.oom_kills == 1 and st.reclaim_begin > 0
+                assert st.page_faults > 0 and st.reclaim_ns_total > 0
+                evs = [e for e in obs.events if e.cgroup_id == cg.id]
+                assert sum(e.kind == "oom_victim" for e in evs) == 1
+                assert sum(e.kind == "reclaim_begin" for e in evs) == st.reclaim_begin
+                assert all(t0 <= e.ts_ns <= time.monotonic_ns() for e in evs)   # CLOCK_MONOTONIC
+
+
+# -- egress policy -----------------------------------------------------------------------------
+
+CONNECT = """
+import socket, sys
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+except OSError as e:
+    print(type(e).__name__, e); sys.exit(3)
+"""
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", 0))
+    srv.listen(16)
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        srv.close()
+
+
+def connect_from(cg, host, port) -> int:
+    return run([sys.executable, "-c", CONNECT, host, str(port)], join=cg.join_files(), timeout_s=20).exit_code
+
+
+def host_address() -> str | None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))          # no packet is sent for a UDP connect
+        addr = s.getsockname()[0]
+        return None if addr.startswith("127.") else addr
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def test_egress_policy_denies_local_listener(run_tree, listener):
+    need("cgroup_attach")
+    from pytest_agentcgroup.bpf.egress import EgressPolicy
+    free = run_tree.workload("free")
+    assert connect_from(free, "127.0.0.1", listener) == 0          # without the policy: connects
+    boxed = run_tree.workload("boxed")
+    with EgressPolicy() as pol:                                     # default: no network at all
+        pol.attach(boxed.unified)
+        assert connect_from(boxed, "127.0.0.1", listener) != 0
+        assert pol.counts(boxed.id)["dropped"] > 0
+        assert pol.counts(boxed.id)["last_drop_daddr"] == "127.0.0.1"
+        assert connect_from(free, "127.0.0.1", listener) == 0      # a sibling is not affected
+    assert connect_from(boxed, "127.0.0.1", listener) == 0          # detached on close
+
+
+def test_egress_policy_loopback_flag_and_allow_list(run_tree, listener):
+    need("cgroup_attach")
+    from pytest_agentcgroup.bpf.egress import EgressPolicy
+    lo_ok = run_tree.workload("lo_ok")
+    with EgressPolicy(allow_loopback=True) as pol:
+        pol.attach(lo_ok.unified)
+        assert connect_from(lo_ok, "127.0.0.1", listener) == 0
+        assert pol.counts(lo_ok.id)["allowed"] > 0
+        addr = host_address()
+        if addr:                                      # not loopback, not allowed: dropped
+            assert connect_from(lo_ok, addr, listener) != 0
+    if addr is None:
+        return
+    listed = run_tree.workload("listed")
+    with EgressPolicy(allow=[addr]) as pol:
+        pol.attach(listed.unified)
+        assert connect_from(listed, addr, listener) == 0
+        assert connect_from(listed, "127.0.0.1", listener) != 0
+
+
+# -- in-kernel throttle ------------------------------------------------------------------------
+
+ALLOCATOR = """
+import mmap, sys
+MB = 1 << 20
+cushion = mmap.mmap(-1, 32 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, 32 * MB, 4096): cushion[i] = 1
+cushion.madvise(mmap.MADV_FREE)          # reclaimable without swap: no OOM kill when over the limit
+burst = mmap.mmap(-1, 48 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, 48 * MB, 4096): burst[i] = 1
+print("done", flush=True)
+"""
+
+
+def wait_state(pid, want, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc_state(pid) in want:
+            return proc_state(pid)
+        time.sleep(0.005)
+    return proc_state(pid)
+
+
+def test_throttle_stops_low_priority_allocator(run_tree):
+    need("ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:sched/sched_switch")
+    from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
+    low, normal = run_tree.workload("low"), run_tree.workload("normal")
+    for cg in (low, normal):
+        cg.set_memory_max(64 * MB)
+    with ReclaimThrottle() as thr:
+        thr.mark(low.id, "stop")
+        t0 = time.monotonic_ns()
+        p = subprocess.Popen([sys.executable, "-c", ALLOCATOR], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=joiner(low))
+        try:
+            evs = []
+            deadline = time.monotonic() + 10
+            while not evs and time.monotonic() < deadline:
+                evs = thr.poll(100)
+            assert evs, "no throttle event"
+            ev = evs[0]
+            assert ev.pid == p.pid and ev.cgroup_id == low.id and ev.signal_ret == 0
+            assert t0 < ev.trigger_ns <= ev.action_ns <= time.monotonic_ns()
+            assert wait_state(p.pid, "T") == "T"
+            st = thr.state(low.id)
+            assert not st.armed and st.trigger_ns == ev.trigger_ns and st.stopped_ns >= ev.action_ns
+            os.kill(p.pid, signal.SIGCONT)
+            assert p.communicate(timeout=30)[0].strip() == "done" and p.returncode == 0
+        finally:
+            p.kill()
+            p.wait()
+        # a cgroup that is not marked low-priority is left alone
+        q = run([sys.executable, "-c", ALLOCATOR], join=normal.join_files(), timeout_s=30)
+        assert q.exit_code == 0 and normal.counters().max_events > 0
+        assert all(e.cgroup_id != normal.id for e in thr.poll(0))

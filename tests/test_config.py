@@ -1,0 +1,73 @@
+"""The experiment configuration: arms and budgets are data; every mistake is one message naming the
+file and the key; the shipped configuration itself is valid."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup import config as cfgmod
+from pytest_agentcgroup.cgroups.arms import Arm
+from pytest_agentcgroup.metrics.budgets import check, predict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_configuration_loads_and_names_the_four_arms():
+    conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
+    assert set(conf.experiments["exp1"].arms) == {"unlimited", "static-env", "static-toolcall", "static-high"}
+    assert conf.arms["static-env"].scope == "trace"
+    assert conf.arms["static-high"].memory_high_mb and conf.arms["static-high"].memory_max_mb is None
+    assert (conf.traces / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("toml, message", [
+    ("[arms.a]\nmemory_max_mb = 0\n", "arms.a.memory_max_mb: expected a positive number, got 0"),
+    ("[arms.a]\nscope = 'tenant'\n", "arms.a.scope: expected one of step, trace, got 'tenant'"),
+    ("[arms.a]\nmemroy_max_mb = 5\n", "arms.a: unknown key(s) memroy_max_mb"),
+    ("[arms.a]\nmemory_max_mb = 100\nmemory_high_mb = 200\n", "above memory_max_mb (100) can never be reached"),
+    ("[arms.a]\n[experiments.e]\narms = ['b']\n", "experiments.e.arms: no arm named 'b'"),
+    ("[arms.a]\n[experiments.e.budgets.a]\noom_kill = 0\n", "experiments.e.budgets.a.oom_kill: unknown budget"),
+    ("[arms.a]\n[experiments.e.budgets.a]\noom_kills = 'some'\n", "experiments.e.budgets.a.oom_kills: expected a number >= 0 or \"predicted\""),
+    ("[defaults]\ntime_scale = 1\nspeed = 2\n", "defaults.speed: unknown"),
+    ("arms = [", "not valid TOML"),
+])
+def test_config_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    with pytest.raises(cfgmod.ConfigError) as err:
+        cfgmod.load(path)
+    assert str(err.value).startswith(str(path))
+    assert message in str(err.value)
+
+
+def test_missing_config_file_says_which_option_sets_it(tmp_path):
+    with pytest.raises(cfgmod.ConfigError, match="--agentcgroup-config"):
+        cfgmod.load(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize("peak, limit, expected", [
+    (1778, 512, True), (100, 512, False), (500, 512, None), (540, 512, None), (600, 512, True), (50, None, False)])
+def test_prediction_leaves_a_margin_around_the_limit(peak, limit, expected):
+    assert predict(peak, limit) is expected
+
+
+def _rec(step_id, peak, oom, high=0, latency=10.0):
+    return {"trace_id": "t", "step_id": step_id, "executed": True, "replayed_peak_mb": peak,
+            "oom_kills": oom, "mem_high_events": high, "latency_ms": latency, "replayed_duration_ms": 0.0}
+
+
+def test_predicted_budget_catches_a_missing_and_an_extra_kill():
+    arm = Arm("static-toolcall", memory_max_mb=512)
+    good = [_rec(0, 1778, 1), _rec(1, 20, 0)]
+    assert check(good, {"oom_kills": "predicted"}, arm) == []
+    bad = [_rec(0, 1778, 0), _rec(1, 20, 1)]
+    got = [str(v) for v in check(bad, {"oom_kills": "predicted"}, arm)]
+    assert got == ["t step 0: oom_kills = 0, budget >= 1 (replayed peak 1778 MiB > max limit 512 MiB)",
+                   "t step 1: oom_kills = 1, budget 0 (replayed peak 20 MiB < max limit 512 MiB)"]
+
+
+def test_latency_budget_names_the_slowest_step():
+    recs = [_rec(i, 1, 0, latency=10.0) for i in range(19)] + [_rec(19, 1, 0, latency=900.0)]
+    (v,) = check(recs, {"latency_overhead_p95_ms": 50}, Arm("unlimited"))
+    assert v.step_id == 19 and v.counter == "latency_overhead_p95_ms"

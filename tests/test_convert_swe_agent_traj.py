@@ -1,0 +1,252 @@
+"""swe-agent-traj converter: the 4 real .traj files (v0 string state, v1 dict state + execution_time),
+cwd from state, bad input, fuzzing.
+
+Expected steps were read off each file's `trajectory[].action` by hand.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pytest_agentcgroup.traces import convert as registry
+from pytest_agentcgroup.traces.convert import swe_agent_traj as conv
+from pytest_agentcgroup.traces.ir import TOOLS, TraceError, parse_trace
+
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+FOLDER = DATASETS / "swe-agent-traj"
+V0_REPO, V0_CTF = FOLDER / "v0_test-repo-i1.traj", FOLDER / "v0_ctf_networking_1.traj"
+V1_REPO, V1_MARSH = FOLDER / "v1_test-repo-6e44b9.traj", FOLDER / "v1_marshmallow_fc_replace_src.traj"
+needs_data = pytest.mark.skipif(not FOLDER.is_dir(), reason=f"real samples not present: {FOLDER}")
+
+
+def _one(path):
+    (t,) = conv.convert(path)
+    return t
+
+
+@needs_data
+@pytest.mark.parametrize("path", [V0_REPO, V0_CTF, V1_REPO, V1_MARSH], ids=lambda p: p.name)
+def test_sniff(path):
+    assert conv.sniff(path) and registry.sniff(path) == "swe-agent-traj"
+
+
+@needs_data
+def test_v0_test_repo():
+    t = _one(V0_REPO)
+    assert t.trace_id == "swe-agent-traj/v0_test-repo-i1"
+    assert [(s.tool, s.native_tool) for s in t.steps] == [
+        ("search", "find_file"), ("read", "open"), ("edit", "edit"), ("bash", "bash"), ("noop", "submit")]
+    assert t.steps[3].args == {"command": "python tests/missing_colon.py", "cwd": "/klieret__swe-agent-test-repo"}
+    # v0: no timing at all
+    assert all(s.duration_ms is None for s in t.steps)
+    # step 0's cwd is the task prompt's footer, not the demonstration's (/marshmallow-code__marshmallow)
+    assert t.steps[0].args["cwd"] == "/klieret__swe-agent-test-repo"
+    assert t.source["licence"] == "MIT"
+    assert t.source["origin"] == "SWE-agent/SWE-agent@3ea751c087f32b16e039a2233dd6eefecef325d5"
+
+
+@needs_data
+def test_v0_ctf():
+    t = _one(V0_CTF)
+    assert [(s.tool, s.native_tool) for s in t.steps] == [
+        ("bash", "bash"), ("bash", "bash"), ("bash", "bash"), ("noop", "submit")]
+    assert t.steps[0].command == "tshark -n -r networking.pcap -q -z io,phs "   # trailing newline dropped
+    cwd = "/__Users__talora__LLM_CTF_Dataset_Dev__2013__CSAW-Quals__misc__Networking-1"
+    assert all(s.args["cwd"] == cwd for s in t.steps)
+
+
+@needs_data
+def test_v1_test_repo_durations():
+    t = _one(V1_REPO)
+    assert [(s.tool, s.native_tool) for s in t.steps] == [
+        ("search", "find_file"), ("read", "open"), ("edit", "edit"), ("bash", "bash"), ("noop", "submit")]
+    # execution_time (s) -> duration_ms, recorded
+    assert [s.duration_ms.value for s in t.steps] == [281.413, 296.753, 493.579, 292.579, 269.165]
+    assert {s.duration_ms.provenance for s in t.steps} == {"recorded"}
+    # v1 `edit '<search>' '<replace>'` edits the open file
+    assert t.steps[2].args["path"] == "/SWE-agent__test-repo/tests/missing_colon.py"
+
+
+@needs_data
+def test_v1_marshmallow():
+    t = _one(V1_MARSH)
+    assert len(t.steps) == 13
+    assert [s.native_tool for s in t.steps] == [
+        "bash", "open", "bash", "create", "insert", "bash", "bash", "find_file", "open", "edit", "bash", "bash",
+        "submit"]
+    assert Counter(s.tool for s in t.steps) == {"bash": 6, "edit": 3, "read": 2, "search": 1, "noop": 1}
+    assert [s.command for s in t.steps if s.tool == "bash"] == [
+        "ls -F", "pip install -e .[dev]", "python reproduce.py", "ls -F", "python reproduce.py", "rm reproduce.py"]
+    assert t.steps[2].duration_ms.value == 1951.447   # pip install is the slow one
+    assert all(s.args["cwd"] == "/testbed" for s in t.steps)
+    parse_trace(t.to_json())
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-built files
+
+def _traj(steps, history=None):
+    return {"environment": "main", "trajectory": steps, "history": history or [
+        {"role": "system", "content": "(Current directory: <cwd>)"},
+        {"role": "user", "content": "task\n(Open file: n/a)\n(Current directory: /start)\nbash-$"}], "info": {}}
+
+
+def _step(action, wd, opened="n/a", v0=False, t=None):
+    state = {"open_file": opened, "working_dir": wd}
+    s = {"action": action, "observation": "", "response": "", "thought": "",
+         "state": json.dumps(state) if v0 else state}
+    if t is not None:
+        s["execution_time"] = t
+    return s
+
+
+def _write(tmp_path, doc, name="x.traj"):
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_state_is_after_the_action(tmp_path):
+    p = _write(tmp_path, _traj([_step("cd /a\n", "/a", v0=True), _step("open f.py", "/a", "/a/f.py", v0=True),
+                                _step("edit 1:1\nx\nend_of_edit", "/a", "/a/f.py", v0=True), _step("", "/a", v0=True),
+                                _step("cd /b", "/b", v0=True), _step("ls", "/b", v0=True)]))
+    t = _one(p)
+    assert [s.args.get("cwd") for s in t.steps] == ["/start", "/a", "/a", None, "/a", "/b"]
+    assert t.steps[2].args["path"] == "/a/f.py"
+    assert t.steps[3].to_json() == {"step_id": 3, "tool": "noop", "native_tool": "(empty)", "args": {}}
+
+
+def _err(path, match):
+    with pytest.raises(TraceError) as ei:
+        list(conv.convert(path))
+    msg = str(ei.value)
+    assert str(path) in msg
+    for m in match:
+        assert m in msg, msg
+
+
+@pytest.mark.parametrize("doc, expect", [
+    ([], ["expected a .traj object"]),
+    ({"history": []}, ["field 'trajectory'", "missing"]),
+    (_traj([]), ["field 'trajectory'", "empty"]),
+    (_traj(["ls"]), ["step 0", "field 'trajectory[0]'", "expected a step object"]),
+    (_traj([{"observation": ""}]), ["step 0", "field 'trajectory[0].action'", "missing"]),
+    (_traj([{"action": ["ls"]}]), ["step 0", "field 'trajectory[0].action'", "expected str, got list"]),
+    (_traj([{**_step("ls", "/a"), "state": "{not json"}]), ["step 0", "field 'trajectory[0].state'", "invalid JSON"]),
+    (_traj([{**_step("ls", "/a"), "state": 3}]), ["step 0", "field 'trajectory[0].state'", "expected dict"]),
+    (_traj([_step("ls", 5)]), ["step 0", "field 'trajectory[0].state.working_dir'", "expected str"]),
+    (_traj([_step("ls", "/a", t=-1)]), ["step 0", "field 'trajectory[0].execution_time'", ">= 0"]),
+    (_traj([_step("ls", "/a", t="fast")]), ["step 0", "field 'trajectory[0].execution_time'", "expected int or float"]),
+    (_traj([_step("ls\u0000", "/a")]), ["step 0", "field 'trajectory[0].action'", "NUL"]),
+    (_traj([_step("x" * (10 << 20), "/a")]), ["step 0", "field 'trajectory[0].action'", "limit"]),
+])
+def test_bad_files(tmp_path, doc, expect):
+    _err(_write(tmp_path, doc), expect)
+
+
+def test_truncated(tmp_path):
+    p = tmp_path / "t.traj"
+    p.write_text(json.dumps(_traj([_step("ls", "/a")]))[:50])
+    _err(p, ["invalid JSON"])
+    p.write_bytes(b"{\"trajectory\": [\x00]}")
+    _err(p, ["NUL byte"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
+                      st.sampled_from(["open a.py", "edit 1:2\nx\nend_of_edit", "submit", "ls",
+                                       '{"open_file": "n/a", "working_dir": "/x"}', "\u0000"]))
+json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+    st.sampled_from(["trajectory", "action", "state", "working_dir", "open_file", "execution_time", "history",
+                     "role", "content"]), kids, max_size=5), max_leaves=20)
+
+
+def _check(path):
+    try:
+        results = list(conv.iter_results(path))
+    except TraceError:
+        return
+    for r in results:
+        if not isinstance(r, TraceError):
+            parse_trace(r.to_json())
+            assert all(s.tool in TOOLS for s in r.steps)
+            r.dumps().encode("utf-8")
+
+
+def _nodes(obj, path=()):
+    yield path
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _nodes(v, path + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _nodes(v, path + (i,))
+
+
+def _mutate(obj, path, op, value):
+    obj = copy.deepcopy(obj)
+    if not path:
+        return value
+    parent = obj
+    for k in path[:-1]:
+        parent = parent[k]
+    if op == "delete":
+        del parent[path[-1]]
+    elif op == "nul" and isinstance(parent[path[-1]], str):
+        parent[path[-1]] += "\u0000"
+    else:
+        parent[path[-1]] = value
+    return obj
+
+
+@pytest.fixture(scope="module")
+def fuzz_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=json_value)
+def test_fuzz_generated(fuzz_dir, doc):
+    p = fuzz_dir / "gen.traj"
+    p.write_text(json.dumps(doc))
+    _check(p)
+
+
+@pytest.fixture(scope="module", params=["v0", "v1"])
+def small_real_traj(request):
+    path = V0_REPO if request.param == "v0" else V1_REPO
+    if not path.is_file():
+        pytest.skip(f"real sample not present: {path}")
+    doc = json.loads(path.read_text())
+    doc.pop("replay_config", None)
+    for s in doc["trajectory"]:
+        for k in ("observation", "response", "thought"):
+            s[k] = s[k][:50]
+    for m in doc["history"]:
+        if isinstance(m.get("content"), str):
+            m["content"] = m["content"][-200:]
+    return doc
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_mutated_real_traj(fuzz_dir, small_real_traj, data):
+    doc = small_real_traj
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(list(_nodes(doc))))
+        op = data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"]))
+        doc = _mutate(doc, path, op, data.draw(json_value))
+    text = json.dumps(doc)
+    if data.draw(st.booleans()):
+        text = text[:data.draw(st.integers(0, len(text)))]
+    p = fuzz_dir / "mut.traj"
+    p.write_text(text)
+    _check(p)

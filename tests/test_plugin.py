@@ -1,0 +1,219 @@
+"""The plugin end to end, in pytest subprocesses: parametrization and selection, benchmark JSON,
+the results directory, exact OOM counting, budget failures, clean-up after every way a run ends,
+and clear skips without privileges."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import EXP_MODULE, write_study
+from pytest_agentcgroup.cgroups import CgroupUnavailable, detect
+from pytest_agentcgroup.cgroups.tree import PREFIX
+
+
+def cgroups_or_skip():
+    try:
+        host = detect()
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    if not os.access(host.unified, os.W_OK):
+        pytest.skip(f"cannot create cgroups under {host.unified} (not root, not delegated)")
+    return host
+
+
+def leaked(host) -> list[Path]:
+    """Run roots whose maker has exited: what a finished run left behind (runs of other live
+    processes, e.g. a parallel session, are not ours to judge)."""
+    return [p for p in our_cgroups(host) if not Path(f"/proc/{p.name.split('-')[1]}").exists()]
+
+
+def our_cgroups(host, pid: int | None = None) -> list[Path]:
+    dirs = [host.unified, *host.v1.values()]
+    return [p for d in dirs for p in d.iterdir()
+            if p.name.startswith(PREFIX) and (pid is None or p.name.startswith(f"{PREFIX}{pid}-"))]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, tmp_path):
+    config = write_study(pytester.path)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    return config
+
+
+def run_study(pytester, *args):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                         "--agentcgroup-out", "out", *args)
+
+
+def test_every_trace_and_arm_is_a_test_with_stable_ids(pytester, project):
+    result = run_study(pytester, "--collect-only", "-q")
+    ids = sorted(line for line in result.outlines if "::" in line)
+    assert ids == sorted(f"test_exp1.py::test_exp1[{arm}:oom-once]"
+                         for arm in ("unlimited", "static-env", "static-toolcall", "static-high"))
+
+
+def test_marker_expression_and_keyword_select_the_experiment(pytester, project):
+    pytester.makepyfile(test_other='import pytest\n@pytest.mark.experiment(name="exp10")\ndef test_exp10():\n    pass\n')
+    by_marker = run_study(pytester, "--collect-only", "-q", "-m", "experiment(name='exp1')")
+    assert sum("test_exp1[" in line for line in by_marker.outlines) == 4
+    assert not any("test_exp10" in line for line in by_marker.outlines)
+    by_arm = run_study(pytester, "--collect-only", "-q", "-k", "static-toolcall")
+    assert [line for line in by_arm.outlines if "::" in line] == ["test_exp1.py::test_exp1[static-toolcall:oom-once]"]
+
+
+def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester, project):
+    host = cgroups_or_skip()
+    result = run_study(pytester, "--benchmark-json", "bench.json")
+    result.assert_outcomes(passed=4)
+    bench = json.loads((pytester.path / "bench.json").read_text())
+    by_arm = {b["extra_info"]["arm"]: b for b in bench["benchmarks"]}
+    assert set(by_arm) == {"unlimited", "static-env", "static-toolcall", "static-high"}
+    assert by_arm["static-toolcall"]["extra_info"]["oom_kills"] == 1
+    assert by_arm["unlimited"]["extra_info"]["oom_kills"] == 0
+    oom = by_arm["static-toolcall"]["extra_info"]["metrics"]["oom_kills"]
+    assert oom["unit"] == "count" and oom["better"] == "lower" and oom["provenance"] == "recorded"
+    assert by_arm["static-toolcall"]["name"] == "test_exp1[static-toolcall:oom-once]"
+
+    lines = [json.loads(x) for x in (pytester.path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 * 4
+    design = {"trace_id", "step_id", "tool", "cmd", "latency_ms", "cpu_ms", "max_rss_mb", "mem_high_events",
+              "config", "mem_max_events", "oom_kills", "exit_code", "profile_source"}
+    assert design <= set(lines[0])
+    killed = [(r["config"], r["step_id"]) for r in lines if r["oom_kills"]]
+    assert sorted(killed) == [("static-env", 1), ("static-toolcall", 1)]
+    assert all(r["signal"] == 9 for r in lines if r["oom_kills"]), "the kernel count and the exit signal disagree"
+    summary = {s["config"]: s for s in json.loads((pytester.path / "out" / "summary.json").read_text())}
+    assert summary["static-toolcall"]["oom_kills"] == 1 and summary["unlimited"]["oom_kills"] == 0
+    assert summary["static-high"]["mem_high_events_total"] >= 1 and summary["static-high"]["oom_kills"] == 0
+    for key in ("config", "traces", "total_steps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
+                "mem_high_events_total", "oom_kills"):
+        assert key in summary["unlimited"]
+    result.stdout.fnmatch_lines(["*agentcgroup summary*", "*static-toolcall*1*"])
+    assert leaked(host) == []
+
+
+def test_a_broken_budget_fails_naming_trace_step_counter_and_budget(pytester, project):
+    cgroups_or_skip()
+    text = (pytester.path / "study.toml").read_text()
+    # claim no OOM kill under the per-step limit, which the 300 MiB step breaks
+    text += '[experiments.exp1.budgets.static-env]\noom_kills = 0\n'
+    (pytester.path / "study.toml").write_text(text)
+    result = run_study(pytester, "-k", "static-env")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*exp1 under arm static-env: 1 budget violation*",
+                                 "*synthetic/oom-once step 1: oom_kills = 1, budget <= 0 for the trace*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_bad_config_is_one_clear_message(pytester, project):
+    (pytester.path / "study.toml").write_text((pytester.path / "study.toml").read_text().replace(
+        "memory_max_mb = 128", "memory_max_mb = -5", 1))
+    result = run_study(pytester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED       # a collection error stops the run
+    result.stdout.fnmatch_lines(["*study.toml: arms.static-env.memory_max_mb: expected a positive number, got -5*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_failing_run_leaves_no_cgroup(pytester, project):
+    host = cgroups_or_skip()
+    pytester.makepyfile(test_exp1=EXP_MODULE + "\n    assert False, 'deliberate'\n")
+    result = run_study(pytester, "-k", "unlimited")
+    result.assert_outcomes(failed=1)
+    assert leaked(host) == []
+
+
+def _start(pytester, *args):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentcgroup-config",
+                             "study.toml", "--agentcgroup-out", "out", *args], cwd=pytester.path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # a shell that started us in the background ignores SIGINT; undo that
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _wait_for_cgroup(host, pid, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if our_cgroups(host, pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the run never created its cgroups")
+
+
+@pytest.fixture
+def slow_project(pytester):
+    write_study(pytester.path, peaks=(20, 20, 20))
+    text = (pytester.path / "study.toml").read_text().replace("time_scale = 1.0", "time_scale = 40.0")
+    (pytester.path / "study.toml").write_text(text)        # 200 ms steps become 8 s: time to interrupt
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+
+
+def test_ctrl_c_leaves_no_cgroup(pytester, slow_project):
+    host = cgroups_or_skip()
+    proc = _start(pytester, "-k", "unlimited")
+    _wait_for_cgroup(host, proc.pid)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert our_cgroups(host, proc.pid) == [], out
+    # every step that finished before the interrupt is on disk
+    assert (pytester.path / "out" / "metrics.jsonl").exists()
+
+
+def test_kill_9_leftovers_are_removed_by_the_next_run(pytester, slow_project):
+    host = cgroups_or_skip()
+    proc = _start(pytester, "-k", "unlimited")
+    _wait_for_cgroup(host, proc.pid)
+    time.sleep(0.5)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert our_cgroups(host, proc.pid), "kill -9 cannot clean up: the run root must still be there"
+    text = (pytester.path / "study.toml").read_text().replace("time_scale = 40.0", "time_scale = 0.01")
+    (pytester.path / "study.toml").write_text(text)
+    rerun = _start(pytester, "-k", "unlimited")
+    out, _ = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, out
+    assert our_cgroups(host, proc.pid) == [], "the new run did not sweep the killed run's cgroups"
+    assert our_cgroups(host, rerun.pid) == [], out
+
+
+def test_without_root_the_run_skips_with_the_reason():
+    if os.geteuid() != 0:
+        pytest.skip("this test drops root privileges, so it must start as root")
+    for tool in ("/usr/bin/setpriv", "/usr/bin/python3"):
+        if not Path(tool).exists():
+            pytest.skip(f"{tool} is needed to run the study as nobody")
+    # nobody cannot read the venv's interpreter under /root; Debian's python3 (same 3.11 ABI) runs
+    # the same pure-Python packages from the venv's site-packages. pytest's tmp dirs are root-only,
+    # so the study goes into a world-readable directory of its own.
+    site = next(Path(sys.prefix).glob("lib/python3*/site-packages"))
+    repo = Path(__file__).resolve().parents[1]
+    work = Path(tempfile.mkdtemp(prefix="agentcgroup-nonroot-"))
+    try:
+        write_study(work)
+        (work / "test_exp1.py").write_text(EXP_MODULE)
+        for p in [work, *work.rglob("*")]:
+            os.chmod(p, 0o777 if p.is_dir() else 0o666)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{repo}:{site}", "HOME": str(work)}
+        proc = subprocess.run(["/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                               "/usr/bin/python3", "-m", "pytest",
+                               "-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                               "--agentcgroup-out", "out", "-rs"],
+                              cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "4 skipped" in out, out
+    assert "cgroups unavailable: cannot create cgroups under" in out and "needs root" in out, out
+    assert "Traceback" not in out
