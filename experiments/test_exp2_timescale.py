@@ -73,6 +73,18 @@ json.dump(rec, open(sys.argv[2], "w"))
 """
 
 
+def child_setup(cg):
+    """preexec_fn: join cg, and die with the test process (PR_SET_PDEATHSIG), even on SIGKILL."""
+    import ctypes
+    files = cg.join_files()
+    libc = ctypes.CDLL(None)
+    def setup():
+        libc.prctl(1, signal.SIGKILL)            # PR_SET_PDEATHSIG
+        for f in files:
+            Path(f).write_text("0")
+    return setup
+
+
 def pct(values, q):
     vals = sorted(values)
     if not vals:
@@ -85,7 +97,7 @@ class Worker:
     def __init__(self, park):
         self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
-                                     preexec_fn=lambda: [Path(f).write_text("0") for f in park.join_files()])
+                                     preexec_fn=child_setup(park))
         self.pid = self.proc.pid
 
     def ask(self, line, expect):
@@ -272,7 +284,7 @@ def test_exp2_reaction_time(run_tree, benchmark, request, tmp_path):
     def measure():
         worker = Worker(park)
         probe = subprocess.Popen([sys.executable, "-c", PROBE, str(cfg["probe"]["period_us"]), str(probe_out)],
-                                 preexec_fn=lambda: [Path(f).write_text("0") for f in probe_cg.join_files()])
+                                 preexec_fn=child_setup(probe_cg))
         try:
             with ReclaimThrottle() as thr:
                 plan = [(f"poll_{ms}ms", react_poll(ms / 1000, b["react_timeout_s"]), False)

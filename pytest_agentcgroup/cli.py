@@ -3,6 +3,8 @@
     agentcgroup traces convert SRC... -o OUT [--format F] [--json]
     agentcgroup traces validate FILE_OR_DIR... [--json]
     agentcgroup traces stats FILE_OR_DIR... [--json]
+    agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
+    agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
 
 Exit codes: 0 everything worked; 1 bad input (a file or record that did not convert or validate,
 named on stderr, or nothing to do); 2 usage error (unknown option, missing argument, unknown format).
@@ -41,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog="Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error.")
     sub = p.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    traces = sub.add_parser("traces", help="convert, validate and summarise agent traces",
-                            description="Convert, validate and summarise agent traces.")
+    traces = sub.add_parser("traces", help="fetch, convert, validate, summarise and select agent traces",
+                            description="Fetch, convert, validate, summarise and select agent traces.")
     tsub = traces.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
     tsub.required = True
 
@@ -73,7 +75,69 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", metavar="FILE", type=Path)
     s.add_argument("--json", action="store_true", help="print the statistics as JSON on stdout")
     s.set_defaults(func=cmd_stats)
+    _add_fetch(tsub)
+    _add_select(tsub)
     return p
+
+
+def _add_fetch(tsub) -> None:
+    from .traces import fetch as F
+    f = tsub.add_parser(
+        "fetch", help="fetch N trajectories from a Hugging Face dataset without downloading all of it",
+        description="Read only the parquet row groups that hold the first N rows of a Hugging Face dataset "
+                    "(through the Hub filesystem, at a pinned revision) into a local cache, a chunk file per "
+                    "row group. An interrupted fetch resumes: run the same command again. With --source, "
+                    "read a local parquet file instead (no network). Needs the `fetch` extra.",
+        epilog=f"Example: agentcgroup traces fetch -n 200 -o rows.parquet && agentcgroup traces convert "
+               f"rows.parquet -o traces/openhands. Exit codes: 0 ok, 1 fetch failed (one line on stderr).")
+    f.add_argument("-n", "--rows", type=int, default=100, metavar="N", help="rows (trajectories) to fetch (default 100)")
+    f.add_argument("--repo", default=F.DEFAULT_REPO, help=f"dataset repository (default {F.DEFAULT_REPO})")
+    f.add_argument("--path", help="parquet file inside the repository (default: every *.parquet file, sorted)")
+    f.add_argument("--revision", default=F.DEFAULT_REVISION, help="branch, tag or commit (default %(default)s; "
+                   "resolved to a commit, which keys the cache)")
+    f.add_argument("--source", type=Path, metavar="FILE", help="a local parquet file to read instead of the Hub")
+    f.add_argument("--cache", type=Path, default=F.DEFAULT_CACHE, help="cache directory (default %(default)s)")
+    f.add_argument("--chunk-format", choices=F.FORMATS, default="parquet", help="format of the cached chunks")
+    f.add_argument("-o", "--output", type=Path, metavar="OUT", help="also write exactly N rows to OUT "
+                   "(.parquet, else JSONL)")
+    f.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the Hub (default 10)")
+    f.add_argument("--no-progress", action="store_true", help="no progress bar")
+    f.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
+    f.set_defaults(func=cmd_fetch)
+
+
+def cmd_fetch(args) -> int:
+    from .traces import fetch as F
+    kw = dict(fmt=args.chunk_format, progress=not args.no_progress and sys.stderr.isatty())
+    try:
+        if args.source:
+            res = F.fetch_local(args.source, args.rows, args.cache, **kw)
+        else:
+            res = F.fetch_hub(args.rows, repo=args.repo, path=args.path, revision=args.revision, cache=args.cache,
+                              timeout=args.timeout, **kw)
+        written = F.combine(res, args.output) if args.output else None
+    except F.FetchError as exc:
+        print(f"agentcgroup traces fetch: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("agentcgroup traces fetch: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    report = dict(res.as_dict(), output=str(args.output) if args.output else None)
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{res.rows} row(s) in {res.dest} ({res.fetched_row_groups} row group(s) fetched, "
+              f"{res.reused_row_groups} reused from the cache)" + (f"; {written} row(s) written to {args.output}"
+                                                                   if args.output else ""))
+    if res.rows < args.rows:
+        print(f"agentcgroup traces fetch: the source has only {res.rows} row(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_select(tsub) -> None:
+    from .traces import select as S
+    S.add_parser(tsub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,7 +74,9 @@ def test_low_priority_step_is_throttled_then_resumed(run_tree):
         drive(ctl, [p, q])
         assert p.returncode == 0 and q.returncode == 0
         what = [(a.cgroup_id, a.what) for a in ctl.actions]
-        assert what.count((low.id, "throttle")) == 3 and what.count((low.id, "resume")) == 3
+        # every resume re-arms, and a burst still allocating reclaims again: >= 1 throttle per burst
+        assert what.count((low.id, "throttle")) >= 3
+        assert what.count((low.id, "resume")) == what.count((low.id, "throttle"))
         assert (other.id, "throttle") not in what
 
 

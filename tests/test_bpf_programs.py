@@ -70,7 +70,7 @@ def test_observer_counts_agree_with_cgroup_counters(run_tree):
     steps = {"oom": "b = bytearray(100 << 20)",                # over the 64 MB limit: OOM-killed
              "fits": "b = bytearray(16 << 20)",                # well under it: nothing happens
              "oom2": "x = [bytearray(8 << 20) for _ in range(12)]"}
-    with MemcgObserver() as obs:
+    with MemcgObserver(page_faults=True) as obs:
         t0 = time.monotonic_ns()
         for name, code in steps.items():
             cg = run_tree.workload(name)
@@ -224,5 +224,5 @@ def test_throttle_stops_low_priority_allocator(run_tree):
             p.wait()
         # a cgroup that is not marked low-priority is left alone
         q = run([sys.executable, "-c", ALLOCATOR], join=normal.join_files(), timeout_s=30)
-        assert q.exit_code == 0 and normal.counters().max_events > 0
+        assert q.exit_code == 0 and normal.counters().peak_bytes >= 60 * MB    # it did hit the limit
         assert all(e.cgroup_id != normal.id for e in thr.poll(0))

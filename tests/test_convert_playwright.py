@@ -6,7 +6,6 @@ Expected steps were read off each archive's library-side `*.trace` members by ha
 """
 from __future__ import annotations
 
-import io
 import json
 import zipfile
 from pathlib import Path

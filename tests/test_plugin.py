@@ -217,3 +217,18 @@ def test_without_root_the_run_skips_with_the_reason():
     assert "4 skipped" in out, out
     assert "cgroups unavailable: cannot create cgroups under" in out and "needs root" in out, out
     assert "Traceback" not in out
+
+
+def test_settings_precedence_option_over_marker_over_ini(pytester, project):
+    # ini names a subset that does not exist: collection must say so, naming the value
+    pytester.makeini("[pytest]\nagentcgroup_subset = no-such-subset\n")
+    result = run_study(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*'no-such-subset' is neither a subset*"])
+    # the marker keyword beats the ini
+    pytester.makepyfile(test_exp1=EXP_MODULE.replace('name="exp1")', 'name="exp1", arms="unlimited", subset="smoke")'))
+    result = run_study(pytester, "--collect-only", "-q")
+    assert [line for line in result.outlines if "::" in line] == ["test_exp1.py::test_exp1[unlimited:oom-once]"]
+    # the command line beats the marker
+    result = run_study(pytester, "--collect-only", "-q", "--agentcgroup-arms", "static-high,static-env")
+    assert [line for line in result.outlines if "::" in line] == [
+        "test_exp1.py::test_exp1[static-high:oom-once]", "test_exp1.py::test_exp1[static-env:oom-once]"]

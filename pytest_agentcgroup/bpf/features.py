@@ -145,7 +145,8 @@ def probe() -> dict[str, tuple[bool, str]]:
 def missing(*names: str) -> str | None:
     """None when all named features are available, else '<feature>: <reason>; ...'."""
     feats = probe()
-    bad = [f"{n}: {feats[n][1]}" for n in names if not feats.get(n, (False, "unknown feature"))[0]]
+    unknown = (False, "unknown feature")
+    bad = [f"{n}: {feats.get(n, unknown)[1]}" for n in names if not feats.get(n, unknown)[0]]
     return "; ".join(bad) or None
 
 

@@ -69,7 +69,9 @@ class ObserverStats:
 
 
 class MemcgObserver:
-    def __init__(self, *, page_faults: bool = True, runq: bool = True):
+    def __init__(self, *, page_faults: bool = False, runq: bool = True):
+        # page-fault counting is opt-in: a program on every user fault cost ~10 % on a
+        # fault-heavy microbenchmark here (tests/test_bpf_overhead.py); the rest costs ~1-2 %
         self.page_faults, self.runq = page_faults, runq
         self.prog = Loaded("memcg_observer", cflags=["-DAGCG_PGFAULT"] if page_faults else [])
         self.events: list[ObserverEvent] = []

@@ -52,6 +52,8 @@ class Cgroup:
         self.host = host
         self.paths = paths           # "unified" -> v2 dir; in hybrid also "memory"/"pids"/"cpu" -> v1 dirs
         self._threshold_fd: int | None = None   # v1 soft-limit crossing notifications (eventfd)
+        self._threshold_crossings = 0           # crossings seen on the current eventfd
+        self._earlier_breaches = 0              # upward crossings of soft limits set before it
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -133,8 +135,12 @@ class Cgroup:
     def set_memory_max(self, nbytes: int) -> None:
         if self.host.mode == "v2":
             _write(self.unified / "memory.max", str(nbytes))
-            _write(self.unified / "memory.swap.max", "0") if (self.unified / "memory.swap.max").exists() else None
+            # a hard limit means "killed at this size", not "pushed to swap at this size"
+            if (self.unified / "memory.swap.max").exists():
+                _write(self.unified / "memory.swap.max", "0")
         else:
+            # v1 memory+swap (memsw) is left unlimited: the hosts this runs on have no swap; on
+            # one that has, a step could swap instead of being killed at the limit.
             _write(self.paths["memory"] / "memory.limit_in_bytes", str(nbytes))
 
     def set_memory_high(self, nbytes: int) -> None:
@@ -150,6 +156,10 @@ class Cgroup:
             return
         mem = self.paths["memory"]
         _write(mem / "memory.soft_limit_in_bytes", str(nbytes))
+        if self._threshold_fd is not None:      # a new soft limit replaces the old notification
+            self._earlier_breaches = self._upward_crossings()
+            os.close(self._threshold_fd)
+            self._threshold_fd, self._threshold_crossings = None, 0
         efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         ufd = os.open(mem / "memory.usage_in_bytes", os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -160,7 +170,6 @@ class Cgroup:
         finally:
             os.close(ufd)
         self._threshold_fd = efd
-        self._threshold_crossings = 0
 
     def set_pids_max(self, n: int) -> None:
         target = self.unified if self.host.mode == "v2" else self.paths["pids"]
@@ -193,12 +202,12 @@ class Cgroup:
         # The eventfd counts crossings in both directions; usage starts below the threshold, so
         # crossings alternate up, down, up... and the upward ones are the odd-numbered ones.
         if self._threshold_fd is None:
-            return 0
+            return self._earlier_breaches
         try:
             self._threshold_crossings += os.eventfd_read(self._threshold_fd)
         except BlockingIOError:
             pass
-        return (self._threshold_crossings + 1) // 2
+        return self._earlier_breaches + (self._threshold_crossings + 1) // 2
 
 
 def remove_tree(path: Path, *, timeout_s: float = 5.0) -> None:

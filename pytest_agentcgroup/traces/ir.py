@@ -53,11 +53,11 @@ class TraceError(ValueError):
     def __init__(self, message: str, *, file: str | None = None, record: int | str | None = None,
                  step: int | None = None, field: str | None = None):
         self.file, self.record, self.step, self.field, self.reason = file, record, step, field, message
-        where = [f"{file}" if file else None,
-                 f"record {record}" if record is not None else None,
-                 f"step {step}" if step is not None else None,
-                 f"field '{field}'" if field else None]
-        super().__init__(": ".join([", ".join(w for w in where if w)] if any(where) else []) + (": " if any(where) else "") + message)
+        where = ", ".join(w for w in (file,
+                                      f"record {record}" if record is not None else None,
+                                      f"step {step}" if step is not None else None,
+                                      f"field '{field}'" if field else None) if w)
+        super().__init__(f"{where}: {message}" if where else message)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ EDITOR_EDIT = frozenset({"create", "str_replace", "insert", "undo_edit"})
 NOOP_TOOLS = frozenset({"think", "finish", "task_tracker", "request_condensation"})
 KNOWN_TOOLS = ("execute_bash", "str_replace_editor", "think", "finish", "task_tracker", "execute_ipython_cell",
                "browser", "web_read", "fetch", "edit_file", "request_condensation")
+_CWD_MARK = "[Current working directory: "
 _CWD = re.compile(r"\[Current working directory: ([^\]\n]*)\]")
 _ROLE = re.compile(r'"role"\s*:\s*"(?:assistant|tool)"')
 _OBSERVATION_KEY = re.compile(r'"observation"\s*:')
@@ -82,6 +83,15 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _last_cwd(text: str) -> str | None:
+    """The path in the last `[Current working directory: ...]` footer (rfind: outputs can be long)."""
+    at = text.rfind(_CWD_MARK)
+    if at < 0:
+        return None
+    m = _CWD.match(text, at)
+    return (m.group(1).strip() or None) if m else None
+
+
 def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
     if not isinstance(row, dict):
         raise fail(f"expected a row object, got {type(row).__name__}", where)
@@ -101,9 +111,9 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
             raise fail(f"expected a message object, got {type(msg).__name__}", where, field=mf)
         role = need(msg, "role", str, where, prefix=f"{mf}.")
         if role == "tool":
-            found = _CWD.findall(_text(msg.get("content")))
+            found = _last_cwd(_text(msg.get("content")))
             if found:
-                cwd = check_str(found[-1].strip(), where, step=len(steps), field=f"{mf}.content") or cwd
+                cwd = check_str(found, where, step=len(steps), field=f"{mf}.content")
             continue
         if role != "assistant":
             continue

@@ -1,0 +1,260 @@
+"""`agentcgroup traces select`: classify IR traces of any source and draw seeded, stratified subsets.
+
+Per bash step: its kind (`classify.classify_command`: test, install, build, vcs, search, fileops, other).
+Per trace (`describe`):
+
+* `length`: short (<= 20 steps) / medium / long (>= 50 steps), as in build_corpus.
+* `category`: the dominant bash kind (`classify.dominant_kind`, weighted by recorded duration when
+  steps have one, else each bash step counts 1); "other" when the trace has no bash step.
+* `bursty`, with `bursty_basis` saying what it was judged on, the best evidence the trace has:
+  `peak_mb` (resource profile: some step's peak >= 3x the median step peak and >= 100 MiB, as in
+  build_corpus), else `duration` (some step lasts >= 3x the median step and >= 10 s), else `commands`
+  (traces without measurements, e.g. OpenHands rows: heavy commands - test/build/install - come in a
+  cluster, at least 3 of them within 5 consecutive bash steps, while they are under half of all bash
+  steps), else `none` (no bash step: not bursty).
+
+Strata are (source format, length, category, bursty). Sampling with a seed: traces in each stratum
+are shuffled (random.Random(seed), after sorting by trace_id so input order does not matter), then
+taken round-robin over the strata (strata order shuffled too), one per stratum per round; every subset
+is a prefix of that one ordering, so smoke (5) is in dev (20) is in paper (50-100) is in full (all),
+and a subset at least as large as the number of strata covers every stratum.
+
+Output: OUT/traces/<trace id>.json (IR, one trace each) and OUT/manifest.json (agentcgroup-manifest/1,
+see corpus.py) with the subsets and each trace's descriptive keys.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .build_corpus import is_bursty, length_class, step_peaks
+from .classify import KINDS, classify_command, dominant_kind
+from .corpus import MANIFEST, MANIFEST_SCHEMA
+from .ir import Trace, TraceError, read_traces, write_trace
+
+DEFAULT_SIZES = {"smoke": 5, "dev": 20, "paper": 100}
+PAPER_MIN = 50
+HEAVY = frozenset({"test", "build", "install"})
+DUR_FACTOR, DUR_MIN_MS = 3.0, 10_000.0
+CLUSTER_N, CLUSTER_WINDOW = 3, 5
+
+
+def step_kinds(trace: Trace) -> list[str]:
+    """The kind of each bash step, in order."""
+    return [classify_command(s.command or "") for s in trace.steps if s.tool == "bash"]
+
+
+def _bursty(trace: Trace, kinds: Sequence[str]) -> tuple[bool, str]:
+    peaks = step_peaks(trace)
+    if peaks:
+        return is_bursty(peaks), "peak_mb"
+    durs = [s.duration_ms.value for s in trace.steps if s.duration_ms is not None]
+    if durs:
+        med = statistics.median(durs)
+        return any(d >= DUR_FACTOR * med and d >= DUR_MIN_MS for d in durs), "duration"
+    if not kinds:
+        return False, "none"
+    heavy = [k in HEAVY for k in kinds]
+    if sum(heavy) * 2 >= len(heavy):
+        return False, "commands"
+    clustered = any(sum(heavy[i:i + CLUSTER_WINDOW]) >= CLUSTER_N for i in range(max(1, len(heavy) - CLUSTER_WINDOW + 1)))
+    return clustered, "commands"
+
+
+def describe(trace: Trace) -> dict[str, Any]:
+    bash = [s for s in trace.steps if s.tool == "bash"]
+    kinds = step_kinds(trace)
+    timed = any(s.duration_ms is not None for s in bash)
+    weights = [s.duration_ms.value if s.duration_ms else 0.0 for s in bash] if timed else None
+    bursty, basis = _bursty(trace, kinds)
+    counts = Counter(kinds)
+    return {
+        "trace_id": trace.trace_id,
+        "format": str(trace.source.get("format", "?")),
+        "steps": len(trace.steps),
+        "bash_steps": len(bash),
+        "length": length_class(len(trace.steps)),
+        "category": dominant_kind([s.command or "" for s in bash], weights) if bash else "other",
+        "kinds": {k: counts[k] for k in KINDS if counts[k]},
+        "bursty": bursty,
+        "bursty_basis": basis,
+    }
+
+
+def stratum(entry: dict) -> tuple:
+    return (entry["format"], entry["length"], entry["category"], entry["bursty"])
+
+
+def order(entries: Sequence[dict], seed: int) -> list[str]:
+    """All trace ids in the seeded stratified round-robin order (subsets are its prefixes)."""
+    rng = random.Random(seed)
+    strata: dict[tuple, list[str]] = {}
+    for e in sorted(entries, key=lambda e: e["trace_id"]):
+        strata.setdefault(stratum(e), []).append(e["trace_id"])
+    keys = sorted(strata, key=repr)
+    for k in keys:
+        rng.shuffle(strata[k])
+    rng.shuffle(keys)
+    out: list[str] = []
+    rnd = 0
+    while len(out) < len(entries):
+        for k in keys:
+            if rnd < len(strata[k]):
+                out.append(strata[k][rnd])
+        rnd += 1
+    return out
+
+
+def select(entries: Sequence[dict], seed: int, sizes: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """Subsets name -> trace ids (prefixes of `order`), plus `full`."""
+    sizes = dict(DEFAULT_SIZES if sizes is None else sizes)
+    ids = order(entries, seed)
+    subsets = {name: ids[:max(0, n)] for name, n in sizes.items()}
+    subsets["full"] = ids
+    return subsets
+
+
+def _safe_name(trace_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", trace_id).strip("._")[:200] or "trace"
+
+
+def _ir_files(paths: Iterable[Path]) -> Iterable[Path]:
+    for p in paths:
+        if p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and f.suffix in (".json", ".jsonl") and f.name != MANIFEST \
+                        and not any(part.startswith(".") for part in f.relative_to(p).parts):
+                    yield f
+        else:
+            yield p
+
+
+def load(paths: Iterable[Path]) -> tuple[list[Trace], list[str]]:
+    """Traces from IR files/directories; errors (one line each) for files that are not valid IR."""
+    traces: list[Trace] = []
+    errors: list[str] = []
+    seen: set[str] = set()
+    for f in _ir_files(paths):
+        try:
+            for t in read_traces(f):
+                if t.trace_id in seen:
+                    errors.append(f"{f}: duplicate trace_id {t.trace_id!r}; the first is kept")
+                    continue
+                seen.add(t.trace_id)
+                traces.append(t)
+        except TraceError as exc:
+            errors.append(str(exc))
+    return traces, errors
+
+
+def build(traces: Sequence[Trace], out: Path, *, seed: int, sizes: dict[str, int] | None = None,
+          write: Sequence[str] | None = None) -> dict:
+    """Describe, select, and write the traces of subsets `write` (default: all) + manifest.json."""
+    entries = [describe(t) for t in traces]
+    subsets = select(entries, seed, sizes)
+    wanted = set().union(*(subsets[n] for n in (write or subsets)))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "traces").mkdir(exist_ok=True)
+    used: set[str] = set()
+    manifest_traces = []
+    by_id = {t.trace_id: t for t in traces}
+    for e in entries:
+        if e["trace_id"] not in wanted:
+            continue
+        name = _safe_name(e["trace_id"])
+        base, i = name, 1
+        while name in used:
+            i += 1
+            name = f"{base}-{i}"
+        used.add(name)
+        rel = f"traces/{name}.json"
+        write_trace(by_id[e["trace_id"]], out / rel)
+        manifest_traces.append(dict(e, file=rel))
+    subsets = {k: [x for x in v if x in wanted] for k, v in subsets.items() if k in (write or subsets)}
+    manifest = {"schema": MANIFEST_SCHEMA, "seed": seed, "strata": "format, length, category, bursty",
+                "subsets": subsets, "traces": manifest_traces}
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+def coverage(manifest: dict) -> dict[str, dict]:
+    entries = {e["trace_id"]: e for e in manifest["traces"]}
+    all_strata = {stratum(e) for e in entries.values()}
+    rep = {}
+    for name, ids in manifest["subsets"].items():
+        got = {stratum(entries[i]) for i in ids}
+        rep[name] = {"traces": len(ids), "strata": len(got), "of_strata": len(all_strata),
+                     "categories": dict(Counter(entries[i]["category"] for i in ids)),
+                     "lengths": dict(Counter(entries[i]["length"] for i in ids)),
+                     "bursty": sum(entries[i]["bursty"] for i in ids)}
+    return rep
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+def add_parser(tsub) -> argparse.ArgumentParser:
+    s = tsub.add_parser(
+        "select", help="classify IR traces and write seeded stratified subsets (smoke, dev, paper, full)",
+        description="Classify each bash step (test, install, build, vcs, search, fileops, other) and each "
+                    "trace (length short/medium/long, dominant category, bursty), then draw seeded stratified "
+                    "subsets - smoke (5), dev (20), paper (50-100), full (all) - each contained in the next, "
+                    "covering as many (format, length, category, bursty) strata as their size allows. Writes "
+                    "OUT/traces/*.json and OUT/manifest.json (a corpus the plugin loads).",
+        epilog="Example: agentcgroup traces select traces/converted -o traces/selected --seed 7. Exit codes: "
+               "0 ok, 1 bad input (an invalid IR file is named and skipped; no traces at all), 2 usage error.")
+    s.add_argument("files", nargs="+", metavar="FILE_OR_DIR", type=Path, help="IR files or directories")
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="OUT", help="output directory (created)")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default 0): same seed, same subsets")
+    s.add_argument("--smoke", type=int, default=DEFAULT_SIZES["smoke"], metavar="N", help="smoke size (default 5)")
+    s.add_argument("--dev", type=int, default=DEFAULT_SIZES["dev"], metavar="N", help="dev size (default 20)")
+    s.add_argument("--paper", type=int, default=DEFAULT_SIZES["paper"], metavar="N",
+                   help=f"paper size, {PAPER_MIN}-100 (default 100; fewer when the input is smaller)")
+    s.add_argument("--subsets", default="smoke,dev,paper,full",
+                   help="subsets to write (comma-separated; traces outside them are not written)")
+    s.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
+    s.set_defaults(func=cmd_select)
+    return s
+
+
+def cmd_select(args) -> int:
+    if not PAPER_MIN <= args.paper <= 100:
+        print(f"agentcgroup traces select: --paper must be {PAPER_MIN}-100, not {args.paper}", file=sys.stderr)
+        return 2
+    names = [n.strip() for n in args.subsets.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("smoke", "dev", "paper", "full")]
+    if unknown or not names:
+        print(f"agentcgroup traces select: unknown subset {unknown[0] if unknown else '(none)'!r} "
+              "(known: smoke, dev, paper, full)", file=sys.stderr)
+        return 2
+    missing = [p for p in args.files if not p.exists()]
+    for p in missing:
+        print(f"{p}: no such file or directory", file=sys.stderr)
+    traces, errors = load(p for p in args.files if p.exists())
+    for e in errors:
+        print(e, file=sys.stderr)
+    if not traces:
+        print("agentcgroup traces select: no IR traces found", file=sys.stderr)
+        return 1
+    manifest = build(traces, args.output, seed=args.seed,
+                     sizes={"smoke": args.smoke, "dev": args.dev, "paper": args.paper}, write=names)
+    cov = coverage(manifest)
+    if args.json:
+        json.dump({"output": str(args.output), "seed": args.seed, "traces": len(traces), "subsets": cov,
+                   "errors": errors + [f"{p}: no such file or directory" for p in missing]}, sys.stdout, indent=1)
+        print()
+    else:
+        for name, c in cov.items():
+            print(f"{name}: {c['traces']} trace(s), {c['strata']}/{c['of_strata']} strata; categories "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(c["categories"].items()))
+                  + f"; lengths " + ", ".join(f"{k} {v}" for k, v in sorted(c["lengths"].items()))
+                  + f"; bursty {c['bursty']}")
+        print(f"wrote {len(manifest['traces'])} trace(s) and {MANIFEST} to {args.output}")
+    return 1 if errors or missing else 0
