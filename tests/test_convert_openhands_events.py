@@ -7,7 +7,6 @@ action events. Agent actions are steps except the `system` prompt; user `message
 """
 from __future__ import annotations
 
-import copy
 import json
 from collections import Counter
 from pathlib import Path
@@ -17,7 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import openhands_events as conv
-from pytest_agentcgroup.traces.ir import TOOLS, TraceError, parse_trace
+from pytest_agentcgroup.traces.ir import TraceError, parse_trace
+from fuzzing import check_converter, json_nodes, mutate
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 FOLDER = DATASETS / "openhands-events"
@@ -238,44 +238,6 @@ json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | s
     max_leaves=25)
 
 
-def _check(path):
-    try:
-        results = list(conv.iter_results(path))
-    except TraceError:
-        return
-    for r in results:
-        if not isinstance(r, TraceError):
-            parse_trace(r.to_json())
-            assert all(s.tool in TOOLS for s in r.steps)
-            r.dumps().encode("utf-8")
-
-
-def _nodes(obj, path=()):
-    yield path
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _nodes(v, path + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _nodes(v, path + (i,))
-
-
-def _mutate(obj, path, op, value):
-    obj = copy.deepcopy(obj)
-    if not path:
-        return value
-    parent = obj
-    for k in path[:-1]:
-        parent = parent[k]
-    if op == "delete":
-        del parent[path[-1]]
-    elif op == "nul" and isinstance(parent[path[-1]], str):
-        parent[path[-1]] += "\u0000"
-    else:
-        parent[path[-1]] = value
-    return obj
-
-
 @pytest.fixture(scope="module")
 def fuzz_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz")
@@ -286,7 +248,7 @@ def fuzz_dir(tmp_path_factory):
 def test_fuzz_generated(fuzz_dir, doc, jsonl):
     p = fuzz_dir / ("gen.jsonl" if jsonl else "gen.json")
     p.write_text(json.dumps(doc))
-    _check(p)
+    check_converter(conv, p)
 
 
 @pytest.fixture(scope="module")
@@ -307,12 +269,12 @@ def small_real_events():
 def test_fuzz_mutated_real_stream(fuzz_dir, small_real_events, data):
     events = small_real_events
     for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(_nodes(events))))
+        path = data.draw(st.sampled_from(list(json_nodes(events))))
         op = data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"]))
-        events = _mutate(events, path, op, data.draw(json_value))
+        events = mutate(events, path, op, data.draw(json_value))
     text = json.dumps({"instance_id": "fz", "history": events} if data.draw(st.booleans()) else events)
     if data.draw(st.booleans()):
         text = text[:data.draw(st.integers(0, len(text)))]
     p = fuzz_dir / "mut.json"
     p.write_text(text)
-    _check(p)
+    check_converter(conv, p)

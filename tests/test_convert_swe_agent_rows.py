@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import _common, swe_agent_rows as conv
-from pytest_agentcgroup.traces.ir import TOOLS, TraceError, parse_trace
+from pytest_agentcgroup.traces.ir import TraceError, parse_trace
+from fuzzing import check_converter, json_nodes, mutate
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 SAMPLE = DATASETS / "swe-agent-hf-rows" / "rows_1-3.json"
@@ -200,46 +201,6 @@ json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | s
     max_leaves=20)
 
 
-def _check(path):
-    try:
-        results = list(conv.iter_results(path))
-    except TraceError:
-        return
-    for r in results:
-        if not isinstance(r, TraceError):
-            parse_trace(r.to_json())
-            assert all(s.tool in TOOLS for s in r.steps)
-            r.dumps().encode("utf-8")
-
-
-def _nodes(obj, path=()):
-    yield path
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _nodes(v, path + (k,))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _nodes(v, path + (i,))
-
-
-def _mutate(obj, path, op, value):
-    obj = copy.deepcopy(obj)
-    if not path:
-        return value
-    parent = obj
-    for k in path[:-1]:
-        parent = parent[k]
-    if op == "delete":
-        del parent[path[-1]]
-    elif op == "nul" and isinstance(parent[path[-1]], str):
-        parent[path[-1]] += "\u0000"
-    elif op == "fence" and isinstance(parent[path[-1]], str):
-        parent[path[-1]] += "\n```\n" + str(value)[:20] + "\n```"
-    else:
-        parent[path[-1]] = value
-    return obj
-
-
 @pytest.fixture(scope="module")
 def fuzz_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz")
@@ -250,7 +211,7 @@ def fuzz_dir(tmp_path_factory):
 def test_fuzz_generated(fuzz_dir, doc):
     p = fuzz_dir / "gen.json"
     p.write_text(json.dumps(doc))
-    _check(p)
+    check_converter(conv, p)
 
 
 @pytest.fixture(scope="module")
@@ -270,12 +231,12 @@ def small_real_row(rows):
 def test_fuzz_mutated_real_row(fuzz_dir, small_real_row, data):
     row = small_real_row
     for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(_nodes(row))))
+        path = data.draw(st.sampled_from(list(json_nodes(row))))
         op = data.draw(st.sampled_from(["replace", "delete", "nul", "fence"] if path else ["replace"]))
-        row = _mutate(row, path, op, data.draw(json_value))
+        row = mutate(row, path, op, data.draw(json_value))
     text = json.dumps(row) + "\n"
     if data.draw(st.booleans()):
         text = text[:data.draw(st.integers(0, len(text)))]
     p = fuzz_dir / "mut.jsonl"
     p.write_text(text)
-    _check(p)
+    check_converter(conv, p)

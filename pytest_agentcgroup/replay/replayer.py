@@ -6,7 +6,6 @@ counters and tears the step's cgroup down. This keeps replay below cgroups in th
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
