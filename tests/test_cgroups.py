@@ -127,3 +127,15 @@ def test_stale_run_roots_are_swept(tree):
     assert set(removed) >= set(stale.values())
     assert all(not p.exists() for p in stale.values())
     assert tree.root.unified.exists(), "the live run's own root must survive the sweep"
+
+
+def test_two_run_trees_in_one_process_do_not_collide(tree):
+    # the plugin's session tree and an experiment's own tree live side by side
+    other = RunTree(tree.host)
+    try:
+        assert other.root.unified != tree.root.unified
+        assert other.root.unified.name.startswith(f"{PREFIX}{os.getpid()}-")
+        assert tree.root.unified.exists(), "making a second tree must not sweep the first"
+    finally:
+        other.close()
+    assert tree.root.unified.exists()

@@ -1,6 +1,6 @@
 """The run's cgroup hierarchy: one root per run, one cgroup per test, one child per step.
 
-    <this process's cgroup>/agentcgroup-<pid>-<start ticks>/   run root (one per pytest process)
+    <this process's cgroup>/agentcgroup-<pid>-<start ticks>/   run root (one per RunTree)
         <test>/                                                 the workload: limits of env-wide arms
             s<step_id>/                                         one tool call: per-step limits, counters
 
@@ -9,6 +9,7 @@ every new run first removes the run roots whose maker is gone (`sweep_stale`).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
@@ -17,7 +18,8 @@ from .host import CgroupHost, CgroupUnavailable, check_writable
 from .node import Cgroup, remove_tree
 
 PREFIX = "agentcgroup-"
-_ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)$")
+_ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)(?:-\d+)?$")
+_made = itertools.count()      # run roots this process made: one process may hold several at once
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -30,8 +32,10 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def run_root_name(pid: int | None = None) -> str:
+    """`agentcgroup-<pid>-<start ticks>[-<n>]`: who made it, and the n-th root it made."""
     pid = os.getpid() if pid is None else pid
-    return f"{PREFIX}{pid}-{_start_ticks(pid)}"
+    n = next(_made)
+    return f"{PREFIX}{pid}-{_start_ticks(pid)}" + (f"-{n}" if n else "")
 
 
 def _parents(host: CgroupHost) -> dict[str, Path]:
