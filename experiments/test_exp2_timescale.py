@@ -250,22 +250,8 @@ def run_bursts(name, arm, *, thr, workload, park, worker, cfg, uses_thr_mark):
             "window": (t_start, time.monotonic_ns())}
 
 
-@pytest.fixture
-def run_tree():
-    from pytest_agentcgroup.cgroups.host import CgroupUnavailable, detect
-    from pytest_agentcgroup.cgroups.tree import RunTree
-    try:
-        tree = RunTree(detect())
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups: {exc}")
-    try:
-        yield tree
-    finally:
-        tree.close()
-
-
 @pytest.mark.experiment(name="exp2")
-def test_exp2_reaction_time(run_tree, benchmark, request, tmp_path):
+def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, request, tmp_path):
     from pytest_agentcgroup.bpf import features
     why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tracefs",
                            "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:sched/sched_switch")
@@ -275,9 +261,9 @@ def test_exp2_reaction_time(run_tree, benchmark, request, tmp_path):
 
     cfg = tomllib.loads(CONFIG.read_text())
     b, c = cfg["burst"], cfg["controllers"]
-    workload = run_tree.workload("exp2")
+    workload = workload_cgroup.child("bursts", agentcgroup_tree.controllers)
     park = workload.child("park", ("memory",))
-    probe_cg = run_tree.workload("exp2-probe")
+    probe_cg = workload_cgroup.child("probe", agentcgroup_tree.controllers)
     probe_out = tmp_path / "probe.json"
     results = []
 

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 
 pytest_plugins = ["pytester"]
 
@@ -74,3 +77,25 @@ def test_exp1(agentcgroup_run):
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
     return write_study(tmp_path)
+
+
+def cgroups_or_skip():
+    """The host's cgroup layout, or a skip naming what stops us from creating cgroups."""
+    try:
+        host = detect()
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    if not os.access(host.unified, os.W_OK):
+        pytest.skip(f"cannot create cgroups under {host.unified} (not root, not delegated)")
+    return host
+
+
+@pytest.fixture
+def tree():
+    """A run tree of this test's own, removed after it (skips where cgroups cannot be made)."""
+    try:
+        t = RunTree(detect())
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    yield t
+    t.close()

@@ -29,22 +29,14 @@ for r in range(int(sys.argv[1])):
 
 
 @pytest.fixture
-def run_tree():
+def run_tree(request):
+    """The shared `tree` fixture, once the BPF features these tests need are known to be here."""
     why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
     if why:
         pytest.skip(why)
-    from pytest_agentcgroup.cgroups.host import CgroupUnavailable, detect
-    from pytest_agentcgroup.cgroups.tree import RunTree
-    try:
-        tree = RunTree(detect())
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups: {exc}")
-    try:
-        yield tree
-    finally:
-        tree.close()
-        from pytest_agentcgroup.bpf.loader import our_programs
-        assert our_programs() == []
+    yield request.getfixturevalue("tree")
+    from pytest_agentcgroup.bpf.loader import our_programs
+    assert our_programs() == []
 
 
 def start(cg, rounds):

@@ -33,20 +33,12 @@ PAIRS, ITER = 8, 60
 
 
 @pytest.fixture
-def run_tree():
+def run_tree(request):
+    """The shared `tree` fixture, once the BPF features these tests need are known to be here."""
     why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tracefs")
     if why:
         pytest.skip(why)
-    from pytest_agentcgroup.cgroups.host import CgroupUnavailable, detect
-    from pytest_agentcgroup.cgroups.tree import RunTree
-    try:
-        tree = RunTree(detect())
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups: {exc}")
-    try:
-        yield tree
-    finally:
-        tree.close()
+    return request.getfixturevalue("tree")
 
 
 @pytest.mark.parametrize("page_faults", [False, True], ids=["default", "with_page_faults"])

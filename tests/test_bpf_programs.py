@@ -28,18 +28,12 @@ def need(*names):
 
 
 @pytest.fixture
-def run_tree():
-    need("root", "bcc", "bpf_syscall")
-    from pytest_agentcgroup.cgroups.host import CgroupUnavailable, detect
-    from pytest_agentcgroup.cgroups.tree import RunTree
-    try:
-        tree = RunTree(detect())
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups: {exc}")
-    try:
-        yield tree
-    finally:
-        tree.close()
+def run_tree(request):
+    """The shared `tree` fixture, once the BPF features these tests need are known to be here."""
+    why = features.missing("root", "bcc", "bpf_syscall")
+    if why:
+        pytest.skip(why)
+    return request.getfixturevalue("tree")
 
 
 @pytest.fixture(autouse=True)

@@ -5,25 +5,13 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
-from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
+from pytest_agentcgroup.cgroups import RunTree
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.cgroups.tree import PREFIX, sweep_stale
 from pytest_agentcgroup.replay.spawn import run
 
 ALLOC = "import sys\nb = bytearray(int(sys.argv[1]) * 1048576)\nb[::4096] = b'x' * (len(b) // 4096)"
-
-
-@pytest.fixture
-def tree():
-    try:
-        t = RunTree(detect())
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups unavailable: {exc}")
-    yield t
-    t.close()
 
 
 def alloc(cg, mb: int):

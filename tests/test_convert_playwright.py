@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import playwright as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
+from fuzzing import check_converter
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 FOLDER = DATASETS / "playwright-trace"
@@ -235,22 +236,11 @@ def fuzz_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz")
 
 
-def _check(path):
-    try:
-        results = list(conv.iter_results(path))
-    except TraceError:
-        return
-    for r in results:
-        if not isinstance(r, TraceError):
-            parse_trace(r.to_json())
-            r.dumps().encode("utf-8")
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(json_value, max_size=6), header=st.booleans())
 def test_fuzz_generated(fuzz_dir, events, header):
     lines = ([json.dumps(HEADER)] if header else []) + [json.dumps(e) for e in events]
-    _check(_zip(fuzz_dir / "gen.zip", {"0-trace.trace": "\n".join(lines)}))
+    check_converter(conv, _zip(fuzz_dir / "gen.zip", {"0-trace.trace": "\n".join(lines)}))
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +275,7 @@ def test_fuzz_mutated_real_trace(fuzz_dir, real_lines, data):
             lines[i] = lines[i][:data.draw(st.integers(0, len(lines[i])))]
         elif len(lines) > 1:
             del lines[i]
-    _check(_zip(fuzz_dir / "mut.zip", {"trace.trace": "\n".join(lines)}))
+    check_converter(conv, _zip(fuzz_dir / "mut.zip", {"trace.trace": "\n".join(lines)}))
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -299,4 +289,4 @@ def test_fuzz_corrupted_archive_bytes(fuzz_dir, cut, flip, byte):
     p = fuzz_dir / "corrupt.zip"
     p.write_bytes(bytes(data[:max(cut, 1)] if cut < len(data) else data))
     conv.sniff(p)
-    _check(p)
+    check_converter(conv, p)

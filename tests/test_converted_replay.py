@@ -5,30 +5,20 @@ with the four arms (executor "emulate", small time_scale) is run in a pytest sub
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from conftest import EXP_MODULE
-from pytest_agentcgroup.cgroups import CgroupUnavailable, detect
 from pytest_agentcgroup.traces.convert import claude_code, openhands_rows, swe_agent_traj
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import write_trace
+from conftest import cgroups_or_skip
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")
 CLAUDE_TASK = "numba__numba-5721"          # 5 steps, small peaks: quick to emulate
-
-
-def _cgroups_or_skip():
-    try:
-        host = detect()
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups unavailable: {exc}")
-    if not os.access(host.unified, os.W_OK):
-        pytest.skip(f"cannot create cgroups under {host.unified} (not root, not delegated)")
 
 
 @pytest.fixture
@@ -73,7 +63,7 @@ def converted_study(pytester: pytest.Pytester):
 
 
 def test_converted_traces_replay_in_exp1_under_every_arm(pytester, converted_study):
-    _cgroups_or_skip()
+    cgroups_or_skip()
     traces = converted_study
     assert {t.source["format"] for t in traces} == {"openhands-rows", "swe-agent-traj", "claude-code"}
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",

@@ -15,19 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE, write_study
-from pytest_agentcgroup.cgroups import CgroupUnavailable, detect
+from conftest import EXP_MODULE, cgroups_or_skip, write_study
 from pytest_agentcgroup.cgroups.tree import PREFIX
-
-
-def cgroups_or_skip():
-    try:
-        host = detect()
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups unavailable: {exc}")
-    if not os.access(host.unified, os.W_OK):
-        pytest.skip(f"cannot create cgroups under {host.unified} (not root, not delegated)")
-    return host
 
 
 def leaked(host) -> list[Path]:

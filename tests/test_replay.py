@@ -9,22 +9,11 @@ import threading
 
 import pytest
 
-from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, SandboxExecutor, replay
 from pytest_agentcgroup.replay.spawn import SpawnError, run
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
-
-
-@pytest.fixture
-def tree():
-    try:
-        t = RunTree(detect())
-    except CgroupUnavailable as exc:
-        pytest.skip(f"cgroups unavailable: {exc}")
-    yield t
-    t.close()
 
 
 def trace_of(*steps: Step) -> Trace:
