@@ -132,8 +132,8 @@ def test_version_9_title_and_bounds(tmp_path):
     ev = {**_before("c1", 1.0, "Frame", "click", selector="a"), "title": "Click"}
     t = _one(_zip(tmp_path / "v9.zip", {"trace.trace": _nd({**HEADER, "version": 9}, ev, _after("c1", 2.0))}))
     assert t.steps[0].args == {"method": "Frame.click", "api": "Click", "selector": "a"}
-    with pytest.raises(TraceError, match=r"field 'trace.trace line 1.version': trace format version 10 is not supported"):
-        _one(_zip(tmp_path / "v10.zip", {"trace.trace": _nd({**HEADER, "version": 10}, ev)}))
+    with pytest.raises(TraceError, match=r"field 'trace.trace line 1.version': trace format version 11 is not supported"):
+        _one(_zip(tmp_path / "v11.zip", {"trace.trace": _nd({**HEADER, "version": 11}, ev)}))
     with pytest.raises(TraceError, match="version 2 is not supported"):
         _one(_zip(tmp_path / "v2.zip", {"trace.trace": _nd({**HEADER, "version": 2}, ev)}))
 

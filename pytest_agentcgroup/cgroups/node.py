@@ -198,6 +198,13 @@ class Cgroup:
         c.high_events = self._upward_crossings()
         return c
 
+    def usage_bytes(self) -> int:
+        """Memory charged to this cgroup and its children now (v2 memory.current | v1 memory.usage_in_bytes)."""
+        if self.host.mode == "v2":
+            return int((self.unified / "memory.current").read_text())
+        mem = self.paths.get("memory")
+        return int((mem / "memory.usage_in_bytes").read_text()) if mem is not None else 0
+
     def _upward_crossings(self) -> int:
         # The eventfd counts crossings in both directions; usage starts below the threshold, so
         # crossings alternate up, down, up... and the upward ones are the odd-numbered ones.

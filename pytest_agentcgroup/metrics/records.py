@@ -38,6 +38,11 @@ METRICS = {m.name: m for m in (
            "v2 memory.events.local high | v1 usage-threshold crossings (cgroup.event_control)"),
     Metric("mem_max_events", "count", "lower", "recorded", "v2 memory.events.local max | v1 memory.failcnt"),
     Metric("oom_kills", "count", "lower", "recorded", _KERNEL_OOM),
+    # Browser tenant steps (replay/browser.py)
+    Metric("page_load_ms", "ms", "lower", "recorded",
+           "browser Navigation Timing loadEventEnd of the navigation a browser step caused"),
+    Metric("tenant_mem_mb", "MiB", "lower", "recorded",
+           "tenant cgroup v2 memory.current | v1 memory.usage_in_bytes after the step"),
     # Per-config aggregates
     Metric("latency_p50_ms", "ms", "lower", "derived", "median of latency_ms over executed steps"),
     Metric("latency_p95_ms", "ms", "lower", "derived", "95th percentile (linear) of latency_ms"),
@@ -66,6 +71,7 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
         "replayed_duration_ms": _round(step.duration_ms.value * time_scale) if step.duration_ms else None,
         "replayed_peak_mb": _round(step.profile.peak_mb.value) if step.profile.peak_mb else None,
     }
+    rec.update({k: _round(v) for k, v in result.measures.items()})
     if result.error:
         rec["error"] = result.error
     return rec

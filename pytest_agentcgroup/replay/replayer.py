@@ -32,7 +32,8 @@ class StepResult:
     timed_out: bool
     profile_source: str         # provenance of the replayed profile: recorded|derived|synthetic|none
     counters: dict[str, float] = field(default_factory=dict)
-    error: str | None = None    # why the step could not be started
+    error: str | None = None    # why the step could not be started (or, for a browser action, failed)
+    measures: dict[str, float] = field(default_factory=dict)   # executor-specific, e.g. page_load_ms
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -44,17 +44,24 @@ def _joiner(files: Sequence[str]) -> Callable[[], None]:
     return join
 
 
+def start(argv: Sequence[str], *, join: Sequence[str] = (), cwd: str | None = None, env: dict | None = None,
+          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+    """Start argv inside the cgroups `join` names (joined before exec), in its own session; the
+    caller waits for it. For long-lived processes that talk to their parent (the browser tenant)."""
+    try:
+        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                                preexec_fn=_joiner(join), close_fds=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SpawnError(f"cannot start {argv[0]!r}: {exc}") from None
+
+
 def run(argv: Sequence[str], *, join: Sequence[str] = (), cwd: str | None = None,
         env: dict | None = None, timeout_s: float | None = None,
         kill: Callable[[], None] | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) -> ProcessResult:
     """Run argv to completion. On timeout call `kill` (e.g. the step cgroup's cgroup.kill, which
     also reaches children that left the process group) or else SIGKILL the process group."""
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=stderr, preexec_fn=_joiner(join), close_fds=True)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SpawnError(f"cannot start {argv[0]!r}: {exc}") from None
+    proc = start(argv, join=join, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
     timed_out = False
     try:
         pidfd = os.pidfd_open(proc.pid)

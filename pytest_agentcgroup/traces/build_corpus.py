@@ -16,7 +16,6 @@ facet by facet), `full` (all).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any, Iterable
 
 from .classify import KINDS, classify_command, dominant_kind
 from .convert import claude_code
-from .corpus import MANIFEST, MANIFEST_SCHEMA
+from .corpus import update_manifest
 from .ir import Trace, TraceError, write_trace
 
 SHORT_MAX, LONG_MIN = 20, 50            # steps: short <= 20 < medium < 50 <= long
@@ -167,10 +166,11 @@ def build(src: Path, out: Path) -> dict:
     entries.sort(key=lambda e: e["trace_id"])
     smoke = select_smoke(entries)
     dev = select_dev(entries, smoke)
-    manifest = {"schema": MANIFEST_SCHEMA,
-                "subsets": {"smoke": smoke, "dev": dev, "full": [e["trace_id"] for e in entries]},
+    # Other trace families (browser traces, ...) keep their manifest entries and subsets.
+    update_manifest(out, "claude-code/", entries,
+                    {"smoke": smoke, "dev": dev, "full": [e["trace_id"] for e in entries]})
+    manifest = {"subsets": {"smoke": smoke, "dev": dev, "full": [e["trace_id"] for e in entries]},
                 "traces": entries}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     stats = {name: {"all": peak_distribution(traces[t] for t in ids),
                     "bash": peak_distribution((traces[t] for t in ids), bash_only=True),
                     "recorded_s": round(sum(next(e for e in entries if e["trace_id"] == t)["total_step_ms"]
@@ -266,6 +266,12 @@ subsets `smoke`, `dev` and `full`.
   `pytest_agentcgroup/traces/classify.py`) with the most recorded bash time. `length`: short <= 20
   steps < medium < 50 <= long. `bursty`: some step's peak >= 3x the trace's median step peak and
   >= 100 MiB.
+
+## Other trace families
+
+Other families live in their own directories, each with its own README (origin, licence,
+derivation) and builder, and keep their manifest entries when this corpus is rebuilt:
+`playwright/` (browser traces, subset `browser`; Apache-2.0 converted + MIT recorded).
 
 ## Regenerate
 

@@ -76,3 +76,17 @@ class Corpus:
             if trace.trace_id == trace_id:
                 return trace
         raise TraceError(f"trace {trace_id!r} listed in the manifest is not in this file", file=str(path))
+
+
+def update_manifest(root: str | Path, family: str, entries: list[dict], subsets: dict[str, list[str]]) -> dict:
+    """Write `root/manifest.json` with `entries` replacing every entry whose trace id starts with
+    `family` (e.g. "claude-code/"), and `subsets` replacing those subsets; entries and subsets of
+    other trace families are kept, so each family's builder can regenerate its own part alone."""
+    path = Path(root) / MANIFEST
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    kept = [e for e in old.get("traces") or [] if not e.get("trace_id", "").startswith(family)]
+    manifest = {"schema": MANIFEST_SCHEMA,
+                "subsets": {**(old.get("subsets") or {}), **subsets},    # keeps the existing order
+                "traces": sorted(kept + entries, key=lambda e: e["trace_id"])}
+    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return manifest

@@ -1,4 +1,4 @@
-"""Playwright `trace.zip` archives (trace format versions 3 to 9) -> trace IR.
+"""Playwright `trace.zip` archives (trace format versions 3 to 10) -> trace IR.
 
 One archive is one trace (id `playwright/<zip stem>`). Its `*.trace` members are NDJSON event files:
 the library side writes `trace.trace` or chunks `0-trace.trace`, `1-trace.trace`, ... (merged here,
@@ -33,7 +33,7 @@ from ..ir import Measure, Step, Trace, TraceError
 from ._common import check_number, check_str, fail, finish, guard, id_part, make_source, make_trace_id, strict
 
 FORMAT = "playwright"
-MIN_VERSION, MAX_VERSION = 3, 9
+MIN_VERSION, MAX_VERSION = 3, 10     # 10: Playwright 1.65 (same before/after events, no apiName)
 #: Largest `.trace` member inflated (bytes).
 MAX_MEMBER_BYTES = 64 << 20
 #: Largest sum of inflated `.trace` members (bytes).
