@@ -74,15 +74,19 @@ class ArmPlacement:
     Placement). Per-step counters = the step cgroup's own + what the workload cgroup itself counted
     during the step (where a trace-scope limit is hit), both local, so nothing is counted twice."""
 
-    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...]):
+    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None):
         self.arm, self.workload, self.controllers = arm, workload, controllers
+        # nest_in(): the cgroup steps are made under when it is not the workload itself (a
+        # container's cgroup, known once the executor has started it: cgroups/container.py)
+        self.nest_in = nest_in
         if arm.scope == "trace":
             arm.apply(workload)
         self.step_cg: Cgroup | None = None
         self._before: Counters | None = None
 
     def begin_step(self, step) -> list[str]:
-        self.step_cg = self.workload.child(f"s{step.step_id}", self.controllers)
+        parent = self.nest_in() if self.nest_in else self.workload
+        self.step_cg = parent.child(f"s{step.step_id}", self.controllers)
         if self.arm.scope == "step":
             self.arm.apply(self.step_cg)
         self._before = self.workload.counters()

@@ -1,6 +1,8 @@
 """Replay: turn trace steps into processes (emulated or sandboxed) and run them in order."""
+from .docker_engine import DockerEngine
+from .docker_executor import DockerExecutor
 from .executors import EmulateExecutor, ExecutorUnavailable, SandboxExecutor, make_executor
 from .replayer import Placement, StepResult, replay
 
-__all__ = ["EmulateExecutor", "SandboxExecutor", "ExecutorUnavailable", "make_executor",
+__all__ = ["EmulateExecutor", "SandboxExecutor", "DockerExecutor", "DockerEngine", "ExecutorUnavailable", "make_executor",
            "Placement", "StepResult", "replay"]
