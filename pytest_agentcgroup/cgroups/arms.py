@@ -107,6 +107,7 @@ class ArmPlacement:
             return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
                     "high_events": own.high_events + env.high_events,
                     "max_events": own.max_events + env.max_events,
-                    "oom_kills": own.oom_kills + env.oom_kills}
+                    "oom_kills": own.oom_kills + env.oom_kills,
+                    "pids_max_events": own.pids_max_events + env.pids_max_events}
         finally:
             cg.remove()

@@ -26,6 +26,7 @@ class Counters:
     high_events: int = 0       # v2 memory.events.local high | v1 upward usage-threshold crossings
     max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
     oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
+    pids_max_events: int = 0   # forks refused at pids.max: pids.events max (v2 unified | v1 pids)
 
     def minus(self, before: "Counters") -> "Counters":
         """Event deltas; peak and cpu are kept as they are now (they are not events)."""
@@ -181,6 +182,9 @@ class Cgroup:
         stat = self.unified / "cpu.stat"
         if stat.exists():
             c.cpu_usec = _keyed(stat).get("usage_usec", 0)
+        pids_dir = self.unified if self.host.mode == "v2" else self.paths.get("pids")
+        if pids_dir is not None and (pids_dir / "pids.events").exists():
+            c.pids_max_events = _keyed(pids_dir / "pids.events").get("max", 0)
         if self.host.mode == "v2":
             u = self.unified
             peak = u / "memory.peak"

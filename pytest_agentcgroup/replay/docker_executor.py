@@ -55,10 +55,13 @@ class DockerExecutor:
     """
     name = "docker"
 
-    def __init__(self, engine: DockerEngine | None, *, image: str | None = None, cgroup_parent: str | None = None,
+    def __init__(self, engine: DockerEngine | None, *, cgroup_parent: str | None, image: str | None = None,
                  step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None):
         if engine is None:
             raise ExecutorUnavailable("the docker executor needs a Docker engine (DockerEngine.acquire())")
+        if not cgroup_parent:
+            # Docker's default (/docker) would put the container beside this session's cgroup
+            raise ValueError("DockerExecutor needs cgroup_parent: cgroups.container.cgroup_parent(tree, workload)")
         self.nsenter = shutil.which("nsenter")
         if not self.nsenter:
             raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
