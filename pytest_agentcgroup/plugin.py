@@ -287,7 +287,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             store.append(rec)
 
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
-        placement = ArmPlacement(case.arm, workload_cgroup, agentcgroup_tree.controllers, nest_in=nest_in)
+        placement = ArmPlacement(case.arm, workload_cgroup, agentcgroup_tree.controllers, nest_in=nest_in, pool=True)
         replay(agentcgroup_trace, executor, placement, on_step=on_step)
         return Outcome(case, records)
     return run

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from .node import MB, Cgroup, Counters
+from .pool import StepPool
 
 SCOPES = ("step", "trace")
 LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
@@ -74,7 +75,8 @@ class ArmPlacement:
     Placement). Per-step counters = the step cgroup's own + what the workload cgroup itself counted
     during the step (where a trace-scope limit is hit), both local, so nothing is counted twice."""
 
-    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None):
+    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None,
+                 pool: bool = False):
         self.arm, self.workload, self.controllers = arm, workload, controllers
         # nest_in(): the cgroup steps are made under when it is not the workload itself (a
         # container's cgroup, known once the executor has started it: cgroups/container.py)
@@ -83,14 +85,34 @@ class ArmPlacement:
             arm.apply(workload)
         self.step_cg: Cgroup | None = None
         self._before: Counters | None = None
+        # pool: step cgroups `p<n>` made ahead and removed behind, off the critical path (pool.py)
+        self.pool = StepPool(self._new_step_cgroup) if pool else None
 
-    def begin_step(self, step) -> list[str]:
-        parent = self.nest_in() if self.nest_in else self.workload
-        self.step_cg = parent.child(f"s{step.step_id}", self.controllers)
+    def _new_step_cgroup(self, name: str) -> Cgroup:
+        cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
         if self.arm.scope == "step":
-            self.arm.apply(self.step_cg)
+            self.arm.apply(cg)
+        return cg
+
+    def begin_step(self, step):
+        """The cgroup.procs files the step's process joins, or (pooled) a Parked child already in them."""
+        if self.pool:
+            self.step_cg, parked = self.pool.take()
+            self._before = self._before or self.workload.counters()   # read in tidy(), off the path
+            return parked
+        self.step_cg = self._new_step_cgroup(f"s{step.step_id}")
         self._before = self.workload.counters()
         return self.step_cg.join_files()
+
+    def tidy(self) -> None:
+        """Between steps (the replayer calls it once a step's result is delivered)."""
+        if self.pool:
+            self.pool.tidy()
+            self._before = self.workload.counters()
+
+    def close(self) -> None:
+        if self.pool:
+            self.pool.close()
 
     def kill_step(self) -> None:
         if self.step_cg is not None:
@@ -110,4 +132,4 @@ class ArmPlacement:
                     "oom_kills": own.oom_kills + env.oom_kills,
                     "pids_max_events": own.pids_max_events + env.pids_max_events}
         finally:
-            cg.remove()
+            self.pool.retire(cg) if self.pool else cg.remove()

@@ -35,13 +35,34 @@ class Counters:
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
+    # the flags of open(path, "w"), without Python's text layer (this is on the step's path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
-def _keyed(path: Path) -> dict[str, int]:
+def _read_or(path: Path, default: str = "") -> str:
+    """A cgroupfs file's content, or `default` when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return default
+    try:
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+
+
+def _keyed_or(path: Path) -> dict[str, int]:
+    """`key value` lines of a cgroupfs file as a dict; {} when it does not exist."""
+    return _keyed_text(_read_or(path))
+
+
+def _keyed_text(text: str) -> dict[str, int]:
     out = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         key, _, val = line.partition(" ")
         if val.strip().lstrip("-").isdigit():
             out[key] = int(val)
@@ -98,20 +119,15 @@ class Cgroup:
         return [str(p / "cgroup.procs") for p in self.paths.values()]
 
     def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in (self.unified / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return []
+        return [int(x) for x in _read_or(self.unified / "cgroup.procs").split()]
 
     def kill(self) -> None:
         """Kill every process in this cgroup and its children (v2 cgroup.kill; SIGKILL per pid as fallback)."""
-        kill_file = self.unified / "cgroup.kill"
-        if kill_file.exists():
-            try:
-                _write(kill_file, "1")
-                return
-            except OSError:
-                pass
+        try:
+            _write(self.unified / "cgroup.kill", "1")
+            return
+        except OSError:          # no cgroup.kill (kernel < 5.14), or the cgroup is gone
+            pass
         for pid in self.pids():
             try:
                 os.kill(pid, 9)
@@ -178,27 +194,26 @@ class Cgroup:
 
     # -- counters --------------------------------------------------------------------------------
     def counters(self) -> Counters:
+        # Read on every step's critical path: plain os.open/os.read, and absent files (older
+        # kernels, controllers not in use) cost one failed open, not an exists() plus a read.
         c = Counters()
-        stat = self.unified / "cpu.stat"
-        if stat.exists():
-            c.cpu_usec = _keyed(stat).get("usage_usec", 0)
+        c.cpu_usec = _keyed_or(self.unified / "cpu.stat").get("usage_usec", 0)
         pids_dir = self.unified if self.host.mode == "v2" else self.paths.get("pids")
-        if pids_dir is not None and (pids_dir / "pids.events").exists():
-            c.pids_max_events = _keyed(pids_dir / "pids.events").get("max", 0)
+        if pids_dir is not None:
+            c.pids_max_events = _keyed_or(pids_dir / "pids.events").get("max", 0)
         if self.host.mode == "v2":
             u = self.unified
-            peak = u / "memory.peak"
-            c.peak_bytes = int(peak.read_text()) if peak.exists() else int((u / "memory.current").read_text())
-            ev_file = u / "memory.events.local"
-            ev = _keyed(ev_file if ev_file.exists() else u / "memory.events")
+            peak = _read_or(u / "memory.peak") or _read_or(u / "memory.current")
+            c.peak_bytes = int(peak) if peak else 0
+            ev = _keyed_or(u / "memory.events.local") or _keyed_or(u / "memory.events")
             c.high_events, c.max_events, c.oom_kills = ev.get("high", 0), ev.get("max", 0), ev.get("oom_kill", 0)
             return c
         mem = self.paths.get("memory")
         if mem is None:
             return c
-        c.peak_bytes = int((mem / "memory.max_usage_in_bytes").read_text())
-        c.max_events = int((mem / "memory.failcnt").read_text())
-        c.oom_kills = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
+        c.peak_bytes = int(_read_or(mem / "memory.max_usage_in_bytes"))
+        c.max_events = int(_read_or(mem / "memory.failcnt"))
+        c.oom_kills = _keyed_or(mem / "memory.oom_control").get("oom_kill", 0)
         c.high_events = self._upward_crossings()
         return c
 
