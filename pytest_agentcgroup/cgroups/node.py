@@ -55,11 +55,6 @@ def _read_or(path: Path, default: str = "") -> str:
         os.close(fd)
 
 
-def _keyed_or(path: Path) -> dict[str, int]:
-    """`key value` lines of a cgroupfs file as a dict; {} when it does not exist."""
-    return _keyed_text(_read_or(path))
-
-
 def _keyed_text(text: str) -> dict[str, int]:
     out = {}
     for line in text.splitlines():
@@ -76,6 +71,7 @@ class Cgroup:
         self._threshold_fd: int | None = None   # v1 soft-limit crossing notifications (eventfd)
         self._threshold_crossings = 0           # crossings seen on the current eventfd
         self._earlier_breaches = 0              # upward crossings of soft limits set before it
+        self._fds: dict[tuple[str, str], int] = {}   # counter files kept open (counters())
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -121,6 +117,11 @@ class Cgroup:
     def pids(self) -> list[int]:
         return [int(x) for x in _read_or(self.unified / "cgroup.procs").split()]
 
+    def populated(self) -> bool:
+        """Any process in this cgroup or below (v2 cgroup.events; kept open, so cheap to ask)."""
+        events = self._read("unified", "cgroup.events")
+        return "populated 0" not in events if events else bool(self.pids())
+
     def kill(self) -> None:
         """Kill every process in this cgroup and its children (v2 cgroup.kill; SIGKILL per pid as fallback)."""
         try:
@@ -140,6 +141,7 @@ class Cgroup:
         A killed process leaves its cgroup only once the kernel has finished tearing it down, so
         rmdir can fail with EBUSY for a moment after cgroup.kill.
         """
+        self._close_files()
         if self._threshold_fd is not None:
             os.close(self._threshold_fd)
             self._threshold_fd = None
@@ -194,28 +196,44 @@ class Cgroup:
 
     # -- counters --------------------------------------------------------------------------------
     def counters(self) -> Counters:
-        # Read on every step's critical path: plain os.open/os.read, and absent files (older
-        # kernels, controllers not in use) cost one failed open, not an exists() plus a read.
+        # Read on every step's critical path: the files stay open (pread at offset 0 makes the
+        # kernel generate them afresh), and a file this kernel lacks is looked for only once.
         c = Counters()
-        c.cpu_usec = _keyed_or(self.unified / "cpu.stat").get("usage_usec", 0)
-        pids_dir = self.unified if self.host.mode == "v2" else self.paths.get("pids")
-        if pids_dir is not None:
-            c.pids_max_events = _keyed_or(pids_dir / "pids.events").get("max", 0)
+        c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec", 0)
+        pids_key = "unified" if self.host.mode == "v2" else "pids"
+        c.pids_max_events = _keyed_text(self._read(pids_key, "pids.events")).get("max", 0)
         if self.host.mode == "v2":
-            u = self.unified
-            peak = _read_or(u / "memory.peak") or _read_or(u / "memory.current")
+            peak = self._read("unified", "memory.peak") or self._read("unified", "memory.current")
             c.peak_bytes = int(peak) if peak else 0
-            ev = _keyed_or(u / "memory.events.local") or _keyed_or(u / "memory.events")
+            ev = _keyed_text(self._read("unified", "memory.events.local") or self._read("unified", "memory.events"))
             c.high_events, c.max_events, c.oom_kills = ev.get("high", 0), ev.get("max", 0), ev.get("oom_kill", 0)
             return c
-        mem = self.paths.get("memory")
-        if mem is None:
+        if "memory" not in self.paths:
             return c
-        c.peak_bytes = int(_read_or(mem / "memory.max_usage_in_bytes"))
-        c.max_events = int(_read_or(mem / "memory.failcnt"))
-        c.oom_kills = _keyed_or(mem / "memory.oom_control").get("oom_kill", 0)
+        c.peak_bytes = int(self._read("memory", "memory.max_usage_in_bytes"))
+        c.max_events = int(self._read("memory", "memory.failcnt"))
+        c.oom_kills = _keyed_text(self._read("memory", "memory.oom_control")).get("oom_kill", 0)
         c.high_events = self._upward_crossings()
         return c
+
+    def _read(self, key: str, name: str) -> str:
+        """A counter file's current content ("" if this cgroup or kernel has no such file)."""
+        fd = self._fds.get((key, name))
+        if fd is None:
+            if key not in self.paths:
+                return ""
+            try:
+                fd = os.open(self.paths[key] / name, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1
+            self._fds[(key, name)] = fd
+        return os.pread(fd, 1 << 16, 0).decode() if fd >= 0 else ""
+
+    def _close_files(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            if fd >= 0:
+                os.close(fd)
 
     def _upward_crossings(self) -> int:
         # The eventfd counts crossings in both directions; usage starts below the threshold, so

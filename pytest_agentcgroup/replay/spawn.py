@@ -64,18 +64,26 @@ class Parked:
     SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; . /dev/stdin'
 
     def __init__(self, join: Sequence[str] = ()):
+        # it starts with this process's environment: the common case (a step inheriting it) then
+        # costs no script lines; a step with its own environment unsets and exports the difference
+        self.env = {k: v for k, v in os.environ.items() if _SHELL_NAME.fullmatch(k)}
         self.proc = subprocess.Popen(["/bin/sh", "-c", self.SCRIPT, "sh", *join], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={}, cwd="/",
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env, cwd="/",
                                      start_new_session=True, close_fds=True)
         self.pid = self.proc.pid
 
     def start(self, argv: Sequence[str], cwd: str | None, env: dict | None) -> None:
-        env = os.environ if env is None else env
-        prog = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+        path = (os.environ if env is None else env).get("PATH", os.defpath)
+        prog = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
         if not prog or os.path.isabs(prog) and (not os.access(prog, os.X_OK) or os.path.isdir(prog)):
             self.discard()
             raise SpawnError(f"cannot start {argv[0]!r}: no such executable")
-        lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items() if _SHELL_NAME.fullmatch(k)]
+        lines = []
+        if env is not None:
+            gone = [k for k in self.env if k not in env]
+            lines = [f"unset {' '.join(gone)}"] if gone else []
+            lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()
+                      if self.env.get(k) != v and _SHELL_NAME.fullmatch(k)]
         if cwd:
             lines.append(f"cd -- {shlex.quote(cwd)} || exit 127")
         lines.append(f"exec {shlex.join([prog, *argv[1:]])} </dev/null\n")
