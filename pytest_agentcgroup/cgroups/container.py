@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .host import CgroupUnavailable, _mounts
+from .host import CgroupUnavailable, hierarchies
 from .node import Cgroup
 from .tree import RunTree
 
@@ -33,25 +33,9 @@ def cgroup_parent(tree: RunTree, workload: Cgroup) -> str:
     return str(workload.unified.relative_to(tree.host.unified))
 
 
-def _hierarchies(pid: int, mountinfo: str = "/proc/self/mountinfo") -> dict[str, Path]:
-    """key -> the directory of `pid`'s cgroup, for every mounted hierarchy (key: "unified", or the
-    hierarchy's controllers / name= as /proc/PID/cgroup lists them, e.g. "cpu,cpuacct")."""
-    mounts = _mounts(mountinfo)
-    out = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        hid, ctrls, rel = line.split(":", 2)
-        if hid == "0":
-            point = next((m for m, fs, _ in mounts if fs == "cgroup2"), None)
-        else:
-            point = next((m for m, fs, opts in mounts if fs == "cgroup" and set(ctrls.split(",")) <= set(opts)), None)
-        if point is not None:
-            out["unified" if hid == "0" else ctrls] = Path(point) / rel.lstrip("/")
-    return out
-
-
 def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
     """A Cgroup over the container's directories in the hierarchies `workload` uses."""
-    where = _hierarchies(init_pid)
+    where = hierarchies(init_pid)
     paths = {}
     for key, own in workload.paths.items():
         found = where.get(key) or next((p for k, p in where.items() if key in k.split(",")), None)
