@@ -1,7 +1,7 @@
 # pytest-agentcgroup — `make test`, `make run`; extra pytest args: PYTEST_ARGS="-k foo -x"
 PY           := .venv/bin/python
 PYTEST_ARGS  ?=
-# package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core browser"
+# package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core docker browser"
 SETUP_GROUPS ?=
 
 .PHONY: setup test run clean

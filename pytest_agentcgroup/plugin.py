@@ -9,7 +9,7 @@ Settings (each is a command-line option, an ini key and, where it makes sense, a
     --agentcgroup-traces DIR       agentcgroup_traces       `traces` of the config file
     --agentcgroup-subset NAME      agentcgroup_subset       the experiment's subset      (marker: subset=)
     --agentcgroup-arms A,B         agentcgroup_arms         the experiment's arms        (marker: arms=)
-    --agentcgroup-executor NAME    agentcgroup_executor     emulate
+    --agentcgroup-executor NAME    agentcgroup_executor     emulate (emulate | sandbox | docker)
     --agentcgroup-time-scale X     agentcgroup_time_scale   the experiment's time_scale
     --agentcgroup-step-timeout S   agentcgroup_step_timeout the experiment's step_timeout_s
 """
@@ -24,10 +24,12 @@ import pytest
 from . import config as cfgmod
 from .cgroups import CgroupUnavailable, RunTree, detect
 from .cgroups.arms import Arm, ArmPlacement
+from .cgroups.container import cgroup_parent, steps_in_container
 from .metrics import budgets
 from .metrics.records import METRICS, step_record, summarize
 from .metrics.store import ResultsStore
 from .replay import ExecutorUnavailable, make_executor, replay
+from .replay.docker_engine import DockerEngine
 from .reports.table import format_summary
 from .traces.corpus import Corpus
 from .traces.ir import Trace, TraceError
@@ -39,7 +41,7 @@ SETTINGS = {
     "traces": ("trace corpus directory (holding manifest.json); default: the config file's `traces`", None, str, None),
     "subset": ("manifest subset or comma-separated trace ids to replay, for every experiment", None, str, "subset"),
     "arms": ("comma-separated arm names to run, for every experiment", None, str, "arms"),
-    "executor": ("how steps run: emulate (reproduce the recorded profile) or sandbox (real command under bubblewrap)", None, str, None),
+    "executor": ("how steps run: emulate (reproduce the recorded profile), sandbox (real command under bubblewrap) or docker (real command in a container)", None, str, None),
     "time_scale": ("multiply recorded durations by this factor when replaying", None, float, None),
     "step_timeout": ("per-step timeout in seconds", None, float, None),
 }
@@ -205,6 +207,20 @@ def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
     return make
 
 
+@pytest.fixture(scope="session")
+def agentcgroup_docker():
+    """The Docker engine (a running one, or a dockerd started now and stopped at the end of the
+    session). Every container the session made is removed at its end. Skips naming what is missing."""
+    try:
+        engine = DockerEngine.acquire()
+    except ExecutorUnavailable as exc:
+        pytest.skip(f"docker: {exc}")
+    try:
+        yield engine
+    finally:
+        engine.release()
+
+
 @pytest.fixture
 def agentcgroup_trace(request: pytest.FixtureRequest, agentcgroup_case: Case) -> Trace:
     try:
@@ -246,8 +262,12 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     marker = request.node.get_closest_marker("experiment")
     time_scale = setting(config, "time_scale", marker=marker, experiment=case.experiment)
     executor_name = setting(config, "executor", marker=marker, experiment=case.experiment)
+    docker = {}
+    if executor_name == "docker":
+        docker = {"engine": request.getfixturevalue("agentcgroup_docker"),
+                  "cgroup_parent": cgroup_parent(agentcgroup_tree, workload_cgroup)}
     try:
-        executor = make_executor(executor_name, time_scale=time_scale,
+        executor = make_executor(executor_name, time_scale=time_scale, **docker,
                                  step_timeout_s=setting(config, "step_timeout", marker=marker, experiment=case.experiment))
     except ExecutorUnavailable as exc:
         pytest.skip(str(exc))
@@ -266,7 +286,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             records.append(rec)
             store.append(rec)
 
-        placement = ArmPlacement(case.arm, workload_cgroup, agentcgroup_tree.controllers)
+        nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
+        placement = ArmPlacement(case.arm, workload_cgroup, agentcgroup_tree.controllers, nest_in=nest_in, pool=True)
         replay(agentcgroup_trace, executor, placement, on_step=on_step)
         return Outcome(case, records)
     return run

@@ -29,14 +29,15 @@ def manifest() -> dict:
 
 @pytest.fixture(scope="module")
 def entries(manifest) -> dict:
-    """The claude-code family's entries (other families have their own builders and tests)."""
-    return {e["trace_id"]: e for e in manifest["traces"] if e["trace_id"].startswith(FAMILY)}
+    """The Claude Code traces (the synthetic noisy neighbours and browser traces are checked on their own)."""
+    return {e["trace_id"]: e for e in manifest["traces"] if e["trace_id"].startswith("claude-code/")}
 
 
 def test_every_trace_validates_and_matches_manifest(corpus, manifest, entries):
-    assert len([t for t in corpus.files if t.startswith(FAMILY)]) == 63 == len(entries)
-    on_disk = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "claude-code").rglob("*.json"))
-    assert on_disk == sorted(e["file"] for e in entries.values())
+    assert len(entries) == 63 and len([t for t in corpus.files if not t.startswith("playwright/")]) == 63 + 4
+    on_disk = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.json")
+                     if p.name != "manifest.json" and not p.is_relative_to(ROOT / "playwright"))
+    assert on_disk == sorted(e["file"] for e in manifest["traces"] if not e["trace_id"].startswith("playwright/"))
     for tid, entry in entries.items():
         (trace,) = read_traces(ROOT / entry["file"])            # parses = validates
         assert trace.trace_id == tid == f"claude-code/{entry['file'][len('claude-code/'):-len('.json')]}"
@@ -44,6 +45,20 @@ def test_every_trace_validates_and_matches_manifest(corpus, manifest, entries):
         assert bc.describe(trace, entry["file"]) == entry
         assert trace.source["licence"] == "GPL-2.0"
         assert trace.source["origin"] == "yunwei37/agentcgroup@5af9e7b8f37a93513206c331c7ec0ff149e89f27"
+
+
+def test_noisy_neighbours_are_synthetic_and_only_in_their_subset(corpus, manifest):
+    from pytest_agentcgroup.traces import noisy
+    noisy_ids = corpus.ids("noisy")
+    assert noisy_ids == tuple(t.trace_id for t in noisy.traces())
+    assert not set(noisy_ids) & {t for n in ("smoke", "dev", "full") for t in corpus.ids(n)}
+    for tid in noisy_ids:
+        trace = corpus.load(tid)
+        assert trace == next(t for t in noisy.traces() if t.trace_id == tid)     # file == generator
+        assert trace.source["format"] == "synthetic"
+        for step in trace.steps:
+            assert step.duration_ms.provenance == "synthetic" and step.profile.provenance() in ("synthetic", "none")
+            assert step.tool == "bash" and step.args["timeout_ms"] > 0
 
 
 def test_manifest_keys_concrete(entries):
@@ -85,7 +100,7 @@ def test_builder_regenerates_shipped_corpus(tmp_path):
     bc.build(DATA, tmp_path)
     built = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     shipped = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
-                     and (p.parent == ROOT or p.is_relative_to(ROOT / "claude-code")))
+                     and not p.is_relative_to(ROOT / "playwright"))
     assert built == shipped
     for rel in built:
         assert (tmp_path / rel).read_bytes() == (ROOT / rel).read_bytes(), rel

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from .node import MB, Cgroup, Counters
+from .pool import StepPool
 
 SCOPES = ("step", "trace")
 LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
@@ -74,35 +75,67 @@ class ArmPlacement:
     Placement). Per-step counters = the step cgroup's own + what the workload cgroup itself counted
     during the step (where a trace-scope limit is hit), both local, so nothing is counted twice."""
 
-    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...]):
+    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None,
+                 pool: bool = False):
         self.arm, self.workload, self.controllers = arm, workload, controllers
+        # nest_in(): the cgroup steps are made under when it is not the workload itself (a
+        # container's cgroup, known once the executor has started it: cgroups/container.py)
+        self.nest_in = nest_in
         if arm.scope == "trace":
             arm.apply(workload)
+        # The workload's own (local) event counters move only where it carries a limit; reading
+        # them otherwise costs every step ~0.1 ms for zeros. Set True if something else limits it.
+        self.workload_limited = arm.scope == "trace" and bool(arm.limits)
         self.step_cg: Cgroup | None = None
         self._before: Counters | None = None
+        # pool: step cgroups `p<n>` made ahead and removed behind, off the critical path (pool.py)
+        self.pool = StepPool(self._new_step_cgroup) if pool else None
 
-    def begin_step(self, step) -> list[str]:
-        self.step_cg = self.workload.child(f"s{step.step_id}", self.controllers)
+    def _new_step_cgroup(self, name: str) -> Cgroup:
+        cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
         if self.arm.scope == "step":
-            self.arm.apply(self.step_cg)
-        self._before = self.workload.counters()
+            self.arm.apply(cg)
+        return cg
+
+    def begin_step(self, step):
+        """The cgroup.procs files the step's process joins, or (pooled) a Parked child already in them."""
+        if self.pool:
+            self.step_cg, parked = self.pool.take()
+            self._before = self._before or self._workload_counters()   # read in tidy(), off the path
+            return parked
+        self.step_cg = self._new_step_cgroup(f"s{step.step_id}")
+        self._before = self._workload_counters()
         return self.step_cg.join_files()
 
+    def tidy(self) -> None:
+        """Between steps (the replayer calls it once a step's result is delivered)."""
+        if self.pool:
+            self.pool.tidy()
+            self._before = self._workload_counters()
+
+    def _workload_counters(self) -> Counters:
+        return self.workload.counters() if self.workload_limited else Counters()
+
+    def close(self) -> None:
+        if self.pool:
+            self.pool.close()
+
     def kill_step(self) -> None:
-        if self.step_cg is not None:
+        if self.step_cg is not None and self.step_cg.populated():   # an empty cgroup has nothing to kill
             self.step_cg.kill()
 
     def end_step(self, step) -> dict[str, float]:
         cg, self.step_cg = self.step_cg, None
         try:
             deadline = time.monotonic() + 5.0
-            while cg.pids() and time.monotonic() < deadline:   # killed processes take a moment to go
+            while cg.populated() and time.monotonic() < deadline:   # killed processes take a moment to go
                 time.sleep(0.002)
             own = cg.counters()
-            env = self.workload.counters().minus(self._before)
+            env = self._workload_counters().minus(self._before)
             return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
                     "high_events": own.high_events + env.high_events,
                     "max_events": own.max_events + env.max_events,
-                    "oom_kills": own.oom_kills + env.oom_kills}
+                    "oom_kills": own.oom_kills + env.oom_kills,
+                    "pids_max_events": own.pids_max_events + env.pids_max_events}
         finally:
-            cg.remove()
+            self.pool.retire(cg) if self.pool else cg.remove()

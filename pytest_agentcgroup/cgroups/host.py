@@ -92,3 +92,19 @@ def check_writable(host: CgroupHost) -> None:
             who = "root" if os.geteuid() != 0 else "write access"
             raise CgroupUnavailable(f"cannot create cgroups under {d}: needs {who} "
                                     "(run as root, or in a cgroup delegated to this user)")
+
+
+def hierarchies(pid: int, mountinfo: str = "/proc/self/mountinfo") -> dict[str, Path]:
+    """key -> the directory of `pid`'s cgroup, for every mounted hierarchy (key: "unified", or the
+    hierarchy's controllers / name= as /proc/PID/cgroup lists them, e.g. "cpu,cpuacct")."""
+    mounts = _mounts(mountinfo)
+    out = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        hid, ctrls, rel = line.split(":", 2)
+        if hid == "0":
+            point = next((m for m, fs, _ in mounts if fs == "cgroup2"), None)
+        else:
+            point = next((m for m, fs, opts in mounts if fs == "cgroup" and set(ctrls.split(",")) <= set(opts)), None)
+        if point is not None:
+            out["unified" if hid == "0" else ctrls] = Path(point) / rel.lstrip("/")
+    return out

@@ -26,6 +26,7 @@ class Counters:
     high_events: int = 0       # v2 memory.events.local high | v1 upward usage-threshold crossings
     max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
     oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
+    pids_max_events: int = 0   # forks refused at pids.max: pids.events max (v2 unified | v1 pids)
 
     def minus(self, before: "Counters") -> "Counters":
         """Event deltas; peak and cpu are kept as they are now (they are not events)."""
@@ -34,13 +35,29 @@ class Counters:
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
+    # the flags of open(path, "w"), without Python's text layer (this is on the step's path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
-def _keyed(path: Path) -> dict[str, int]:
+def _read_or(path: Path, default: str = "") -> str:
+    """A cgroupfs file's content, or `default` when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return default
+    try:
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+
+
+def _keyed_text(text: str) -> dict[str, int]:
     out = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         key, _, val = line.partition(" ")
         if val.strip().lstrip("-").isdigit():
             out[key] = int(val)
@@ -54,6 +71,7 @@ class Cgroup:
         self._threshold_fd: int | None = None   # v1 soft-limit crossing notifications (eventfd)
         self._threshold_crossings = 0           # crossings seen on the current eventfd
         self._earlier_breaches = 0              # upward crossings of soft limits set before it
+        self._fds: dict[tuple[str, str], int] = {}   # counter files kept open (counters())
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -97,20 +115,20 @@ class Cgroup:
         return [str(p / "cgroup.procs") for p in self.paths.values()]
 
     def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in (self.unified / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return []
+        return [int(x) for x in _read_or(self.unified / "cgroup.procs").split()]
+
+    def populated(self) -> bool:
+        """Any process in this cgroup or below (v2 cgroup.events; kept open, so cheap to ask)."""
+        events = self._read("unified", "cgroup.events")
+        return "populated 0" not in events if events else bool(self.pids())
 
     def kill(self) -> None:
         """Kill every process in this cgroup and its children (v2 cgroup.kill; SIGKILL per pid as fallback)."""
-        kill_file = self.unified / "cgroup.kill"
-        if kill_file.exists():
-            try:
-                _write(kill_file, "1")
-                return
-            except OSError:
-                pass
+        try:
+            _write(self.unified / "cgroup.kill", "1")
+            return
+        except OSError:          # no cgroup.kill (kernel < 5.14), or the cgroup is gone
+            pass
         for pid in self.pids():
             try:
                 os.kill(pid, 9)
@@ -123,6 +141,7 @@ class Cgroup:
         A killed process leaves its cgroup only once the kernel has finished tearing it down, so
         rmdir can fail with EBUSY for a moment after cgroup.kill.
         """
+        self._close_files()
         if self._threshold_fd is not None:
             os.close(self._threshold_fd)
             self._threshold_fd = None
@@ -177,33 +196,50 @@ class Cgroup:
 
     # -- counters --------------------------------------------------------------------------------
     def counters(self) -> Counters:
+        # Read on every step's critical path: the files stay open (pread at offset 0 makes the
+        # kernel generate them afresh), and a file this kernel lacks is looked for only once.
         c = Counters()
-        stat = self.unified / "cpu.stat"
-        if stat.exists():
-            c.cpu_usec = _keyed(stat).get("usage_usec", 0)
+        c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec", 0)
+        pids_key = "unified" if self.host.mode == "v2" else "pids"
+        c.pids_max_events = _keyed_text(self._read(pids_key, "pids.events")).get("max", 0)
         if self.host.mode == "v2":
-            u = self.unified
-            peak = u / "memory.peak"
-            c.peak_bytes = int(peak.read_text()) if peak.exists() else int((u / "memory.current").read_text())
-            ev_file = u / "memory.events.local"
-            ev = _keyed(ev_file if ev_file.exists() else u / "memory.events")
+            peak = self._read("unified", "memory.peak") or self._read("unified", "memory.current")
+            c.peak_bytes = int(peak) if peak else 0
+            ev = _keyed_text(self._read("unified", "memory.events.local") or self._read("unified", "memory.events"))
             c.high_events, c.max_events, c.oom_kills = ev.get("high", 0), ev.get("max", 0), ev.get("oom_kill", 0)
             return c
-        mem = self.paths.get("memory")
-        if mem is None:
+        if "memory" not in self.paths:
             return c
-        c.peak_bytes = int((mem / "memory.max_usage_in_bytes").read_text())
-        c.max_events = int((mem / "memory.failcnt").read_text())
-        c.oom_kills = _keyed(mem / "memory.oom_control").get("oom_kill", 0)
+        c.peak_bytes = int(self._read("memory", "memory.max_usage_in_bytes"))
+        c.max_events = int(self._read("memory", "memory.failcnt"))
+        c.oom_kills = _keyed_text(self._read("memory", "memory.oom_control")).get("oom_kill", 0)
         c.high_events = self._upward_crossings()
         return c
 
     def usage_bytes(self) -> int:
         """Memory charged to this cgroup and its children now (v2 memory.current | v1 memory.usage_in_bytes)."""
-        if self.host.mode == "v2":
-            return int((self.unified / "memory.current").read_text())
-        mem = self.paths.get("memory")
-        return int((mem / "memory.usage_in_bytes").read_text()) if mem is not None else 0
+        text = self._read("unified", "memory.current") if self.host.mode == "v2" else \
+            self._read("memory", "memory.usage_in_bytes")
+        return int(text) if text else 0
+
+    def _read(self, key: str, name: str) -> str:
+        """A counter file's current content ("" if this cgroup or kernel has no such file)."""
+        fd = self._fds.get((key, name))
+        if fd is None:
+            if key not in self.paths:
+                return ""
+            try:
+                fd = os.open(self.paths[key] / name, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                fd = -1
+            self._fds[(key, name)] = fd
+        return os.pread(fd, 1 << 16, 0).decode() if fd >= 0 else ""
+
+    def _close_files(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            if fd >= 0:
+                os.close(fd)
 
     def _upward_crossings(self) -> int:
         # The eventfd counts crossings in both directions; usage starts below the threshold, so

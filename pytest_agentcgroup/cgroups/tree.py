@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from .host import CgroupHost, CgroupUnavailable, check_writable
+from .host import CgroupHost, CgroupUnavailable, check_writable, hierarchies
 from .node import Cgroup, remove_tree
 
 PREFIX = "agentcgroup-"
@@ -39,7 +39,19 @@ def run_root_name(pid: int | None = None) -> str:
 
 
 def _parents(host: CgroupHost) -> dict[str, Path]:
-    return {"unified": host.unified, **host.v1}
+    """Where run roots live: our cgroup in the hierarchies we use and, on the live host, in every
+    other mounted one too, where a container engine makes our names for its containers (runc
+    creates `<cgroup-parent>/<id>` in all hierarchies; see container.py) that we must remove."""
+    parents = {"unified": host.unified, **host.v1}
+    try:
+        live = hierarchies(os.getpid())
+    except OSError:
+        live = {}
+    if live.get("unified") == host.unified:          # not a test's fake cgroupfs
+        for key, path in live.items():
+            if key != "unified" and not any(c in parents for c in key.split(",")):
+                parents[f"other:{key}"] = path
+    return parents
 
 
 def sweep_stale(host: CgroupHost) -> list[Path]:
@@ -100,6 +112,9 @@ class RunTree:
 
     def close(self) -> None:
         self.root.remove()
+        for key, parent in _parents(self.host).items():   # what a container engine made in our name
+            if key not in self.root.paths:
+                remove_tree(parent / self.root.unified.name)
 
 
 def _safe_name(name: str) -> str:

@@ -38,6 +38,7 @@ METRICS = {m.name: m for m in (
            "v2 memory.events.local high | v1 usage-threshold crossings (cgroup.event_control)"),
     Metric("mem_max_events", "count", "lower", "recorded", "v2 memory.events.local max | v1 memory.failcnt"),
     Metric("oom_kills", "count", "lower", "recorded", _KERNEL_OOM),
+    Metric("pids_max_events", "count", "lower", "recorded", "pids.events max (v2 | v1 pids): forks refused at pids.max"),
     # Browser tenant steps (replay/browser.py)
     Metric("page_load_ms", "ms", "lower", "recorded",
            "browser Navigation Timing loadEventEnd of the navigation a browser step caused"),
@@ -64,7 +65,7 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
         "cpu_ms": _round(c["cpu_usec"] / 1000.0) if "cpu_usec" in c else None,
         "max_rss_mb": _round(c["peak_bytes"] / MB) if "peak_bytes" in c else None,
         "mem_high_events": c.get("high_events", 0), "mem_max_events": c.get("max_events", 0),
-        "oom_kills": c.get("oom_kills", 0),
+        "oom_kills": c.get("oom_kills", 0), "pids_max_events": c.get("pids_max_events", 0),
         "exit_code": result.exit_code, "signal": result.signal, "timed_out": result.timed_out,
         "profile_source": result.profile_source,
         # What was asked for, so a reader can compare: the trace's numbers, scaled as replayed.

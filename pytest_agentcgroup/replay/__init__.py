@@ -1,7 +1,10 @@
 """Replay: turn trace steps into processes (emulated or sandboxed) and run them in order."""
 from .browser import BrowserTenant
+from .docker_engine import DockerEngine
+from .docker_executor import DockerExecutor
 from .executors import EmulateExecutor, ExecutorUnavailable, SandboxExecutor, make_executor
 from .replayer import Placement, StepResult, replay
 
-__all__ = ["EmulateExecutor", "SandboxExecutor", "BrowserTenant", "ExecutorUnavailable", "make_executor",
+__all__ = ["EmulateExecutor", "SandboxExecutor", "DockerExecutor", "DockerEngine", "BrowserTenant",
+           "ExecutorUnavailable", "make_executor",
            "Placement", "StepResult", "replay"]

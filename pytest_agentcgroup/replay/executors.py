@@ -110,12 +110,7 @@ class SandboxExecutor:
     def _sync_cwd(self) -> None:
         # The wrapper writes the shell's final directory here; a killed step leaves the old one.
         if self.state:
-            f = Path(self.state, "cwd")
-            if f.exists():
-                cwd = f.read_text().strip()
-                if cwd.startswith("/"):
-                    self.cwd = cwd
-                f.unlink()
+            self.cwd = read_cwd(Path(self.state, "cwd")) or self.cwd
 
     def launch(self, step: Step) -> Launch | None:
         self._sync_cwd()
@@ -123,11 +118,7 @@ class SandboxExecutor:
             return None
         if step.args.get("cwd"):
             self.cwd = step.args["cwd"]
-        if step.tool == "bash":
-            body = 'cd "$1" 2>/dev/null; eval "$2"'
-        else:   # an interpreter step: the code runs in a fresh python3 (an IPython kernel's state is not kept)
-            body = 'cd "$1" 2>/dev/null; python3 -c "$2"'
-        script = body + f'; rc=$?; pwd > {self.STATE}/cwd; exit $rc'
+        script = step_script(step.tool, f"{self.STATE}/cwd")
         argv = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
                 "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
                 *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
@@ -148,9 +139,33 @@ class SandboxExecutor:
         return ["--ro-bind", str(path), f"/{name}"] if path.exists() else []
 
 
-def make_executor(name: str, *, time_scale: float, step_timeout_s: float):
+def step_script(tool: str, cwd_file: str) -> str:
+    """The `sh -c` script of one executing step, run as `sh -c SCRIPT sh CWD COMMAND`: start in the
+    directory the previous step ended in, run the command, write where it ended to `cwd_file`."""
+    if tool == "bash":
+        body = 'cd "$1" 2>/dev/null; eval "$2"'
+    else:   # an interpreter step: the code runs in a fresh python3 (an IPython kernel's state is not kept)
+        body = 'cd "$1" 2>/dev/null; python3 -c "$2"'
+    return body + f'; rc=$?; pwd > {cwd_file}; exit $rc'
+
+
+def read_cwd(cwd_file: Path) -> str | None:
+    """The directory a step's shell ended in (written by step_script), consumed; None if absent."""
+    try:
+        cwd = cwd_file.read_text().strip()
+        cwd_file.unlink()
+    except OSError:
+        return None
+    return cwd if cwd.startswith("/") else None
+
+
+def make_executor(name: str, *, time_scale: float, step_timeout_s: float, engine=None, cgroup_parent: str | None = None):
+    """emulate | sandbox | docker (the docker executor needs an `engine`: replay.docker_engine.DockerEngine)."""
     if name == "emulate":
         return EmulateExecutor(time_scale=time_scale, step_timeout_s=step_timeout_s)
     if name == "sandbox":
         return SandboxExecutor(step_timeout_s=step_timeout_s)
-    raise ValueError(f"unknown executor {name!r}; expected emulate or sandbox")
+    if name == "docker":
+        from .docker_executor import DockerExecutor
+        return DockerExecutor(engine, cgroup_parent=cgroup_parent, step_timeout_s=step_timeout_s)
+    raise ValueError(f"unknown executor {name!r}; expected emulate, sandbox or docker")

@@ -14,7 +14,7 @@ from .spawn import SpawnError, run
 
 
 class Placement(Protocol):
-    def begin_step(self, step: Step) -> list[str]: ...      # cgroup.procs files to join
+    def begin_step(self, step: Step) -> list[str]: ...      # cgroup.procs files to join (or a spawn.Parked)
     def kill_step(self) -> None: ...                        # end everything in the step's cgroup
     def end_step(self, step: Step) -> dict[str, float]: ... # counters after exit; removes the cgroup
 
@@ -42,6 +42,8 @@ class StepResult:
 def replay(trace: Trace, executor, placement: Placement, *,
            on_step: Callable[[StepResult], None] | None = None) -> list[StepResult]:
     results = []
+    # optional Placement hooks: tidy() between steps (off every step's critical path), close() at the end
+    tidy, close = getattr(placement, "tidy", None), getattr(placement, "close", None)
     executor.start(trace)
     try:
         for step in trace.steps:
@@ -49,8 +51,14 @@ def replay(trace: Trace, executor, placement: Placement, *,
             results.append(result)
             if on_step:
                 on_step(result)
+            if tidy and result.executed:
+                tidy()
     finally:
-        executor.stop()
+        try:
+            if close:
+                close()
+        finally:
+            executor.stop()
     return results
 
 

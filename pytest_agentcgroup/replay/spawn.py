@@ -4,11 +4,20 @@ The child writes "0" into each cgroup.procs file *before* it execs, so the progr
 allocates inside its cgroups from its first instruction: there is no window where it runs in the
 parent's cgroup (as there is when a process is moved after fork). Both layouts accept "0" as "the
 writing process".
+
+A `Parked` shell does the same ahead of time: started, joined to its cgroups and in its own session
+before the step is known, it waits for `run(argv, join=parked)` to send it the step, and then only
+has to exec. The fork from a large Python process (most of a spawn's cost here: the join must run
+between fork and exec, which rules out vfork) and the joins are then off the step's critical path
+(cgroups/pool.py prepares them between steps).
 """
 from __future__ import annotations
 
 import os
+import re
 import select
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -55,13 +64,72 @@ def start(argv: Sequence[str], *, join: Sequence[str] = (), cwd: str | None = No
         raise SpawnError(f"cannot start {argv[0]!r}: {exc}") from None
 
 
-def run(argv: Sequence[str], *, join: Sequence[str] = (), cwd: str | None = None,
+class Parked:
+    """A small shell started ahead of its step, already in the step's cgroups and its own session,
+    blocked reading its stdin until `run(argv, join=parked)` sends it the step as a shell script
+    (environment, directory, `exec argv`), so that on the critical path there is only a pipe write
+    and an exec from a tiny process. Its output and the step's stdin are /dev/null.
+    `discard()` ends it unused."""
+
+    # join (as the step would: before the step's program starts), then read and run the step
+    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; . /dev/stdin'
+
+    def __init__(self, join: Sequence[str] = ()):
+        # it starts with this process's environment: the common case (a step inheriting it) then
+        # costs no script lines; a step with its own environment unsets and exports the difference
+        self.env = {k: v for k, v in os.environ.items() if _SHELL_NAME.fullmatch(k)}
+        self.proc = subprocess.Popen(["/bin/sh", "-c", self.SCRIPT, "sh", *join], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env, cwd="/",
+                                     start_new_session=True, close_fds=True)
+        self.pid = self.proc.pid
+
+    def start(self, argv: Sequence[str], cwd: str | None, env: dict | None) -> None:
+        path = (os.environ if env is None else env).get("PATH", os.defpath)
+        prog = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+        if not prog or os.path.isabs(prog) and (not os.access(prog, os.X_OK) or os.path.isdir(prog)):
+            self.discard()
+            raise SpawnError(f"cannot start {argv[0]!r}: no such executable")
+        lines = []
+        if env is not None:
+            gone = [k for k in self.env if k not in env]
+            lines = [f"unset {' '.join(gone)}"] if gone else []
+            lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items()
+                      if self.env.get(k) != v and _SHELL_NAME.fullmatch(k)]
+        if cwd:
+            lines.append(f"cd -- {shlex.quote(cwd)} || exit 127")
+        lines.append(f"exec {shlex.join([prog, *argv[1:]])} </dev/null\n")
+        try:
+            os.write(self.proc.stdin.fileno(), "\n".join(lines).encode())
+        except OSError as exc:                # it died while parked (killed with its cgroup)
+            self.discard()
+            raise SpawnError(f"cannot start {argv[0]!r}: the parked shell is gone ({exc.strerror})") from None
+        self.proc.stdin.close()
+
+    def discard(self) -> None:
+        if not self.proc.stdin.closed:
+            self.proc.stdin.close()           # EOF: an empty script, it exits by itself
+        if self.proc.returncode is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | None = None,
         env: dict | None = None, timeout_s: float | None = None,
         kill: Callable[[], None] | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) -> ProcessResult:
     """Run argv to completion. On timeout call `kill` (e.g. the step cgroup's cgroup.kill, which
-    also reaches children that left the process group) or else SIGKILL the process group."""
+    also reaches children that left the process group) or else SIGKILL the process group.
+    `join` is the cgroup.procs files to join before exec, or a Parked child that already has."""
     t0 = time.perf_counter()
-    proc = start(argv, join=join, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    if isinstance(join, Parked):
+        if stdout is not subprocess.DEVNULL or stderr is not subprocess.DEVNULL:
+            raise ValueError("a Parked child's output goes to /dev/null")
+        join.start(argv, cwd, env)
+        proc = join.proc
+    else:
+        proc = start(argv, join=join, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
     timed_out = False
     try:
         pidfd = os.pidfd_open(proc.pid)

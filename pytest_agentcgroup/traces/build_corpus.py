@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .classify import KINDS, classify_command, dominant_kind
+from . import noisy
 from .convert import claude_code
 from .corpus import update_manifest
 from .ir import Trace, TraceError, write_trace
@@ -166,16 +167,21 @@ def build(src: Path, out: Path) -> dict:
     entries.sort(key=lambda e: e["trace_id"])
     smoke = select_smoke(entries)
     dev = select_dev(entries, smoke)
+    full = [e["trace_id"] for e in entries]
+    noisy_ids = []
+    for trace, rel in noisy.write(out):          # synthetic noisy neighbours: their own subset only
+        entries.append(describe(trace, rel))
+        noisy_ids.append(trace.trace_id)
+    subsets = {"smoke": smoke, "dev": dev, "full": full, "noisy": noisy_ids}
     # Other trace families (browser traces, ...) keep their manifest entries and subsets.
-    update_manifest(out, "claude-code/", entries,
-                    {"smoke": smoke, "dev": dev, "full": [e["trace_id"] for e in entries]})
-    manifest = {"subsets": {"smoke": smoke, "dev": dev, "full": [e["trace_id"] for e in entries]},
+    update_manifest(out, ("claude-code/", "synthetic/"), entries, subsets)
+    manifest = {"subsets": subsets,
                 "traces": entries}
     stats = {name: {"all": peak_distribution(traces[t] for t in ids),
                     "bash": peak_distribution((traces[t] for t in ids), bash_only=True),
                     "recorded_s": round(sum(next(e for e in entries if e["trace_id"] == t)["total_step_ms"]
                                             for t in ids) / 1000, 1)}
-             for name, ids in manifest["subsets"].items()}
+             for name, ids in manifest["subsets"].items() if name != "noisy"}
     top_steps = sorted(((t, s) for t in manifest["subsets"]["full"] for s in traces[t].steps
                         if s.profile.peak_mb is not None and s.profile.peak_mb.value > BIG_STEP_MB),
                        key=lambda ts: (-ts[1].profile.peak_mb.value, ts[0], ts[1].step_id))
@@ -213,7 +219,7 @@ def render_readme(manifest: dict, stats: dict, top_steps: list) -> str:
         big.append(f"| {t} | {st.step_id} | {st.native_tool} | {p.peak_mb.value:.1f} | {p.ramp_ms.value / 1000:.1f} | "
                    f"{st.duration_ms.value / 1000:.1f} | {p.cpu_ms.value / 1000 if p.cpu_ms else 0:.1f} | {subsets_of[t]} | "
                    f"`{(st.command or '').splitlines()[0][:60] if st.command else ''}` |")
-    return README_TEMPLATE.format(n=len(manifest["traces"]), origin_commit=claude_code.ORIGIN.split("@")[1],
+    return README_TEMPLATE.format(n=len(manifest["subsets"]["full"]), origin_commit=claude_code.ORIGIN.split("@")[1],
                                   dist="\n".join(dist), big="\n".join(big), big_mb=BIG_STEP_MB, smoke=table(manifest["subsets"]["smoke"]),
                                   dev=table(manifest["subsets"]["dev"]))
 
@@ -231,7 +237,15 @@ locally served `qwen3` under `local/`), one IR file per run (schema `agentcgroup
 `pytest_agentcgroup/traces/ir.py`): `claude-code/<model>/<task>.json`, trace id
 `claude-code/<model>/<task>`. `manifest.json` lists every trace with descriptive keys (steps,
 bash_steps, length, category, kinds, bursty, peak_mb, steps_over_mb, total_step_ms, cpu_ms) and the
-subsets `smoke`, `dev` and `full`.
+subsets `smoke`, `dev` and `full` (these three: Claude Code traces only) and `noisy`.
+
+`synthetic/noisy-*.json` are noisy neighbours (subset `noisy`; made by
+`pytest_agentcgroup/traces/noisy.py`, MIT, every number `synthetic`): `noisy-cpu` (stress-ng CPU
+hog on 2 CPUs, 6 s), `noisy-alloc` (stress-ng keeping 768 MiB mapped and rewritten, 6 s),
+`noisy-forkbomb` (a shell fork bomb, ended by its 5 s timeout) and `noisy-mix` (cpu, alloc, fork
+bomb, cpu, alloc). The commands really run under the `sandbox` or `docker` executor; under
+`emulate` the CPU and allocation steps replay their profile. Replay the fork bomb only under an arm
+with `pids_max`.
 
 ## Origin and licence
 

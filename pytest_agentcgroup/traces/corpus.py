@@ -78,9 +78,9 @@ class Corpus:
         raise TraceError(f"trace {trace_id!r} listed in the manifest is not in this file", file=str(path))
 
 
-def update_manifest(root: str | Path, family: str, entries: list[dict], subsets: dict[str, list[str]]) -> dict:
+def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: list[dict], subsets: dict[str, list[str]]) -> dict:
     """Write `root/manifest.json` with `entries` replacing every entry whose trace id starts with
-    `family` (e.g. "claude-code/"), and `subsets` replacing those subsets; entries and subsets of
+    `family` (a prefix or a tuple of prefixes, e.g. "claude-code/"), and `subsets` replacing those subsets; entries and subsets of
     other trace families are kept, so each family's builder can regenerate its own part alone."""
     path = Path(root) / MANIFEST
     old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -1,0 +1,76 @@
+"""Step cgroups inside a container's cgroup.
+
+What Docker's cgroupfs driver does (runc; checked on the hybrid v1+v2 host this project runs on):
+the container's cgroup is `<cgroup-parent>/<container id>` in *every* mounted hierarchy (all v1
+controllers, name=systemd and the unified tree). An absolute cgroup-parent is taken from each
+hierarchy's root; a relative one from runc's own cgroup in that hierarchy, which is dockerd's when
+dockerd was started from this session. So the plugin hands the executor the workload cgroup's path
+*relative to this session's cgroup* — the same in every hierarchy by construction of the run tree,
+even where the session sits at different depths (here: memory at /process_api/<id>, the rest at /)
+— and the container lands directly under the test's workload cgroup in every hierarchy.
+
+`container_cgroup()` then reads where the container's init really is and returns a Cgroup over the
+container's directories, under which the steps' cgroups are made (ArmPlacement `nest_in`). If the
+engine put the container anywhere else (a dockerd started outside this session), it raises naming
+both paths rather than measuring the wrong cgroup. runc also made our run-root and workload names
+in the hierarchies we do not use (blkio, freezer, name=systemd, ...): they are adopted into the run
+root's and the workload's path sets so that their normal removal removes them too.
+
+On pure cgroup v2 the container's cgroup holds its init, and a cgroup with processes cannot give
+controllers to children (no internal processes), so the init is first moved into a leaf `init`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .host import CgroupUnavailable, hierarchies
+from .node import Cgroup
+from .tree import RunTree
+
+
+def cgroup_parent(tree: RunTree, workload: Cgroup) -> str:
+    """The workload's path relative to this process's own cgroup: a relative `--cgroup-parent`."""
+    return str(workload.unified.relative_to(tree.host.unified))
+
+
+def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
+    """A Cgroup over the container's directories in the hierarchies `workload` uses."""
+    where = hierarchies(init_pid)
+    paths = {}
+    for key, own in workload.paths.items():
+        found = where.get(key) or next((p for k, p in where.items() if key in k.split(",")), None)
+        if found is None or found.parent != own:
+            raise CgroupUnavailable(
+                f"the container's {key} cgroup is {found}, not a child of this test's cgroup {own}: "
+                "the Docker engine must run in this session's cgroups (let the plugin start dockerd; "
+                "stop a system dockerd first)")
+        paths[key] = found
+    for key, path in where.items():          # runc's directories in hierarchies we do not use
+        if key not in workload.paths and not any(k in workload.paths for k in key.split(",")):
+            if path.parent.name == workload.unified.name and path.parent.parent.name == tree.root.unified.name:
+                workload.paths.setdefault(f"docker:{key}", path.parent)
+                tree.root.paths.setdefault(f"docker:{key}", path.parent.parent)
+    cg = Cgroup(workload.host, paths)
+    if workload.host.mode == "v2":
+        leaf = cg.unified / "init"
+        leaf.mkdir(exist_ok=True)
+        for pid in cg.pids():
+            (leaf / "cgroup.procs").write_text(str(pid))
+        cg._enable_subtree(tuple(c for c in ("memory", "pids") if c in workload.host.controllers))
+    return cg
+
+
+def steps_in_container(tree: RunTree, workload: Cgroup, executor):
+    """`nest_in` for ArmPlacement: the cgroup of the executor's current container (its `init_pid`),
+    looked up once per container."""
+    found: dict[int, Cgroup] = {}
+
+    def nest_in() -> Cgroup:
+        pid = executor.init_pid
+        if pid is None:
+            raise RuntimeError("the executor has no running container")
+        if pid not in found:
+            found.clear()
+            found[pid] = container_cgroup(tree, workload, pid)
+        return found[pid]
+    return nest_in

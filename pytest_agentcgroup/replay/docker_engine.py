@@ -1,0 +1,243 @@
+"""A Docker engine to run containers in: the one already running, or a `dockerd` we start and stop.
+
+`DockerEngine.acquire()` connects to the engine at DOCKER_HOST (default /var/run/docker.sock). When
+none answers it starts Debian's `dockerd` in the background (own session, own log file, no bridge,
+no iptables rules: our containers have no network) and waits for its socket. Sessions that use an
+engine register themselves in /run/agentcgroup-dockerd/users/; the last one to leave stops the
+dockerd that one of them started, so concurrent sessions (xdist workers, two pytest runs) share it
+and nothing we started outlives us. A dockerd started by someone else is never stopped.
+
+Every container we make carries the label `agentcgroup.session=<pid>-<start ticks>`; `release()`
+removes our own, and `acquire()` removes those of sessions that no longer exist (a run killed with
+SIGKILL).
+
+`ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
+bookworm minbase root file system with python3, made by `debootstrap` and `docker import`ed, so no
+image registry is needed. It is built once and then reused (~1 min to build).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .executors import ExecutorUnavailable
+
+LOCAL_IMAGE = "agentcgroup/bookworm-python:1"
+SESSION_LABEL = "agentcgroup.session"
+STATE_DIR = Path("/run/agentcgroup-dockerd")
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+
+
+def session_tag(pid: int | None = None) -> str | None:
+    """`<pid>-<start ticks>`: names a process unambiguously (pid reuse guard); None if it is gone."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{pid}-{stat.rsplit(')', 1)[1].split()[19]}"
+
+
+def _alive(tag: str) -> bool:
+    pid, _, _ = tag.partition("-")
+    return pid.isdigit() and session_tag(int(pid)) == tag
+
+
+class DockerEngine:
+    """A connected Docker SDK client plus what we must undo when done."""
+
+    def __init__(self, client, *, started_pid: int | None = None, log: str | None = None):
+        self.client = client
+        self.started_pid = started_pid      # the dockerd we started (None: it was already running)
+        self.log = log
+        self.tag = session_tag()
+
+    # -- acquire / release -----------------------------------------------------------------------
+    @classmethod
+    def acquire(cls, *, start: bool = True, timeout_s: float = 60.0, state_dir: Path = STATE_DIR) -> "DockerEngine":
+        """Connect to a running engine, or start dockerd. Raises ExecutorUnavailable naming what is
+        missing (the SDK, dockerd, the permission to start it, or the engine not coming up)."""
+        try:
+            import docker
+        except ImportError:
+            raise ExecutorUnavailable("the docker executor needs the Docker SDK for Python "
+                                      "(pip install 'pytest-agentcgroup[docker]')") from None
+        with _Lock(state_dir):
+            client = _connect(docker)
+            started = log = None
+            if client is None:
+                if not start:
+                    raise ExecutorUnavailable("no Docker engine is reachable (DOCKER_HOST or /var/run/docker.sock)")
+                started, log = _start_dockerd(docker, state_dir, timeout_s)
+                client = _connect(docker)
+            engine = cls(client, started_pid=started, log=log)
+            (state_dir / "users").mkdir(parents=True, exist_ok=True)
+            (state_dir / "users" / engine.tag).touch()
+        engine.remove_containers(stale_only=True)
+        return engine
+
+    def release(self, *, state_dir: Path = STATE_DIR) -> None:
+        """Remove our containers; stop the dockerd we (or an earlier session) started when no live
+        session uses it any more."""
+        try:
+            self.remove_containers()
+        finally:
+            self.client.close()
+            with _Lock(state_dir):
+                users = state_dir / "users"
+                (users / self.tag).unlink(missing_ok=True)
+                left = []
+                for user in users.iterdir() if users.is_dir() else ():
+                    if _alive(user.name):
+                        left.append(user.name)
+                    else:
+                        user.unlink(missing_ok=True)     # a session killed before it could leave
+                pidfile = state_dir / "dockerd.pid"
+                if not left and pidfile.exists():
+                    _stop_dockerd(pidfile)
+
+    def remove_containers(self, *, stale_only: bool = False) -> list[str]:
+        """Remove (force) our session's containers, or with stale_only those of dead sessions."""
+        removed = []
+        for c in self.client.containers.list(all=True, filters={"label": SESSION_LABEL}):
+            owner = c.labels.get(SESSION_LABEL, "")
+            if (owner != self.tag and _alive(owner)) or (stale_only and owner == self.tag):
+                continue
+            try:
+                c.remove(force=True)
+                removed.append(c.id)
+            except Exception:        # already gone (docker.errors.NotFound, APIError 409 removal in progress)
+                pass
+        return removed
+
+    # -- images ----------------------------------------------------------------------------------
+    def has_image(self, name: str) -> bool:
+        import docker
+        try:
+            self.client.images.get(name)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str = DEBIAN_MIRROR) -> str:
+        """The local bookworm+python3 image, built with debootstrap + docker import when missing."""
+        if self.has_image(name):
+            return name
+        debootstrap = shutil.which("debootstrap")
+        if not debootstrap:
+            raise ExecutorUnavailable(f"image {name} is missing and building it needs debootstrap "
+                                      "(Debian package debootstrap; `make setup` installs it)")
+        with tempfile.TemporaryDirectory(prefix="agentcgroup-rootfs-") as tmp:
+            rootfs, log = Path(tmp) / "rootfs", Path(tmp) / "debootstrap.log"
+            with open(log, "w") as fh:
+                rc = subprocess.run([debootstrap, "--variant=minbase", "--include=python3", "bookworm",
+                                     str(rootfs), mirror], stdout=fh, stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
+                raise ExecutorUnavailable(f"debootstrap of bookworm from {mirror} failed (exit {rc}):\n{tail}")
+            tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+            try:
+                self.client.images.import_image(src=tar.stdout, repository=name.split(":")[0],
+                                                tag=name.split(":")[1] if ":" in name else "latest",
+                                                changes=['CMD ["/bin/sh"]'])
+            finally:
+                tar.stdout.close()
+                tar.wait()
+        if not self.has_image(name):
+            raise ExecutorUnavailable(f"docker import of the bookworm root file system did not produce {name}")
+        return name
+
+
+def swerebench_image(instance_id: str) -> str:
+    """SWE-rebench's image name for an instance id `<org>__<repo>-<n>`."""
+    org, _, rest = instance_id.partition("__")
+    return f"swerebench/sweb.eval.x86_64.{org}_1776_{rest}".lower()
+
+
+# ---------------------------------------------------------------------------------------------
+
+class _Lock:
+    """An exclusive flock on STATE_DIR/lock: one session at a time starts, joins or stops dockerd."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = state_dir
+
+    def __enter__(self):
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except PermissionError:
+            raise ExecutorUnavailable(f"cannot write {self.state_dir} (starting or sharing dockerd needs root)") from None
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def _connect(docker):
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client
+    except Exception:
+        return None
+
+
+def _start_dockerd(docker, state_dir: Path, timeout_s: float) -> tuple[int, str]:
+    dockerd = shutil.which("dockerd")
+    if not dockerd:
+        raise ExecutorUnavailable("no Docker engine is reachable and dockerd is not installed "
+                                  "(Debian package docker.io; `make setup` installs it)")
+    if os.geteuid() != 0:
+        raise ExecutorUnavailable("no Docker engine is reachable, and starting dockerd needs root")
+    log = str(state_dir / "dockerd.log")
+    with open(log, "ab") as fh:
+        # Own session: a Ctrl-C at the terminal must not take dockerd down before we have removed
+        # our containers. dockerd runs in our cgroups, so a relative --cgroup-parent given to a
+        # container is relative to this session's cgroups (see cgroups/container.py).
+        proc = subprocess.Popen([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false"],
+                                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    (state_dir / "dockerd.pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            (state_dir / "dockerd.pid").unlink(missing_ok=True)
+            tail = "\n".join(Path(log).read_text(errors="replace").splitlines()[-5:])
+            raise ExecutorUnavailable(f"dockerd exited with {proc.returncode} while starting (log {log}):\n{tail}")
+        if _connect(docker) is not None:
+            return proc.pid, log
+        time.sleep(0.2)
+    _stop_dockerd(state_dir / "dockerd.pid")
+    raise ExecutorUnavailable(f"dockerd did not answer within {timeout_s:.0f} s (log {log})")
+
+
+def _stop_dockerd(pidfile: Path, timeout_s: float = 20.0) -> None:
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pidfile.unlink(missing_ok=True)
+        return
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = ""
+    if os.path.basename(exe).startswith("dockerd"):
+        os.kill(pid, signal.SIGTERM)        # dockerd stops its containerd and shims on SIGTERM
+        deadline = time.monotonic() + timeout_s
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            try:                            # reap it if it is our child
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)

@@ -1,0 +1,130 @@
+"""The `docker` executor: a trace's steps run inside one container per trace, each step in its own
+cgroup nested under the container's.
+
+The container (Docker SDK, a real dockerd) runs only a long-lived init, `sleep infinity`. Each step
+is `nsenter -t <init> -m -u -i -n -p -w -- setpriv ... sh -c CMD`, started by our spawn, which joins
+the step's cgroups *before* it execs: the step runs in the container's namespaces (its root file
+system, no network, its PID namespace) but in a cgroup of its own, so every tool call is limited
+and counted on its own, as under the other executors. `docker exec` cannot do that: runc puts the
+exec'd process in the container's cgroup, and it costs ~70 ms per call.
+
+Where the container's cgroup is: the executor is given `cgroup_parent` (the test's workload cgroup,
+relative to this session's own cgroups, see cgroups/container.py) and reports `init_pid`; the
+cgroup layer reads where the init landed and nests the steps' cgroups there. Replay stays below
+cgroups: this module knows paths only as strings.
+
+Steps are hostile (commands from public datasets): no network (`network_mode="none"`), no
+capabilities for the init, each step with a reduced capability bounding set (Docker's default set
+minus mknod, net_raw, audit_write, setfcap) and no_new_privs; the root file system is read-only for
+the local image (the workspace, /tmp and /run are tmpfs), writable for SWE-rebench images (their
+repository lives in it). The container is removed when the trace ends, and the engine removes every
+container of the session at its end (also after a failure or Ctrl-C).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..traces.ir import Step, Trace
+from .docker_engine import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
+from .executors import DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, read_cwd, step_script
+
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
+    "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+    "net_bind_service", "sys_chroot"))
+STATE = "/run/agentcgroup"          # tmpfs in the container: where a step's shell leaves its cwd
+
+
+def instance_id(trace: Trace) -> str | None:
+    """The SWE-style instance id a trace ran on (`<org>__<repo>-<n>`), if it says."""
+    for key in ("instance_id", "task"):
+        if isinstance(trace.source.get(key), str):
+            return trace.source[key]
+    last = trace.trace_id.rsplit("/", 1)[-1]
+    return last if "__" in last else None
+
+
+class DockerExecutor:
+    """Replays a trace's executing steps in a container of `image` (default: the trace's SWE-rebench
+    image when present locally, else the local bookworm image, built once when missing).
+
+        engine = DockerEngine.acquire()              # or the `agentcgroup_docker` session fixture
+        ex = DockerExecutor(engine, cgroup_parent="agentcgroup-123-456/tenant-b")
+        ex.start(trace); ex.init_pid; ex.launch(step) -> Launch | None; ex.stop()
+    """
+    name = "docker"
+
+    def __init__(self, engine: DockerEngine | None, *, cgroup_parent: str | None, image: str | None = None,
+                 step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None):
+        if engine is None:
+            raise ExecutorUnavailable("the docker executor needs a Docker engine (DockerEngine.acquire())")
+        if not cgroup_parent:
+            # Docker's default (/docker) would put the container beside this session's cgroup
+            raise ValueError("DockerExecutor needs cgroup_parent: cgroups.container.cgroup_parent(tree, workload)")
+        self.nsenter = shutil.which("nsenter")
+        if not self.nsenter:
+            raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
+        self.engine, self.image, self.cgroup_parent = engine, image, cgroup_parent
+        self.step_timeout_s, self.pids_limit = step_timeout_s, pids_limit
+        self.container = None
+        self.init_pid: int | None = None
+        self.home = self.cwd = "/workspace"
+
+    def image_for(self, trace: Trace) -> str:
+        iid = instance_id(trace)
+        if iid and self.engine.has_image(swerebench_image(iid)):
+            return swerebench_image(iid)
+        return self.engine.ensure_image(LOCAL_IMAGE)
+
+    def start(self, trace: Trace) -> None:
+        image = self.image or self.image_for(trace)
+        first = next((s.args.get("cwd") for s in trace.steps if s.args.get("cwd")), None)
+        self.home = first if first and first.startswith("/") and first != "/" else "/workspace"
+        self.cwd = self.home
+        local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
+        tmpfs = {"/tmp": "", STATE: ""} | ({self.home: "", "/root": ""} if local else {})
+        self.container = self.engine.client.containers.run(
+            image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=local,
+            tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            labels={SESSION_LABEL: self.engine.tag, "agentcgroup.trace": trace.trace_id[:200]},
+            cgroup_parent=self.cgroup_parent, pids_limit=self.pids_limit, init=False, stop_signal="SIGKILL")
+        try:
+            self.container.reload()
+            self.init_pid = int(self.container.attrs["State"]["Pid"])
+            root = Path(f"/proc/{self.init_pid}/root")
+            if not any((root / p).exists() for p in ("usr/bin/setpriv", "bin/setpriv")):
+                raise ExecutorUnavailable(f"image {image} has no setpriv (util-linux), which the docker "
+                                          "executor uses to drop a step's capabilities")
+            (root / STATE.lstrip("/")).mkdir(exist_ok=True)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        container, self.container, self.init_pid = self.container, None, None
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:          # already gone; the engine's session cleanup is the backstop
+                pass
+
+    def _sync_cwd(self) -> None:
+        if self.init_pid:
+            self.cwd = read_cwd(Path(f"/proc/{self.init_pid}/root{STATE}/cwd")) or self.cwd
+
+    def launch(self, step: Step) -> Launch | None:
+        self._sync_cwd()
+        if step.tool not in EXECUTING_TOOLS:
+            return None
+        if self.init_pid is None:
+            raise RuntimeError("DockerExecutor.launch() before start()")
+        if step.args.get("cwd"):
+            self.cwd = step.args["cwd"]
+        argv = [self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
+                "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
+                "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]
+        timeout = self.step_timeout_s
+        if step.args.get("timeout_ms"):
+            timeout = min(timeout, step.args["timeout_ms"] / 1000.0)
+        return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": CONTAINER_PATH, "HOME": self.home})

@@ -1,0 +1,113 @@
+"""The docker executor against a real dockerd and the locally built image: each step runs in the
+container's namespaces but in its own cgroup nested under the container's, which measures and
+limits it; nothing (container, cgroup) is left behind. Skips naming the reason without an engine."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
+from pytest_agentcgroup.cgroups.node import MB
+from pytest_agentcgroup.replay import DockerEngine, DockerExecutor, ExecutorUnavailable, replay
+from pytest_agentcgroup.replay.docker_engine import swerebench_image
+from pytest_agentcgroup.traces.ir import Step, Trace
+
+from conftest import EXP_MODULE
+
+
+def bash(i: int, cmd: str, **args) -> Step:
+    return Step(i, "bash", {"command": cmd, **args})
+
+
+def replay_in_docker(engine, tree, name, steps, arm=Arm("unlimited"), on_step=None):
+    work = tree.workload(name)
+    ex = DockerExecutor(engine, cgroup_parent=cgroup_parent(tree, work), step_timeout_s=30)
+    placement = ArmPlacement(arm, work, tree.controllers, nest_in=steps_in_container(tree, work, ex))
+    seen = []
+
+    def look(result):                    # while the container still runs
+        seen.append((result, Path(f"/proc/{ex.init_pid}/cgroup").read_text(),
+                     {key: p for key, p in placement.nest_in().paths.items()}))
+        if on_step:
+            on_step(ex, result)
+    results = replay(Trace(f"test/{name}", {"format": "test"}, tuple(steps)), ex, placement, on_step=look)
+    return work, ex, results, seen
+
+
+def test_steps_run_in_the_container_in_their_own_nested_cgroups(agentcgroup_docker, tree):
+    files = {}
+
+    def grab(ex, result):               # read the step's output files from the container's root
+        root = Path(f"/proc/{ex.init_pid}/root/workspace")
+        files[result.step_id] = {f.name: f.read_text() for f in root.iterdir() if f.is_file()}
+    steps = [bash(0, "cat /proc/self/cgroup > cg; cat /proc/net/dev > net; hostname > host; "
+                     "cat /etc/debian_version > ver; cd /tmp"),
+             bash(1, "pwd > /workspace/pwd; python3 -c 'b = bytearray(96 * 2**20); b[::4096] = b\"x\" * len(b[::4096])'"),
+             bash(2, "true"),
+             Step(3, "noop")]
+    work, ex, results, seen = replay_in_docker(agentcgroup_docker, tree, "nest", steps, on_step=grab)
+    assert [r.exit_code for r in results[:3]] == [0, 0, 0] and not results[3].executed
+    # inside the container: its root file system (bookworm), its hostname, no network but loopback
+    out = files[0]
+    assert out["ver"].startswith("12"), out
+    assert out["host"].strip() != os.uname().nodename
+    assert [ln.split(":")[0].strip() for ln in out["net"].splitlines()[2:]] == ["lo"], out["net"]
+    assert files[1]["pwd"].strip() == "/tmp"           # the shell's cwd carried across steps
+    # ... but in a cgroup of its own, a child of the container's, itself a child of the workload
+    step_cg = {ln.split(":", 2)[1] or "unified": ln.split(":", 2)[2] for ln in out["cg"].splitlines()}
+    init_cg = {ln.split(":", 2)[1] or "unified": ln.split(":", 2)[2] for ln in seen[0][1].splitlines()}
+    for key in tree.controllers + ("unified",):
+        k = next(c for c in step_cg if key in c.split(","))
+        assert step_cg[k] == init_cg[k] + "/s0", (key, step_cg[k], init_cg[k])
+        assert Path(seen[0][2][key]).parent == work.paths[key]
+    # each step measured on its own: the 96 MiB step, not the others
+    assert results[1].counters["peak_bytes"] >= 96 * MB, results[1].counters
+    assert results[2].counters["peak_bytes"] < 16 * MB, results[2].counters
+    assert results[1].counters["cpu_usec"] > 0
+    # the container is gone after the trace; the workload removes the rest
+    assert ex.container is None
+    assert not agentcgroup_docker.client.containers.list(all=True, filters={"label": "agentcgroup.trace=test/nest"})
+    work.remove()
+    assert not any(p.exists() for p in work.paths.values())
+
+
+def test_a_step_over_its_limit_is_oom_killed_inside_the_container(agentcgroup_docker, tree):
+    steps = [bash(0, "python3 -c 'b = bytearray(200 * 2**20); b[::4096] = b\"x\" * len(b[::4096])'"), bash(1, "echo ok")]
+    work, ex, results, _ = replay_in_docker(agentcgroup_docker, tree, "oom", steps,
+                                            Arm("static-toolcall", memory_max_mb=64))
+    assert results[0].counters["oom_kills"] >= 1 and results[0].exit_code != 0, results[0]
+    assert results[1].exit_code == 0 and results[1].counters["oom_kills"] == 0
+    work.remove()
+
+
+def test_hostile_step_cannot_escape(agentcgroup_docker, tree):
+    steps = [bash(0, "mknod /tmp/sda b 8 0"),                 # no mknod capability
+             bash(1, "echo x > /etc/owned"),                  # read-only root file system
+             bash(2, "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=2)'"),
+             bash(3, "sleep 60", timeout_ms=500)]              # the step's timeout kills it
+    work, ex, results, _ = replay_in_docker(agentcgroup_docker, tree, "hostile", steps)
+    assert all(r.exit_code != 0 or r.signal for r in results[:3]), results
+    assert results[3].timed_out and results[3].latency_ms < 5000
+    work.remove()
+
+
+def test_no_engine_is_a_clear_skip_reason(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(ExecutorUnavailable, match="no Docker engine is reachable"):
+        DockerEngine.acquire(start=False)
+
+
+def test_swerebench_image_name():
+    assert swerebench_image("pydicom__pydicom-2065") == "swerebench/sweb.eval.x86_64.pydicom_1776_pydicom-2065"
+
+
+def test_plugin_runs_an_experiment_with_the_docker_executor(pytester, study, agentcgroup_docker):
+    pytester.makepyfile(test_exp=EXP_MODULE)
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--agentcgroup-config={study}",
+                                        "--agentcgroup-executor=docker", "--agentcgroup-arms=unlimited", "-q", "-rs")
+    res.assert_outcomes(passed=1)
+    assert not agentcgroup_docker.client.containers.list(
+        all=True, filters={"label": "agentcgroup.trace=synthetic/oom-once"})

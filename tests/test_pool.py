@@ -1,0 +1,55 @@
+"""The step pool: cgroups and parked shells made between steps behave like a fresh spawn (joined
+before exec, environment, directory, missing program, timeout) and leave nothing behind."""
+from __future__ import annotations
+
+import pytest
+
+from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.cgroups.node import MB
+from pytest_agentcgroup.replay import EmulateExecutor, replay
+from pytest_agentcgroup.replay.spawn import Parked, SpawnError, run
+from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
+
+
+def test_parked_shell_is_in_its_cgroups_before_exec_with_env_and_cwd(tree, tmp_path):
+    cg = tree.workload("parked").child("p0", tree.controllers)
+    out = tmp_path / "out"
+    parked = Parked(cg.join_files())
+    res = run(["/bin/sh", "-c", f'cat /proc/self/cgroup > {out}; echo "$FOO|$HOME|$(pwd)" >> {out}'],
+              join=parked, cwd=str(tmp_path), env={"FOO": "a b'c", "PATH": "/usr/bin:/bin"}, timeout_s=10)
+    assert res.exit_code == 0
+    *cgroups, last = out.read_text().splitlines()
+    where = {line.split(":", 2)[1] or "unified": line.split(":", 2)[2] for line in cgroups}
+    assert where["unified"].endswith("/parked/p0") and (tree.host.mode != "hybrid" or where["memory"].endswith("/parked/p0"))
+    assert last == f"a b'c||{tmp_path}"             # given env only (HOME unset), given cwd
+    cg.remove()
+
+
+def test_parked_missing_program_is_a_spawn_error_and_leaves_no_process():
+    parked = Parked()
+    with pytest.raises(SpawnError, match="no-such-program"):
+        run(["/nonexistent/no-such-program"], join=parked, timeout_s=5)
+    assert parked.proc.returncode is not None
+
+
+def test_parked_timeout_kills_the_step(tree):
+    cg = tree.workload("ptimeout").child("p0", tree.controllers)
+    res = run(["sleep", "30"], join=Parked(cg.join_files()), timeout_s=0.3, kill=cg.kill)
+    assert res.timed_out and res.signal == 9 and res.wall_ms < 5000
+    cg.remove()
+
+
+def test_pooled_placement_measures_each_step_and_leaves_nothing(tree):
+    work = tree.workload("pooled")
+
+    def emu(i, peak):
+        return Step(i, "bash", {"command": "x"}, duration_ms=Measure(100, "synthetic"),
+                    profile=Profile(peak_mb=Measure(peak, "synthetic"), ramp_ms=Measure(50, "synthetic")))
+    trace = Trace("test/pooled", {"format": "test"}, (emu(0, 30), emu(1, 200), Step(2, "noop"), emu(3, 30)))
+    placement = ArmPlacement(Arm("static-toolcall", memory_max_mb=128), work, tree.controllers, pool=True)
+    results = replay(trace, EmulateExecutor(time_scale=1.0), placement)
+    assert [r.counters["oom_kills"] for r in results] == [0, 1, 0, 0]      # the arm's limit, per step
+    assert 15 * MB <= results[0].counters["peak_bytes"] <= 64 * MB
+    assert results[3].exit_code == 0                                        # a fresh cgroup after the kill
+    assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]   # close() removed all
+    work.remove()
