@@ -2,6 +2,7 @@
 kill, soft-limit raise for high-priority steps, and the bpf_soft control arm (no eBPF)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ def run_tree(request):
         pytest.skip(why)
     yield request.getfixturevalue("tree")
     from pytest_agentcgroup.bpf.loader import our_programs
-    assert our_programs() == []
+    assert our_programs(held_by={os.getpid()}) == []
 
 
 def start(cg, rounds):
@@ -109,4 +110,4 @@ def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
         drive(ctl, [p])
         assert p.returncode == 0 and ctl.actions == []
         from pytest_agentcgroup.bpf.loader import our_programs
-        assert our_programs() == []
+        assert our_programs(held_by={os.getpid()}) == []

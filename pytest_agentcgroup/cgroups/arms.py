@@ -10,12 +10,25 @@
 
 Steps always run in their own child cgroup, whatever the scope, so every arm measures each step the
 same way; the scope only decides which cgroup carries the limits.
+
+A policy arm adds a controller that acts on each step while it runs:
+
+    [arms.agentcgroup]
+    policy = "agentcgroup"       # the dynamic arm (bpf/controller.py); scope is always "step"
+    memory_high_mb = 512         # the soft limit the policy acts at
+    memory_max_mb = 2048         # the hard ceiling
+    [arms.agentcgroup.rules]     # the policy's own rules (hold times, priorities, ...): its Rules
+
+The cgroups layer does not know the policy: ArmPlacement is handed a StepPolicy object (built by
+bpf/controller.py `policy_for(arm)`) and tells it each step's cgroup and kind.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
 
+from ..traces.classify import step_kind
 from .node import MB, Cgroup, Counters
 
 SCOPES = ("step", "trace")
@@ -34,18 +47,29 @@ class Arm:
     memory_max_mb: float | None = None
     memory_high_mb: float | None = None
     pids_max: int | None = None
+    policy: str | None = None                                          # e.g. "agentcgroup"
+    rules: dict = field(default_factory=dict, hash=False)              # the policy's rules, as written
 
     @classmethod
     def from_dict(cls, name: str, raw: dict, *, where: str = "arms") -> "Arm":
         if not isinstance(raw, dict):
             raise ArmError(f"{where}.{name}: expected a table, got {type(raw).__name__}")
-        unknown = set(raw) - {"description", "scope", *LIMIT_KEYS}
+        unknown = set(raw) - {"description", "scope", "policy", "rules", *LIMIT_KEYS}
         if unknown:
             raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; "
-                           f"expected description, scope, {', '.join(LIMIT_KEYS)}")
+                           f"expected description, scope, policy, rules, {', '.join(LIMIT_KEYS)}")
         scope = raw.get("scope", "step")
         if scope not in SCOPES:
             raise ArmError(f"{where}.{name}.scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+        policy, rules = raw.get("policy"), raw.get("rules", {})
+        if policy is not None and (not isinstance(policy, str) or not policy):
+            raise ArmError(f"{where}.{name}.policy: expected a policy name, got {policy!r}")
+        if not isinstance(rules, dict):
+            raise ArmError(f"{where}.{name}.rules: expected a table, got {type(rules).__name__}")
+        if rules and policy is None:
+            raise ArmError(f"{where}.{name}.rules: rules without a policy (set policy = \"agentcgroup\")")
+        if policy is not None and scope != "step":
+            raise ArmError(f"{where}.{name}.scope: a policy acts on each step's cgroup; scope must be \"step\"")
         for key in LIMIT_KEYS:
             val = raw.get(key)
             if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0):
@@ -54,7 +78,8 @@ class Arm:
         if hi is not None and mx is not None and hi > mx:
             raise ArmError(f"{where}.{name}: memory_high_mb ({hi}) above memory_max_mb ({mx}) can never be reached")
         return cls(name=name, description=str(raw.get("description", "")), scope=scope,
-                   memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"))
+                   memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"),
+                   policy=policy, rules=dict(rules))
 
     @property
     def limits(self) -> dict:
@@ -69,13 +94,28 @@ class Arm:
             cg.set_pids_max(int(self.pids_max))
 
 
+class StepPolicy(Protocol):
+    """What a policy arm's controller offers ArmPlacement (bpf/controller.py: Controller)."""
+    def add_step(self, cg: Cgroup, kind: str | None = None) -> None: ...   # limits + start acting on it
+    def remove_step(self, cg: Cgroup) -> dict: ...     # stop; what it did to the step (counts, priority)
+
+
 class ArmPlacement:
     """Places each step of a trace in `workload/s<step_id>` with the arm's limits (the replayer's
     Placement). Per-step counters = the step cgroup's own + what the workload cgroup itself counted
-    during the step (where a trace-scope limit is hit), both local, so nothing is counted twice."""
+    during the step (where a trace-scope limit is hit), both local, so nothing is counted twice.
 
-    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...]):
+    A policy arm needs its `policy` (the arm's running controller), which then sets each step's
+    limits and acts on it; `kind_of(step)` names what the policy's priorities are keyed by (default:
+    the step's kind, traces/classify.py `step_kind`)."""
+
+    def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *,
+                 policy: StepPolicy | None = None, kind_of: Callable | None = None):
+        if arm.policy is not None and policy is None:
+            raise ArmError(f"arm {arm.name}: policy {arm.policy!r} needs its controller "
+                           "(ArmPlacement(..., policy=bpf.controller.policy_for(arm)))")
         self.arm, self.workload, self.controllers = arm, workload, controllers
+        self.policy, self.kind_of = policy, kind_of or step_kind
         if arm.scope == "trace":
             arm.apply(workload)
         self.step_cg: Cgroup | None = None
@@ -83,8 +123,15 @@ class ArmPlacement:
 
     def begin_step(self, step) -> list[str]:
         self.step_cg = self.workload.child(f"s{step.step_id}", self.controllers)
-        if self.arm.scope == "step":
-            self.arm.apply(self.step_cg)
+        try:
+            if self.policy is not None:
+                self.policy.add_step(self.step_cg, self.kind_of(step))
+            elif self.arm.scope == "step":
+                self.arm.apply(self.step_cg)
+        except BaseException:
+            self.step_cg.remove()
+            self.step_cg = None
+            raise
         self._before = self.workload.counters()
         return self.step_cg.join_files()
 
@@ -100,9 +147,12 @@ class ArmPlacement:
                 time.sleep(0.002)
             own = cg.counters()
             env = self.workload.counters().minus(self._before)
+            acted = self.policy.remove_step(cg) if self.policy is not None else {}
             return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
                     "high_events": own.high_events + env.high_events,
                     "max_events": own.max_events + env.max_events,
-                    "oom_kills": own.oom_kills + env.oom_kills}
+                    "oom_kills": own.oom_kills + env.oom_kills, **acted}
         finally:
+            if self.policy is not None:
+                self.policy.remove_step(cg)          # idempotent: also when reading counters failed
             cg.remove()
