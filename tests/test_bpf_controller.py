@@ -111,3 +111,95 @@ def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
         assert p.returncode == 0 and ctl.actions == []
         from pytest_agentcgroup.bpf.loader import our_programs
         assert our_programs(held_by={os.getpid()}) == []
+
+
+# plain anonymous memory, nothing reclaimable: at a hard limit only an OOM kill (or a park) is left
+GROW = """
+import sys
+held = []
+for _ in range(int(sys.argv[1]) // 8):
+    b = bytearray(8 << 20); b[::4096] = b"\\x01" * len(range(0, 8 << 20, 4096)); held.append(b)
+"""
+
+
+def grow(cg, mb):
+    files = cg.join_files()
+    return subprocess.Popen([sys.executable, "-c", GROW, str(mb)],
+                            preexec_fn=lambda: [Path(f).write_text("0") for f in files])
+
+
+def test_low_step_above_its_soft_limit_is_throttled_and_granted_room_not_killed(run_tree):
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 160, "hold_ms": 20, "raise_step_mb": 32,
+                             "raise_max_mb": 112, "freeze_after": 100, "priorities": {"default": "low"}})
+    with Controller(rules) as ctl, ctl.running():
+        cg = run_tree.workload("grows")
+        ctl.add_step(cg, "test")
+        if cg.host.mode == "hybrid":            # v1: the soft limit is a tripwire with the OOM killer off
+            mem = cg.paths["memory"]
+            assert int((mem / "memory.limit_in_bytes").read_text()) == 48 * MB
+            assert "oom_kill_disable 1" in (mem / "memory.oom_control").read_text()
+        p = grow(cg, 120)
+        assert p.wait(30) == 0
+        done = ctl.remove_step(cg)
+        assert cg.counters().oom_kills == 0
+    assert done["priority"] == "low" and done["throttles"] >= 2 and done["raises"] >= 2, done
+    raises = [a.detail for a in ctl.actions if a.what == "raise"]
+    assert raises[:2] == ["soft limit -> 80 MB", "soft limit -> 112 MB"], raises
+
+
+def test_past_the_ceiling_the_kernel_kills_it(run_tree):
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 96, "hold_ms": 20, "raise_step_mb": 32,
+                             "raise_max_mb": 256, "freeze_after": 100, "priorities": {"default": "low"}})
+    with Controller(rules) as ctl, ctl.running():
+        cg = run_tree.workload("too-big")
+        ctl.add_step(cg, "test")
+        p = grow(cg, 400)
+        assert p.wait(30) == -9
+        assert cg.counters().oom_kills == 1          # the kernel's OOM kill at the ceiling
+        assert ctl.remove_step(cg)["policy_kills"] == 0
+
+
+def test_close_leaves_no_step_parked_or_stopped(run_tree):
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 256, "hold_ms": 60000,
+                             "priorities": {"default": "low"}})
+    ctl = Controller(rules)
+    try:
+        cg = run_tree.workload("parked")
+        ctl.add_step(cg, "test")
+        p = grow(cg, 120)
+        deadline = time.monotonic() + 10
+        while not ctl.actions and time.monotonic() < deadline:
+            ctl.poll(20)                             # throttled; its resume is a minute away
+        assert [a.what for a in ctl.actions] == ["throttle"]
+        assert p.poll() is None
+    finally:
+        ctl.close()                                  # lifts the tripwire, SIGCONTs, unloads
+    assert p.wait(30) == 0
+
+
+def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tree):
+    from pytest_agentcgroup.cgroups.arms import Arm, ArmError, ArmPlacement
+    from pytest_agentcgroup.bpf.controller import policy_for
+    from pytest_agentcgroup.replay import make_executor, replay
+    from pytest_agentcgroup.traces.ir import parse_trace
+    from conftest import synthetic_step
+    trace = parse_trace({"schema": "agentcgroup-trace/1", "trace_id": "synthetic/burst",
+                             "source": {"format": "synthetic"},
+                             "steps": [synthetic_step(0, 20, 100, cmd="pytest -x"),
+                                       synthetic_step(1, 150, 200, cmd="pytest tests"),
+                                       synthetic_step(2, 150, 200, cmd="grep -r x .")]})
+    arm = Arm.from_dict("agentcgroup", {"policy": "agentcgroup", "memory_high_mb": 64, "memory_max_mb": 256,
+                                        "rules": {"hold_ms": 20, "raise_step_mb": 64, "raise_max_mb": 192,
+                                                  "priorities": {"test": "low"}}})
+    with pytest.raises(ArmError, match="needs its controller"):
+        ArmPlacement(arm, run_tree.workload("none"), run_tree.controllers)
+    ctl = policy_for(arm)
+    try:
+        with ctl.running():
+            results = replay(trace, make_executor("emulate", time_scale=1.0, step_timeout_s=60),
+                             ArmPlacement(arm, run_tree.workload("w"), run_tree.controllers, policy=ctl))
+    finally:
+        ctl.close()
+    got = [(r.counters["kind"], r.counters["priority"], r.counters["throttles"] > 0, r.exit_code) for r in results]
+    assert got == [("test", "low", False, 0), ("test", "low", True, 0), ("search", "normal", False, 0)], \
+        [r.counters for r in results]
