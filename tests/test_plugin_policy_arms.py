@@ -141,3 +141,36 @@ def test_without_ebpf_the_arm_skips_naming_the_feature(pytester, policy_project)
     result = run_study(pytester, "-k", "agentcgroup or bpf-soft", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*arm agentcgroup needs eBPF: ringbuf: BPF_MAP_TYPE_RINGBUF: EINVAL (test)*"])
+
+
+TENANTS = '''
+import threading
+from pytest_agentcgroup.replay import make_executor, replay
+from pytest_agentcgroup.traces.corpus import Corpus
+
+def test_two_tenants(agentcgroup_placement, agentcgroup_tree):
+    trace = Corpus.open("traces").load("synthetic/oom-once")
+    a, b = agentcgroup_tree.workload("tenant-a"), agentcgroup_tree.workload("tenant-b")
+    low = agentcgroup_placement("agentcgroup", a)                                 # by step kind: low
+    high = agentcgroup_placement("agentcgroup", b, kind_of=lambda step: "tenant-b")
+    out = {}
+    def run(name, placement):
+        out[name] = replay(trace, make_executor("emulate", time_scale=1.0, step_timeout_s=60), placement)
+    threads = [threading.Thread(target=run, args=x) for x in (("a", low), ("b", high))]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    assert out["a"][1].counters["throttles"] >= 1 and out["a"][1].exit_code == 0
+    assert out["b"][1].counters["priority"] == "high" and out["b"][1].counters["throttles"] == 0
+'''
+
+
+def test_placements_built_by_a_test_share_the_arms_controller(pytester, policy_project):
+    """The API other experiments use (several tenants under one arm, concurrently)."""
+    host = cgroups_or_skip()
+    ebpf_or_skip()
+    policy_project.write_text(policy_project.read_text().replace(
+        'priorities = { default = "low" }', 'priorities = { default = "low", tenant-b = "high" }'))
+    pytester.makepyfile(test_tenants=TENANTS)
+    result = run_study(pytester, "test_tenants.py")
+    result.assert_outcomes(passed=1)
+    assert held(pytester) == [] and leaked(host) == []
