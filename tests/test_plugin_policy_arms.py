@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import _start, leaked, our_cgroups, run_study
+from test_plugin import _start, our_cgroups, run_study
 from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS
 from pytest_agentcgroup.bpf.loader import our_programs
@@ -48,14 +48,14 @@ mem_high_events = "predicted"
 throttles = 0
 """
 
-# the run's own process reports, as late as it can (after the session's teardown), which of our
-# programs it still holds
+# the run's own process reports, as late as it can (after the session's teardown), its pid and
+# which of our programs it still holds
 REPORT_HELD = """
 import json, os
 def pytest_unconfigure(config):
     from pytest_agentcgroup.bpf.loader import our_programs
     with open("held.json", "w") as f:
-        json.dump(our_programs(held_by={os.getpid()}), f)
+        json.dump({"pid": os.getpid(), "held": our_programs(held_by={os.getpid()})}, f)
 """
 
 
@@ -74,8 +74,11 @@ def policy_project(pytester):
     return config
 
 
-def held(pytester):
-    return json.loads((pytester.path / "held.json").read_text())
+def left_behind(pytester, host):
+    """What the finished run left: programs it held at its very end, and its cgroups (only the
+    run's own: other sessions on the host make and remove theirs meanwhile)."""
+    report = json.loads((pytester.path / "held.json").read_text())
+    return report["held"] + our_cgroups(host, report["pid"])
 
 
 def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy_project):
@@ -95,7 +98,7 @@ def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy
     bench = {b["extra_info"]["arm"]: b["extra_info"] for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]}
     assert bench["agentcgroup"]["metrics"]["throttles_total"]["value"] >= 1
     result.stdout.fnmatch_lines(["*agentcgroup summary*", "*throttled*policy kills*"])
-    assert held(pytester) == [] and leaked(host) == []
+    assert left_behind(pytester, host) == []
 
 
 def test_a_throttle_budget_that_does_not_hold_fails_and_unloads(pytester, policy_project):
@@ -106,7 +109,7 @@ def test_a_throttle_budget_that_does_not_hold_fails_and_unloads(pytester, policy
     result = run_study(pytester, "-k", "agentcgroup")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*synthetic/oom-once step 1: throttles = *, budget <= 0 for the trace*"])
-    assert held(pytester) == [] and leaked(host) == []
+    assert left_behind(pytester, host) == []
 
 
 def test_ctrl_c_during_the_policy_arm_unloads_its_program(pytester, policy_project):
@@ -125,8 +128,8 @@ def test_ctrl_c_during_the_policy_arm_unloads_its_program(pytester, policy_proje
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
-    assert held(pytester) == [], out                # unloaded by the run itself, before it exited
-    assert our_programs(held_by={proc.pid}) == [] and our_cgroups(host, proc.pid) == []
+    assert left_behind(pytester, host) == [], out   # unloaded by the run itself, before it exited
+    assert our_programs(held_by={proc.pid}) == []
 
 
 def test_without_ebpf_the_arm_skips_naming_the_feature(pytester, policy_project):
@@ -173,4 +176,4 @@ def test_placements_built_by_a_test_share_the_arms_controller(pytester, policy_p
     pytester.makepyfile(test_tenants=TENANTS)
     result = run_study(pytester, "test_tenants.py")
     result.assert_outcomes(passed=1)
-    assert held(pytester) == [] and leaked(host) == []
+    assert left_behind(pytester, host) == []

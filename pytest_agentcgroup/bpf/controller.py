@@ -65,8 +65,7 @@ from ..cgroups.node import MB, Cgroup
 
 PRIORITIES = ("low", "normal", "high")
 #: Kernel features an arm with ebpf = true needs (names of features.probe()).
-NEEDS = ("root", "bcc", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin",
-         "tp:sched/sched_switch")
+NEEDS = ("root", "bcc", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
 _COUNTS = ("throttles", "freezes", "raises", "policy_kills")
 
 
@@ -179,7 +178,9 @@ class Controller:
         if rules.ebpf:
             from .throttle import ReclaimThrottle
             try:
-                self.throttle = ReclaimThrottle()
+                # no sched_switch hook: when the stopped task left the CPU is exp2's question,
+                # and that hook would run on every context switch of the host for the session
+                self.throttle = ReclaimThrottle(track_stop=False)
             except BaseException:
                 self._external is not None and self._external.close()
                 raise
