@@ -331,7 +331,7 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
         elif isinstance(arm, str):
             conf = request.config.stash[_STATE].load_config(request.config)
             if arm not in conf.arms:
-                raise pytest.UsageError(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})")
+                pytest.fail(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
             arm = conf.arms[arm]
         policy = _arm_policy(request.config, arm)
         if policy is not None and policy not in running:

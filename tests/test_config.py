@@ -47,6 +47,7 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
     ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nhold = 5\n", "arms.a.rules: unknown key(s) hold;"),
     ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nhold_ms = -1\n", "arms.a.rules.hold_ms: expected a number >= 0, got -1"),
     ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nebpf = 'no'\n", "arms.a.rules.ebpf: expected true or false"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nfreeze_after = 0\n", "arms.a.rules.freeze_after: expected a number >= 1"),
     ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules.priorities]\ntest = 'lowest'\n",
      "arms.a.rules.priorities: expected one of low, normal, high"),
     ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nmemory_high_mb = 5\n",

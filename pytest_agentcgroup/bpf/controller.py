@@ -95,8 +95,9 @@ class Rules:
                 raise ArmError(f"{where}.ebpf: expected true or false, got {val!r}")
             if key in ("priorities", "external_loader", "ebpf") or val is None and key.startswith("memory_"):
                 continue
-            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
-                raise ArmError(f"{where}.{key}: expected a number >= 0, got {val!r}")
+            least = 1 if key == "freeze_after" else 0
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < least:
+                raise ArmError(f"{where}.{key}: expected a number >= {least}, got {val!r}")
         pri = raw.get("priorities", {"default": "normal"})
         if not isinstance(pri, dict):
             raise ArmError(f"{where}.priorities: expected a table (step kind -> low|normal|high)")
