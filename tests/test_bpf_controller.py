@@ -203,3 +203,60 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
     got = [(r.counters["kind"], r.counters["priority"], r.counters["throttles"] > 0, r.exit_code) for r in results]
     assert got == [("test", "low", False, 0), ("test", "low", True, 0), ("search", "normal", False, 0)], \
         [r.counters for r in results]
+
+
+class _RecordingThrottle:
+    """Stands in for bpf/reclaim_throttle.bpf.c in the fake-cgroupfs test below: that test is about
+    the cgroup v2 files the controller writes, which this hybrid host cannot show for real."""
+    def __init__(self):
+        self.marks, self.rearms = {}, 0
+
+    def mark(self, cg_id, mode):
+        self.marks[cg_id] = mode
+
+    def rearm(self, cg_id):
+        self.rearms += 1
+
+    def unmark(self, cg_id):
+        self.marks.pop(cg_id, None)
+
+    def poll(self, timeout_ms=0):
+        return []
+
+    def close(self):
+        pass
+
+
+def test_fake_cgroupfs_v2_policy_grants_raise_memory_high_no_tripwire(tmp_path):
+    from types import SimpleNamespace
+    from test_cgroups_v2_fake_cgroupfs import fake_v2
+    from pytest_agentcgroup.cgroups.node import Cgroup
+    host = fake_v2(tmp_path)
+    ctl = Controller(Rules.from_dict({"ebpf": False, "memory_high_mb": 48, "memory_max_mb": 128, "hold_ms": 0,
+                                      "raise_step_mb": 16, "raise_max_mb": 24,
+                                      "priorities": {"test": "low", "edit": "high"}}))
+    ctl.throttle = _RecordingThrottle()
+    low, high = (Cgroup(host, {"unified": host.unified / n}) for n in ("low", "high"))
+    for cg in (low, high):
+        cg.unified.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])            # the "stopped" process SIGCONT goes to
+    try:
+        ctl.add_step(low, "test")
+        ctl.add_step(high, "edit")
+        assert ctl.throttle.marks == {low.id: "stop", high.id: "notify"}
+        for cg in (low, high):
+            assert (cg.unified / "memory.max").read_text() == str(128 * MB)
+            assert (cg.unified / "memory.high").read_text() == str(48 * MB)
+            assert not (cg.unified / "memory.oom_control").exists()      # v2 needs no tripwire
+        ev = lambda cg: SimpleNamespace(cgroup_id=cg.id, pid=sleeper.pid, trigger_ns=0, action_ns=1000)  # noqa: E731
+        for _ in range(3):
+            ctl.handle(ev(low))
+            ctl.tick()                                      # hold 0: resumed with a grant at once
+            ctl.handle(ev(high))
+        assert (low.unified / "memory.high").read_text() == str(72 * MB)   # 48 + 16, capped at 48 + 24
+        assert (high.unified / "memory.high").read_text() == str(72 * MB)
+        assert ctl.remove_step(low) == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1,
+                                        "raises": 2, "policy_kills": 0}
+    finally:
+        sleeper.kill()
+        sleeper.wait()
