@@ -39,7 +39,7 @@ What happens, top to bottom (see `Controller.handle` and `Controller.tick`):
                          scheduled after the hold time: re-arm, grant raise_step_mb (v1: the tripwire
                          moves up; at the ceiling it becomes the plain hard limit with the OOM killer
                          back on, so the kernel decides from there), thaw / SIGCONT.
-       high           -> grant raise_step_mb at once, re-arm.
+       high           -> grant raise_step_mb at once; re-arm while there is room left to grant.
   4. tick(): due resumes run. `start()` runs poll+tick in a thread; `close()` resumes everything.
 With ebpf = false nothing is loaded: steps get the same limits and the controller does nothing,
 so a difference between the two arms is the eBPF policy's doing.
@@ -262,9 +262,8 @@ class Controller:
             else:
                 self._schedule(now + int(r.hold_ms * 1e6), step)
             return
-        if step.priority == "high":
-            self._grant(step)
-        self.throttle.rearm(ev.cgroup_id)
+        if step.priority == "high" and self._grant(step):
+            self.throttle.rearm(ev.cgroup_id)     # listen on only while there is room to grant
 
     def tick(self) -> None:
         now = time.monotonic_ns()
@@ -286,12 +285,12 @@ class Controller:
             self._cont(step)
             self._log(step, "resume")
 
-    def _grant(self, step: _Step) -> None:
+    def _grant(self, step: _Step) -> bool:
         """More room for the step: raise_step_mb more soft limit, bounded; on v1 a tripwire that
-        cannot move any more becomes the plain hard limit (OOM killer on)."""
+        cannot move any more becomes the plain hard limit (OOM killer on). True if it got more."""
         r = self.rules
         if step.soft_bytes is None:
-            return
+            return False
         cap = int((r.memory_high_mb + r.raise_max_mb) * MB)
         ceiling = int(r.memory_max_mb * MB) if r.memory_max_mb is not None else None
         new = min(step.soft_bytes + int(r.raise_step_mb * MB), cap if ceiling is None else min(cap, ceiling))
@@ -310,8 +309,10 @@ class Controller:
                 # write the v1 soft limit directly: Cgroup.set_memory_high would register another
                 # threshold eventfd, and breaches are counted against the arm's soft limit
                 (step.cg.paths["memory"] / "memory.soft_limit_in_bytes").write_text(str(new))
-        elif step.tripwire:             # nothing more to grant: the kernel decides at the ceiling
+            return True
+        if step.tripwire:               # nothing more to grant: the kernel decides at the ceiling
             self._lift(step)
+        return False
 
     def _lift(self, step: _Step, *, log: bool = True) -> None:
         if not step.tripwire:
