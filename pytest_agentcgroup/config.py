@@ -6,7 +6,7 @@
     time_scale = 0.05                    # replay 20x faster than recorded
     step_timeout_s = 120
 
-    [arms.<name>]                        # see cgroups/arms.py
+    [arms.<name>]                        # see cgroups/arms.py; policy arms: bpf/controller.py
     [experiments.<name>]
     description = "..."
     subset = "smoke"                     # a manifest subset, or comma-separated trace ids
@@ -20,6 +20,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .bpf.controller import Rules
 from .cgroups.arms import Arm, ArmError
 from .metrics.budgets import BudgetError, validate
 
@@ -72,6 +73,9 @@ def _parse(raw: dict, path: Path) -> Config:
             raise ConfigError(f"{path}: defaults.{key}: unknown; expected one of {', '.join(DEFAULTS)}")
         defaults[key] = val
     arms = {name: Arm.from_dict(name, spec) for name, spec in (raw.get("arms") or {}).items()}
+    for arm in arms.values():
+        if arm.policy is not None:
+            Rules.from_arm(arm)          # a bad rule is a config error now, not a failure mid-run
     experiments = {}
     for name, spec in (raw.get("experiments") or {}).items():
         where = f"experiments.{name}"

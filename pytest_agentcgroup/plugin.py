@@ -101,6 +101,7 @@ class _State:
     store: ResultsStore | None = None
     summaries: list = field(default_factory=list)
     failures: dict = field(default_factory=dict)
+    policies: dict = field(default_factory=dict)      # arm name -> its session's controller
 
     def load_config(self, config: pytest.Config) -> cfgmod.Config:
         if self.experiments is None:
@@ -255,7 +256,7 @@ class Outcome:
 
 @pytest.fixture
 def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case, agentcgroup_trace: Trace,
-                         workload_cgroup, agentcgroup_tree: RunTree):
+                         workload_cgroup, agentcgroup_tree: RunTree, agentcgroup_placement):
     """A callable replaying this test's trace under its arm, step by step, in `workload_cgroup`.
     Each step's record is appended (and flushed) to metrics.jsonl as soon as the step ends."""
     config, case = request.config, agentcgroup_case
@@ -275,6 +276,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         raise pytest.UsageError(str(exc)) from None
     store = _store(config)
     steps = {s.step_id: s for s in agentcgroup_trace.steps}
+    _arm_policy(config, case.arm)         # a policy arm this host cannot run skips here, before replay
 
     def run() -> Outcome:
         records: list[dict] = []
@@ -287,10 +289,82 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             store.append(rec)
 
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
-        placement = ArmPlacement(case.arm, workload_cgroup, agentcgroup_tree.controllers, nest_in=nest_in, pool=True)
-        replay(agentcgroup_trace, executor, placement, on_step=on_step)
+        replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True), on_step=on_step)
         return Outcome(case, records)
     return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy arms (`policy = "agentcgroup"`: the agentcgroup arm and its bpf-soft control): one controller
+# per arm for the whole session (the eBPF program is compiled once), its event loop running in a
+# thread while a test places steps with it; closed at the end of the session, also on failure and
+# Ctrl-C, so no program of ours stays loaded.
+
+@pytest.fixture(scope="session")
+def agentcgroup_policies(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
+    """arm name -> the session's controller of that policy arm (made on first use)."""
+    state = request.config.stash[_STATE]
+    try:
+        yield state.policies
+    finally:
+        _close_policies(state)
+
+
+def _close_policies(state: _State) -> None:
+    while state.policies:
+        _, ctl = state.policies.popitem()
+        if ctl is not None:
+            ctl.close()
+
+
+def _arm_policy(config: pytest.Config, arm: Arm):
+    """The session's controller of a policy arm (None for a static arm); skips naming the missing
+    kernel feature where the arm needs eBPF and the host has none."""
+    if arm.policy is None:
+        return None
+    policies = config.stash[_STATE].policies
+    if arm.name not in policies:
+        from .bpf.controller import Rules, missing_features, policy_for
+        from .bpf.loader import BPFUnavailable
+        why = missing_features(Rules.from_arm(arm))
+        if why:
+            pytest.skip(f"arm {arm.name} needs eBPF: {why}")
+        try:
+            policies[arm.name] = policy_for(arm)
+        except BPFUnavailable as exc:
+            pytest.skip(f"arm {arm.name} needs eBPF: {exc}")
+    return policies[arm.name]
+
+
+@pytest.fixture
+def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agentcgroup_tree: RunTree,
+                          agentcgroup_policies):
+    """Factory: `agentcgroup_placement(arm=None, workload=None, kind_of=None)` -> an ArmPlacement
+    (the replayer's Placement) of `arm` (an Arm or an arm name of the config; default: this test's
+    arm) in `workload` (default: this test's cgroup). A policy arm's controller runs until the end
+    of the test. `kind_of(step)` names what the policy's priorities are keyed by (default: the
+    step's kind, traces/classify.py step_kind)."""
+    running = []
+
+    def make(arm: Arm | str | None = None, workload=None, *, kind_of=None, nest_in=None, pool=False) -> ArmPlacement:
+        if arm is None:
+            arm = request.getfixturevalue("agentcgroup_case").arm
+        elif isinstance(arm, str):
+            conf = request.config.stash[_STATE].load_config(request.config)
+            if arm not in conf.arms:
+                pytest.fail(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
+            arm = conf.arms[arm]
+        policy = _arm_policy(request.config, arm)
+        if policy is not None and policy not in running:
+            policy.start()
+            running.append(policy)
+        return ArmPlacement(arm, workload if workload is not None else workload_cgroup,
+                            agentcgroup_tree.controllers, policy=policy, kind_of=kind_of, nest_in=nest_in, pool=pool)
+    try:
+        yield make
+    finally:
+        for policy in running:
+            policy.stop()
 
 
 @pytest.fixture
@@ -329,7 +403,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_STATE, None)
     if state is None:
         return
-    if state.tree is not None:       # a session interrupted before fixture teardown
+    _close_policies(state)           # a session interrupted before fixture teardown
+    if state.tree is not None:
         state.tree.close()
         state.tree = None
     if state.store is not None:

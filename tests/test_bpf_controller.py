@@ -2,6 +2,7 @@
 kill, soft-limit raise for high-priority steps, and the bpf_soft control arm (no eBPF)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -36,7 +37,7 @@ def run_tree(request):
         pytest.skip(why)
     yield request.getfixturevalue("tree")
     from pytest_agentcgroup.bpf.loader import our_programs
-    assert our_programs() == []
+    assert our_programs(held_by={os.getpid()}) == []
 
 
 def start(cg, rounds):
@@ -109,4 +110,153 @@ def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
         drive(ctl, [p])
         assert p.returncode == 0 and ctl.actions == []
         from pytest_agentcgroup.bpf.loader import our_programs
-        assert our_programs() == []
+        assert our_programs(held_by={os.getpid()}) == []
+
+
+# plain anonymous memory, nothing reclaimable: at a hard limit only an OOM kill (or a park) is left
+GROW = """
+import sys
+held = []
+for _ in range(int(sys.argv[1]) // 8):
+    b = bytearray(8 << 20); b[::4096] = b"\\x01" * len(range(0, 8 << 20, 4096)); held.append(b)
+"""
+
+
+def grow(cg, mb):
+    files = cg.join_files()
+    return subprocess.Popen([sys.executable, "-c", GROW, str(mb)],
+                            preexec_fn=lambda: [Path(f).write_text("0") for f in files])
+
+
+def test_low_step_above_its_soft_limit_is_throttled_and_granted_room_not_killed(run_tree):
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 160, "hold_ms": 20, "raise_step_mb": 32,
+                             "raise_max_mb": 112, "freeze_after": 100, "priorities": {"default": "low"}})
+    with Controller(rules) as ctl, ctl.running():
+        cg = run_tree.workload("grows")
+        ctl.add_step(cg, "test")
+        if cg.host.mode == "hybrid":            # v1: the soft limit is a tripwire with the OOM killer off
+            mem = cg.paths["memory"]
+            assert int((mem / "memory.limit_in_bytes").read_text()) == 48 * MB
+            assert "oom_kill_disable 1" in (mem / "memory.oom_control").read_text()
+        p = grow(cg, 120)
+        assert p.wait(30) == 0
+        done = ctl.remove_step(cg)
+        assert cg.counters().oom_kills == 0
+    assert done["priority"] == "low" and done["throttles"] >= 2 and done["raises"] >= 2, done
+    raises = [a.detail for a in ctl.actions if a.what == "raise"]
+    assert raises[:2] == ["soft limit -> 80 MB", "soft limit -> 112 MB"], raises
+
+
+def test_past_the_ceiling_the_kernel_kills_it(run_tree):
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 96, "hold_ms": 20, "raise_step_mb": 32,
+                             "raise_max_mb": 256, "freeze_after": 100, "priorities": {"default": "low"}})
+    with Controller(rules) as ctl, ctl.running():
+        cg = run_tree.workload("too-big")
+        ctl.add_step(cg, "test")
+        p = grow(cg, 400)
+        assert p.wait(30) == -9
+        assert cg.counters().oom_kills == 1          # the kernel's OOM kill at the ceiling
+        assert ctl.remove_step(cg)["policy_kills"] == 0
+
+
+def test_close_leaves_no_step_parked_or_stopped(run_tree):
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 256, "hold_ms": 60000,
+                             "priorities": {"default": "low"}})
+    ctl = Controller(rules)
+    try:
+        cg = run_tree.workload("parked")
+        ctl.add_step(cg, "test")
+        p = grow(cg, 120)
+        deadline = time.monotonic() + 10
+        while not ctl.actions and time.monotonic() < deadline:
+            ctl.poll(20)                             # throttled; its resume is a minute away
+        assert [a.what for a in ctl.actions] == ["throttle"]
+        assert p.poll() is None
+    finally:
+        ctl.close()                                  # lifts the tripwire, SIGCONTs, unloads
+    assert p.wait(30) == 0
+
+
+def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tree):
+    from pytest_agentcgroup.cgroups.arms import Arm, ArmError, ArmPlacement
+    from pytest_agentcgroup.bpf.controller import policy_for
+    from pytest_agentcgroup.replay import make_executor, replay
+    from pytest_agentcgroup.traces.ir import parse_trace
+    from conftest import synthetic_step
+    trace = parse_trace({"schema": "agentcgroup-trace/1", "trace_id": "synthetic/burst",
+                             "source": {"format": "synthetic"},
+                             "steps": [synthetic_step(0, 20, 100, cmd="pytest -x"),
+                                       synthetic_step(1, 150, 200, cmd="pytest tests"),
+                                       synthetic_step(2, 150, 200, cmd="grep -r x .")]})
+    arm = Arm.from_dict("agentcgroup", {"policy": "agentcgroup", "memory_high_mb": 64, "memory_max_mb": 256,
+                                        "rules": {"hold_ms": 20, "raise_step_mb": 64, "raise_max_mb": 192,
+                                                  "priorities": {"test": "low"}}})
+    with pytest.raises(ArmError, match="needs its controller"):
+        ArmPlacement(arm, run_tree.workload("none"), run_tree.controllers)
+    ctl = policy_for(arm)
+    try:
+        with ctl.running():
+            results = replay(trace, make_executor("emulate", time_scale=1.0, step_timeout_s=60),
+                             ArmPlacement(arm, run_tree.workload("w"), run_tree.controllers, policy=ctl))
+    finally:
+        ctl.close()
+    got = [(r.counters["kind"], r.counters["priority"], r.counters["throttles"] > 0, r.exit_code) for r in results]
+    assert got == [("test", "low", False, 0), ("test", "low", True, 0), ("search", "normal", False, 0)], \
+        [r.counters for r in results]
+
+
+class _RecordingThrottle:
+    """Stands in for bpf/reclaim_throttle.bpf.c in the fake-cgroupfs test below: that test is about
+    the cgroup v2 files the controller writes, which this hybrid host cannot show for real."""
+    def __init__(self):
+        self.marks, self.rearms = {}, 0
+
+    def mark(self, cg_id, mode):
+        self.marks[cg_id] = mode
+
+    def rearm(self, cg_id):
+        self.rearms += 1
+
+    def unmark(self, cg_id):
+        self.marks.pop(cg_id, None)
+
+    def poll(self, timeout_ms=0):
+        return []
+
+    def close(self):
+        pass
+
+
+def test_fake_cgroupfs_v2_policy_grants_raise_memory_high_no_tripwire(tmp_path):
+    from types import SimpleNamespace
+    from test_cgroups_v2_fake_cgroupfs import fake_v2
+    from pytest_agentcgroup.cgroups.node import Cgroup
+    host = fake_v2(tmp_path)
+    ctl = Controller(Rules.from_dict({"ebpf": False, "memory_high_mb": 48, "memory_max_mb": 128, "hold_ms": 0,
+                                      "raise_step_mb": 16, "raise_max_mb": 24,
+                                      "priorities": {"test": "low", "edit": "high"}}))
+    ctl.throttle = _RecordingThrottle()
+    low, high = (Cgroup(host, {"unified": host.unified / n}) for n in ("low", "high"))
+    for cg in (low, high):
+        cg.unified.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])            # the "stopped" process SIGCONT goes to
+    try:
+        ctl.add_step(low, "test")
+        ctl.add_step(high, "edit")
+        assert ctl.throttle.marks == {low.id: "stop", high.id: "notify"}
+        for cg in (low, high):
+            assert (cg.unified / "memory.max").read_text() == str(128 * MB)
+            assert (cg.unified / "memory.high").read_text() == str(48 * MB)
+            assert not (cg.unified / "memory.oom_control").exists()      # v2 needs no tripwire
+        ev = lambda cg: SimpleNamespace(cgroup_id=cg.id, pid=sleeper.pid, trigger_ns=0, action_ns=1000)  # noqa: E731
+        for _ in range(3):
+            ctl.handle(ev(low))
+            ctl.tick()                                      # hold 0: resumed with a grant at once
+            ctl.handle(ev(high))
+        assert (low.unified / "memory.high").read_text() == str(72 * MB)   # 48 + 16, capped at 48 + 24
+        assert (high.unified / "memory.high").read_text() == str(72 * MB)
+        assert ctl.remove_step(low) == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1,
+                                        "raises": 2, "policy_kills": 0}
+    finally:
+        sleeper.kill()
+        sleeper.wait()

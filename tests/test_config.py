@@ -13,12 +13,22 @@ from pytest_agentcgroup.metrics.budgets import check, predict
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_shipped_configuration_loads_and_names_the_four_arms():
+def test_shipped_configuration_loads_and_names_the_six_arms():
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
-    assert set(conf.experiments["exp1"].arms) == {"unlimited", "static-env", "static-toolcall", "static-high"}
+    assert set(conf.experiments["exp1"].arms) == {"unlimited", "static-env", "static-toolcall", "static-high",
+                                                  "agentcgroup", "bpf-soft"}
     assert conf.arms["static-env"].scope == "trace"
     assert conf.arms["static-high"].memory_high_mb and conf.arms["static-high"].memory_max_mb is None
     assert (conf.traces / "manifest.json").is_file()
+
+
+def test_shipped_policy_arms_differ_only_in_ebpf():
+    from pytest_agentcgroup.bpf.controller import Rules
+    conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
+    dyn, soft = (Rules.from_arm(conf.arms[a]) for a in ("agentcgroup", "bpf-soft"))
+    assert dyn.ebpf and not soft.ebpf
+    assert (dyn.memory_high_mb, dyn.memory_max_mb) == (soft.memory_high_mb, soft.memory_max_mb) == (512, 2048)
+    assert dyn.priority("test") == "low" and dyn.priority("edit") == "high" and dyn.priority("search") == "normal"
 
 
 @pytest.mark.parametrize("toml, message", [
@@ -31,6 +41,19 @@ def test_shipped_configuration_loads_and_names_the_four_arms():
     ("[arms.a]\n[experiments.e.budgets.a]\noom_kills = 'some'\n", "experiments.e.budgets.a.oom_kills: expected a number >= 0 or \"predicted\""),
     ("[defaults]\ntime_scale = 1\nspeed = 2\n", "defaults.speed: unknown"),
     ("arms = [", "not valid TOML"),
+    ("[arms.a]\npolicy = 'agentcgroup'\nscope = 'trace'\n", "arms.a.scope: a policy acts on each step's cgroup"),
+    ("[arms.a]\npolicy = 'senpai'\n", "arms.a.policy: unknown policy 'senpai'"),
+    ("[arms.a]\nrules = { hold_ms = 5 }\n", "arms.a.rules: rules without a policy"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nhold = 5\n", "arms.a.rules: unknown key(s) hold;"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nhold_ms = -1\n", "arms.a.rules.hold_ms: expected a number >= 0, got -1"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nebpf = 'no'\n", "arms.a.rules.ebpf: expected true or false"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nfreeze_after = 0\n", "arms.a.rules.freeze_after: expected a number >= 1"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules.priorities]\ntest = 'lowest'\n",
+     "arms.a.rules.priorities: expected one of low, normal, high"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\nmemory_high_mb = 5\n",
+     "arms.a.rules.memory_high_mb: set the limits on the arm itself (arms.a.memory_high_mb)"),
+    ("[arms.a]\n[experiments.e.budgets.a]\npolicy_kills = 'predicted'\n",
+     "experiments.e.budgets.a.policy_kills: expected a number >= 0, got 'predicted'"),
 ])
 def test_config_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, message):
     path = tmp_path / "bad.toml"
@@ -71,3 +94,23 @@ def test_latency_budget_names_the_slowest_step():
     recs = [_rec(i, 1, 0, latency=10.0) for i in range(19)] + [_rec(19, 1, 0, latency=900.0)]
     (v,) = check(recs, {"latency_overhead_p95_ms": 50}, Arm("unlimited"))
     assert v.step_id == 19 and v.counter == "latency_overhead_p95_ms"
+
+
+def test_predicted_throttles_only_for_low_priority_steps_above_the_soft_limit():
+    arm = Arm("agentcgroup", memory_high_mb=512, memory_max_mb=2048, policy="agentcgroup")
+    rec = lambda i, peak, n, pri: {**_rec(i, peak, 0), "throttles": n, "priority": pri}   # noqa: E731
+    good = [rec(0, 1778, 5, "low"), rec(1, 1778, 0, "normal"), rec(2, 20, 0, "low")]
+    assert check(good, {"throttles": "predicted"}, arm) == []
+    bad = [rec(0, 1778, 0, "low"), rec(1, 1778, 2, "high"), rec(2, 20, 1, "low")]
+    assert [str(v) for v in check(bad, {"throttles": "predicted"}, arm)] == [
+        "t step 0: throttles = 0, budget >= 1 (replayed peak 1778 MiB > high limit 512 MiB)",
+        "t step 1: throttles = 2, budget 0 (high priority)",
+        "t step 2: throttles = 1, budget 0 (replayed peak 20 MiB < high limit 512 MiB)"]
+
+
+def test_policy_kills_and_worst_step_latency_budgets():
+    recs = [{**_rec(i, 1, 0, latency=10.0), "policy_kills": 0} for i in range(5)]
+    recs[3].update(policy_kills=1, latency_ms=20000.0)
+    got = [str(v) for v in check(recs, {"policy_kills": 0, "latency_overhead_max_ms": 10000}, Arm("agentcgroup"))]
+    assert got == ["t step 3: policy_kills = 1, budget <= 0 for the trace",
+                   "t step 3: latency_overhead_ms = 20000, budget <= 10000 ms (latency_overhead_max_ms)"]

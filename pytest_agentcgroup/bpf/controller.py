@@ -1,21 +1,24 @@
-"""The dynamic `agentcgroup` arm: an event-driven controller, and its `bpf_soft` control arm.
+"""The dynamic `agentcgroup` arm: an event-driven controller, and its `bpf-soft` control arm.
 
-Rules are data (TOML or a dict), e.g.
+Rules are data: an arm's `rules` table in experiments/agentcgroup.toml (the arm's own
+memory_high_mb / memory_max_mb are the limits), or a dict:
 
-    [agentcgroup]
-    ebpf = true                  # false = the `bpf_soft` control arm: same soft limits, no eBPF
-    memory_high_mb = 384         # soft limit put on every step (v2 memory.high, v1 soft limit)
-    memory_max_mb = 512          # hard limit
+    [arms.agentcgroup]
+    policy = "agentcgroup"
+    memory_high_mb = 512         # soft limit put on every step (v2 memory.high; v1: see below)
+    memory_max_mb = 2048         # hard ceiling
+    [arms.agentcgroup.rules]
+    ebpf = true                  # false = the `bpf-soft` control arm: same limits, no eBPF, no actions
     hold_ms = 200                # a throttled (SIGSTOPped) step is resumed after this long
     freeze_after = 3             # the Nth throttle of one step within `window_ms` freezes it instead
     freeze_hold_ms = 1000        # a frozen step is thawed after this long
-    kill_after = 2               # the Nth freeze of one step kills it (cgroup.kill)
+    kill_after = 2               # the Nth freeze of one step kills it (cgroup.kill); 0 = never
     window_ms = 5000
-    raise_step_mb = 64           # reclaim in a step that may grow raises its soft limit by this...
-    raise_max_mb = 256           # ...up to this much above memory_high_mb
-    [agentcgroup.priorities]     # step kind -> low | normal | high; "default" for the rest
-    test = "low"
-    install = "low"
+    raise_step_mb = 64           # each resume of a low step / each reclaim of a high step grants this...
+    raise_max_mb = 256           # ...up to this much above memory_high_mb (never above memory_max_mb)
+    [arms.agentcgroup.rules.priorities]   # step kind -> low | normal | high; "default" for the rest
+    test = "low"                 # kinds: traces/classify.py step_kind (test, install, build, vcs,
+    install = "low"              # search, fileops, other; or the tool: edit, read, python, ...)
     edit = "high"
     default = "normal"
 
@@ -23,15 +26,21 @@ What happens, top to bottom (see `Controller.handle` and `Controller.tick`):
 
   1. add_step(cg, kind): the soft/hard limits go on the step's cgroup; its v2 id is registered with
      bpf/reclaim_throttle.bpf.c — low priority in "stop" mode (the kernel SIGSTOPs the allocating
-     process at the first memcg reclaim), normal/high priority in "notify" mode.
+     process at the first memcg reclaim), high priority in "notify" mode (when it may grow),
+     normal priority in "record" mode (the kernel only stamps and counts).
+     On cgroup v1 memcg reclaim happens only at a hard limit, so a low step's soft limit becomes a
+     tripwire: the hard limit is set to the soft limit with the OOM killer disabled
+     (memory.oom_control), and the kernel parks the allocating task there instead of killing it.
+     Only the controller lifts it, so the bpf-soft arm (no controller) keeps the plain v1 soft limit.
   2. The kernel posts one ring-buffer event per pressure episode (a mark fires once, then disarms).
   3. handle(event):
-       low priority   -> it is already stopped; count a strike; the Nth strike in the window
-                         escalates to freeze (cgroup.freeze=1), the Mth freeze to cgroup.kill.
-                         A resume (SIGCONT or thaw, then re-arm) is scheduled after the hold time.
-       normal / high  -> high priority may grow: raise its soft limit by raise_step_mb (bounded).
-                         Then re-arm.
-  4. tick(): due resumes run.
+       low priority   -> it is already stopped: a throttle. The Nth throttle in the window escalates
+                         to freeze (cgroup.freeze=1), the Mth freeze to cgroup.kill. A resume is
+                         scheduled after the hold time: re-arm, grant raise_step_mb (v1: the tripwire
+                         moves up; at the ceiling it becomes the plain hard limit with the OOM killer
+                         back on, so the kernel decides from there), thaw / SIGCONT.
+       high           -> grant raise_step_mb at once; re-arm while there is room left to grant.
+  4. tick(): due resumes run. `start()` runs poll+tick in a thread; `close()` resumes everything.
 With ebpf = false nothing is loaded: steps get the same limits and the controller does nothing,
 so a difference between the two arms is the eBPF policy's doing.
 
@@ -42,15 +51,22 @@ in the rules runs that program for the arm's lifetime (ExternalLoader); this hos
 from __future__ import annotations
 
 import heapq
+import itertools
 import os
 import signal
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..cgroups.arms import Arm, ArmError
 from ..cgroups.node import MB, Cgroup
 
 PRIORITIES = ("low", "normal", "high")
+#: Kernel features an arm with ebpf = true needs (names of features.probe()).
+NEEDS = ("root", "bcc", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
+_COUNTS = ("throttles", "freezes", "raises", "policy_kills")
 
 
 @dataclass(frozen=True)
@@ -69,72 +85,141 @@ class Rules:
     external_loader: tuple = ()
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "Rules":
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(raw) - known
+    def from_dict(cls, raw: dict, *, where: str = "agentcgroup rules") -> "Rules":
+        unknown = set(raw) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"agentcgroup rules: unknown key(s) {', '.join(sorted(unknown))}")
-        pri = dict(raw.get("priorities", {"default": "normal"}))
+            raise ArmError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected "
+                           f"{', '.join(cls.__dataclass_fields__)}")
+        for key, val in raw.items():
+            if key == "ebpf" and not isinstance(val, bool):
+                raise ArmError(f"{where}.ebpf: expected true or false, got {val!r}")
+            if key in ("priorities", "external_loader", "ebpf") or val is None and key.startswith("memory_"):
+                continue
+            least = 1 if key == "freeze_after" else 0
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < least:
+                raise ArmError(f"{where}.{key}: expected a number >= {least}, got {val!r}")
+        pri = raw.get("priorities", {"default": "normal"})
+        if not isinstance(pri, dict):
+            raise ArmError(f"{where}.priorities: expected a table (step kind -> low|normal|high)")
         bad = {k: v for k, v in pri.items() if v not in PRIORITIES}
         if bad:
-            raise ValueError(f"agentcgroup rules: priorities must be one of {PRIORITIES}: {bad}")
-        return cls(**{**raw, "priorities": pri, "external_loader": tuple(raw.get("external_loader", ()))})
+            raise ArmError(f"{where}.priorities: expected one of {', '.join(PRIORITIES)}, got {bad}")
+        loader = raw.get("external_loader", ())
+        if not isinstance(loader, (list, tuple)) or not all(isinstance(a, str) for a in loader):
+            raise ArmError(f"{where}.external_loader: expected an argv list of strings")
+        return cls(**{**raw, "priorities": dict(pri), "external_loader": tuple(loader)})
+
+    @classmethod
+    def from_arm(cls, arm: Arm) -> "Rules":
+        """The rules of a policy arm: its `rules` table plus the arm's own limits."""
+        where = f"arms.{arm.name}.rules"
+        if arm.policy != "agentcgroup":
+            raise ArmError(f"arms.{arm.name}.policy: unknown policy {arm.policy!r}; expected \"agentcgroup\"")
+        for key in ("memory_high_mb", "memory_max_mb"):
+            if key in arm.rules:
+                raise ArmError(f"{where}.{key}: set the limits on the arm itself (arms.{arm.name}.{key})")
+        return cls.from_dict({**arm.rules, "memory_high_mb": arm.memory_high_mb,
+                              "memory_max_mb": arm.memory_max_mb}, where=where)
 
     def priority(self, kind: str | None) -> str:
         return self.priorities.get(kind or "", self.priorities.get("default", "normal"))
+
+
+def missing_features(rules: Rules) -> str | None:
+    """None when this host can run these rules, else which kernel feature is missing and why."""
+    if not rules.ebpf:
+        return None
+    from . import features
+    return features.missing(*NEEDS)
+
+
+def policy_for(arm: Arm) -> "Controller | None":
+    """The controller of a policy arm (None for a static arm). Raises BPFUnavailable when eBPF is
+    needed and cannot be loaded; check `missing_features` first for the exact reason."""
+    return Controller(Rules.from_arm(arm)) if arm.policy is not None else None
 
 
 @dataclass
 class Action:
     ts_ns: int
     cgroup_id: int
-    what: str            # throttle | resume | freeze | thaw | kill | raise
+    what: str            # throttle | resume | freeze | thaw | kill | raise | lift | error
     detail: str = ""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Step:
     cg: Cgroup
     kind: str | None
     priority: str
     soft_bytes: int | None
+    tripwire: bool = False                          # v1: the hard limit is at soft_bytes, OOM killer off
     strikes: list = field(default_factory=list)     # ts_ns of throttles in the window
     freezes: int = 0
     frozen: bool = False
     stopped_pid: int | None = None
+    counts: dict = field(default_factory=lambda: dict.fromkeys(_COUNTS, 0))
 
 
 class Controller:
+    """Acts on the steps it is given (add_step/remove_step, the StepPolicy of cgroups/arms.py).
+    Thread-safe: `start()` runs the event loop in a thread while the caller adds and removes steps."""
+
     def __init__(self, rules: Rules):
         self.rules = rules
         self.steps: dict[int, _Step] = {}
         self.actions: list[Action] = []
-        self._due: list[tuple[int, int, str]] = []   # (when_ns, cgroup_id, what) heap
+        self._due: list[tuple[int, int, _Step]] = []   # (when_ns, seq, step) heap
+        self._seq = itertools.count()
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
         self.throttle = None
         self._external = ExternalLoader(rules.external_loader) if rules.external_loader else None
         if rules.ebpf:
             from .throttle import ReclaimThrottle
-            self.throttle = ReclaimThrottle()
+            try:
+                # no sched_switch hook: when the stopped task left the CPU is exp2's question,
+                # and that hook would run on every context switch of the host for the session
+                self.throttle = ReclaimThrottle(track_stop=False)
+            except BaseException:
+                self._external is not None and self._external.close()
+                raise
 
     # -- steps -----------------------------------------------------------------------------------
     def add_step(self, cg: Cgroup, kind: str | None = None) -> None:
         r = self.rules
-        if r.memory_max_mb is not None:
-            cg.set_memory_max(int(r.memory_max_mb * MB))
+        ceiling = int(r.memory_max_mb * MB) if r.memory_max_mb is not None else None
         soft = int(r.memory_high_mb * MB) if r.memory_high_mb is not None else None
+        if ceiling is not None:
+            cg.set_memory_max(ceiling)
         if soft is not None:
             cg.set_memory_high(soft)
         step = _Step(cg, kind, r.priority(kind), soft)
-        self.steps[cg.id] = step
-        if self.throttle is not None:
-            self.throttle.mark(cg.id, "stop" if step.priority == "low" else "notify")
+        if self.throttle is not None and step.priority == "low" and soft is not None and cg.host.mode != "v2":
+            # v1 reclaims only at a hard limit: without this the kernel would never react below
+            # the ceiling. Parked, not killed, at the soft limit until the controller lifts it.
+            cg.set_memory_max(soft)
+            cg.set_oom_killer(False)
+            step.tripwire = True
+        with self._lock:
+            self.steps[cg.id] = step
+            if self.throttle is not None:
+                mode = {"low": "stop", "high": "notify" if r.raise_step_mb else "record"}.get(step.priority, "record")
+                self.throttle.mark(cg.id, mode)
 
-    def remove_step(self, cg: Cgroup) -> None:
-        step = self.steps.pop(cg.id, None)
-        if self.throttle is not None:
-            self.throttle.unmark(cg.id)
-        if step is not None:
-            self._resume(step, log=False)
+    def remove_step(self, cg: Cgroup) -> dict:
+        """Stop acting on the step; what the controller did to it (nothing once removed)."""
+        with self._lock:
+            step = self.steps.pop(cg.id, None)
+            if step is None:
+                return {}
+            if self.throttle is not None:
+                self.throttle.unmark(cg.id)
+            self._release(step)
+            # without eBPF nothing acts on priorities: none is reported
+            return {"kind": step.kind, "priority": step.priority if self.throttle is not None else None,
+                    **step.counts}
 
     # -- the loop --------------------------------------------------------------------------------
     def run_for(self, seconds: float) -> None:
@@ -144,11 +229,14 @@ class Controller:
 
     def poll(self, timeout_ms: int = 0) -> None:
         if self.throttle is not None:
-            for ev in self.throttle.poll(timeout_ms):
-                self.handle(ev)
+            events = self.throttle.poll(timeout_ms)      # not under the lock: it waits
+            with self._lock:
+                for ev in events:
+                    self._guarded(self.handle, ev)
         elif timeout_ms:
             time.sleep(timeout_ms / 1000)
-        self.tick()
+        with self._lock:
+            self.tick()
 
     def handle(self, ev) -> None:
         step = self.steps.get(ev.cgroup_id)
@@ -157,58 +245,107 @@ class Controller:
         r, now = self.rules, time.monotonic_ns()
         if step.priority == "low":                          # the kernel has already stopped it
             step.stopped_pid = ev.pid
+            step.counts["throttles"] += 1
             self._log(step, "throttle", f"pid {ev.pid} stopped in-kernel "
                       f"{(ev.action_ns - ev.trigger_ns) / 1e3:.0f} us after reclaim began")
             step.strikes = [t for t in step.strikes if now - t < r.window_ms * 1e6] + [now]
             if len(step.strikes) >= r.freeze_after:
                 step.strikes = []
                 step.freezes += 1
-                if step.freezes >= r.kill_after:
+                if r.kill_after and step.freezes >= r.kill_after:
+                    step.counts["policy_kills"] += 1
                     self._log(step, "kill", f"{step.freezes} freezes")
                     step.cg.kill()
                     return
                 self._freeze(step)
-                self._schedule(now + int(r.freeze_hold_ms * 1e6), step, "thaw")
+                self._schedule(now + int(r.freeze_hold_ms * 1e6), step)
             else:
-                self._schedule(now + int(r.hold_ms * 1e6), step, "resume")
+                self._schedule(now + int(r.hold_ms * 1e6), step)
             return
-        if step.priority == "high" and r.raise_step_mb and step.soft_bytes is not None:
-            base = int(r.memory_high_mb * MB)
-            new = min(step.soft_bytes + int(r.raise_step_mb * MB), base + int(r.raise_max_mb * MB))
-            if new > step.soft_bytes:
-                step.soft_bytes = new
-                _raise_soft_limit(step.cg, new)
-                self._log(step, "raise", f"soft limit -> {new // MB} MB")
-        self.throttle.rearm(ev.cgroup_id)
+        if step.priority == "high" and self._grant(step):
+            self.throttle.rearm(ev.cgroup_id)     # listen on only while there is room to grant
 
     def tick(self) -> None:
         now = time.monotonic_ns()
         while self._due and self._due[0][0] <= now:
-            _, cg_id, what = heapq.heappop(self._due)
-            step = self.steps.get(cg_id)
-            if step is not None:
-                self._resume(step)
+            _, _, step = heapq.heappop(self._due)
+            if self.steps.get(step.cg.id) is step:          # not a removed step (ids are reused)
+                self._guarded(self._resume, step)
 
     # -- actuators -------------------------------------------------------------------------------
+    def _resume(self, step: _Step) -> None:
+        # re-arm first: on v1 the task wakes as soon as the tripwire moves, and its next reclaim
+        # must be seen
+        self.throttle.rearm(step.cg.id)
+        self._grant(step)
+        if step.frozen:
+            self._thaw(step)
+            self._log(step, "thaw")
+        if step.stopped_pid is not None:
+            self._cont(step)
+            self._log(step, "resume")
+
+    def _grant(self, step: _Step) -> bool:
+        """More room for the step: raise_step_mb more soft limit, bounded; on v1 a tripwire that
+        cannot move any more becomes the plain hard limit (OOM killer on). True if it got more."""
+        r = self.rules
+        if step.soft_bytes is None:
+            return False
+        cap = int((r.memory_high_mb + r.raise_max_mb) * MB)
+        ceiling = int(r.memory_max_mb * MB) if r.memory_max_mb is not None else None
+        new = min(step.soft_bytes + int(r.raise_step_mb * MB), cap if ceiling is None else min(cap, ceiling))
+        if new > step.soft_bytes:
+            step.soft_bytes = new
+            step.counts["raises"] += 1
+            self._log(step, "raise", f"soft limit -> {new // MB} MB")
+            if step.tripwire:
+                if ceiling is not None and new >= ceiling:
+                    self._lift(step)
+                else:
+                    step.cg.set_memory_max(new)
+            elif step.cg.host.mode == "v2":
+                (step.cg.unified / "memory.high").write_text(str(new))
+            else:
+                # write the v1 soft limit directly: Cgroup.set_memory_high would register another
+                # threshold eventfd, and breaches are counted against the arm's soft limit
+                (step.cg.paths["memory"] / "memory.soft_limit_in_bytes").write_text(str(new))
+            return True
+        if step.tripwire:               # nothing more to grant: the kernel decides at the ceiling
+            self._lift(step)
+        return False
+
+    def _lift(self, step: _Step, *, log: bool = True) -> None:
+        if not step.tripwire:
+            return
+        step.tripwire = False
+        ceiling = int(self.rules.memory_max_mb * MB) if self.rules.memory_max_mb is not None else None
+        step.cg.set_memory_max(ceiling)
+        step.cg.set_oom_killer(True)
+        if log:
+            self._log(step, "lift", "tripwire -> " + (f"hard limit {ceiling // MB} MB" if ceiling else "no limit"))
+
     def _freeze(self, step: _Step) -> None:
         (step.cg.unified / "cgroup.freeze").write_text("1")
         step.frozen = True
+        step.counts["freezes"] += 1
         self._log(step, "freeze")
         self._cont(step)            # stays frozen; thawing later lets it run
 
-    def _resume(self, step: _Step, *, log: bool = True) -> None:
-        if step.frozen:
-            try:
-                (step.cg.unified / "cgroup.freeze").write_text("0")
-            except OSError:
-                pass
-            step.frozen = False
-            log and self._log(step, "thaw")
-        if step.stopped_pid is not None:
-            self._cont(step)
-            log and self._log(step, "resume")
-        if self.throttle is not None and step.cg.id in self.steps:
-            self.throttle.rearm(step.cg.id)
+    def _thaw(self, step: _Step) -> None:
+        try:
+            (step.cg.unified / "cgroup.freeze").write_text("0")
+        except OSError:
+            pass
+        step.frozen = False
+
+    def _release(self, step: _Step) -> None:
+        """Leave nothing parked, frozen or stopped (a removed step, or the controller closing)."""
+        for undo in (lambda st: self._lift(st, log=False), self._thaw if step.frozen else None, self._cont):
+            if undo is not None:
+                try:
+                    undo(step)
+                except OSError:
+                    pass                # the cgroup is already gone
 
     def _cont(self, step: _Step) -> None:
         if step.stopped_pid is not None:
@@ -218,22 +355,58 @@ class Controller:
                 pass
             step.stopped_pid = None
 
-    def _schedule(self, when_ns: int, step: _Step, what: str) -> None:
-        heapq.heappush(self._due, (when_ns, step.cg.id, what))
+    def _schedule(self, when_ns: int, step: _Step) -> None:
+        heapq.heappush(self._due, (when_ns, next(self._seq), step))
 
     def _log(self, step: _Step, what: str, detail: str = "") -> None:
         self.actions.append(Action(time.monotonic_ns(), step.cg.id, what, detail))
 
+    def _guarded(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except OSError as exc:          # a step's cgroup went away between its event and now
+            self.actions.append(Action(time.monotonic_ns(), 0, "error", f"{fn.__name__}: {exc}"))
+
     # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Run the event loop (poll + due resumes) in a thread until stop(); nothing to run without eBPF."""
+        if self.throttle is None or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="agentcgroup-controller", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll(timeout_ms=20)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    @contextmanager
+    def running(self):
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
     def close(self) -> None:
         try:
-            for step in list(self.steps.values()):
-                self._resume(step, log=False)
+            self.stop()
         finally:
-            if self.throttle is not None:
-                self.throttle.close()
-            if self._external is not None:
-                self._external.close()
+            try:
+                with self._lock:
+                    for step in list(self.steps.values()):
+                        self._release(step)
+            finally:
+                if self.throttle is not None:
+                    self.throttle.close()
+                if self._external is not None:
+                    self._external.close()
 
     def __enter__(self):
         return self
@@ -241,15 +414,6 @@ class Controller:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def _raise_soft_limit(cg: Cgroup, nbytes: int) -> None:
-    # v1: write the soft limit directly; Cgroup.set_memory_high would register another threshold
-    # eventfd each time (and drop the previous one).
-    if cg.host.mode == "v2":
-        (cg.unified / "memory.high").write_text(str(nbytes))
-    else:
-        (cg.paths["memory"] / "memory.soft_limit_in_bytes").write_text(str(nbytes))
 
 
 class ExternalLoader:

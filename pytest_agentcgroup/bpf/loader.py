@@ -162,9 +162,13 @@ def load(name: str, cflags=()):
         prog.close()
 
 
-def our_programs() -> list[dict]:
+def our_programs(held_by=None) -> list[dict]:
     """Programs currently loaded in the kernel whose name starts with agcg_ (via bpftool), each
-    {"id", "name", "pids": [...]}. Raises BPFUnavailable when bpftool is missing."""
+    {"id", "name", "pids": [...]}; with `held_by` (pids), only those one of these processes holds —
+    other sessions on the host may have theirs loaded. Raises BPFUnavailable when bpftool is missing.
+
+    bpftool lists holders only when built with BPF skeletons (Debian 12's is not), so the holders
+    are also read from /proc/PID/fdinfo: a program or link fd there names its `prog_id`."""
     import json
     import shutil
     import subprocess
@@ -173,6 +177,27 @@ def our_programs() -> list[dict]:
         raise BPFUnavailable("bpftool not found (apt-get install bpftool)")
     out = subprocess.run([tool, "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     progs = json.loads(out or "[]")
-    return [{"id": p.get("id"), "name": p.get("name", ""),
+    ours = [{"id": p.get("id"), "name": p.get("name", ""),
              "pids": [x.get("pid") for x in p.get("pids", [])]}
             for p in progs if str(p.get("name", "")).startswith(PREFIX)]
+    if held_by is not None:
+        held_by = set(held_by)
+        ids = _prog_ids_held_by(held_by)
+        ours = [p for p in ours if held_by & set(p["pids"]) or p["id"] in ids]
+    return ours
+
+
+def _prog_ids_held_by(pids) -> set[int]:
+    ids = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fdinfo").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                text = fd.read_text()
+            except OSError:
+                continue
+            ids.update(int(line.split()[1]) for line in text.splitlines() if line.startswith("prog_id:"))
+    return ids

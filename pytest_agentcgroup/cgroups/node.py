@@ -151,16 +151,25 @@ class Cgroup:
             remove_tree(path, timeout_s=timeout_s)
 
     # -- limits ----------------------------------------------------------------------------------
-    def set_memory_max(self, nbytes: int) -> None:
+    def set_memory_max(self, nbytes: int | None) -> None:
+        """A hard limit (None: no limit)."""
         if self.host.mode == "v2":
-            _write(self.unified / "memory.max", str(nbytes))
+            _write(self.unified / "memory.max", "max" if nbytes is None else str(nbytes))
             # a hard limit means "killed at this size", not "pushed to swap at this size"
             if (self.unified / "memory.swap.max").exists():
                 _write(self.unified / "memory.swap.max", "0")
         else:
             # v1 memory+swap (memsw) is left unlimited: the hosts this runs on have no swap; on
             # one that has, a step could swap instead of being killed at the limit.
-            _write(self.paths["memory"] / "memory.limit_in_bytes", str(nbytes))
+            _write(self.paths["memory"] / "memory.limit_in_bytes", "-1" if nbytes is None else str(nbytes))
+
+    def set_oom_killer(self, enabled: bool) -> None:
+        """v1 only (memory.oom_control): with the OOM killer disabled, a task that hits the hard limit
+        is parked in the kernel (state D, `under_oom 1`) until memory is freed, the limit is raised
+        or the killer is re-enabled, instead of being killed. v2 has no such switch."""
+        if self.host.mode == "v2":
+            raise OSError(f"{self.unified}: cgroup v2 cannot disable the OOM killer")
+        _write(self.paths["memory"] / "memory.oom_control", "0" if enabled else "1")
 
     def set_memory_high(self, nbytes: int) -> None:
         """A soft limit. v2: memory.high (throttles and reclaims above it, counts `high` events).

@@ -4,11 +4,18 @@
     oom_kills = "predicted"          # or a number: at most this many OOM kills in the trace
     mem_high_events = "predicted"    # every step predicted above the soft limit breaches it
     latency_overhead_p95_ms = 250    # p95 of (latency - replayed duration) over executed steps
+    latency_overhead_max_ms = 5000   # the same, for the worst step (a step parked for good breaks it)
+
+    [experiments.exp1.budgets.agentcgroup]    # policy arms (bpf/controller.py) also have
+    throttles = "predicted"          # low-priority steps above the soft limit are throttled, no other
+    policy_kills = 0                 # at most this many steps killed by the controller in the trace
 
 "predicted" compares step by step with what the trace and the arm's limits imply: a step whose
 replayed peak exceeds the hard limit by more than the margin must be OOM-killed, one that stays
 below it by more than the margin must not be; steps inside the margin may go either way (the
-interpreter, page cache and kernel rounding make a few MiB of difference).
+interpreter, page cache and kernel rounding make a few MiB of difference). For `throttles` the
+limit is the soft limit (memory_high_mb) and only steps the policy ranks low priority are expected
+to be throttled (the record's `priority`).
 """
 from __future__ import annotations
 
@@ -17,7 +24,9 @@ from dataclasses import dataclass
 from ..cgroups.arms import Arm
 from .records import percentile
 
-BUDGET_KEYS = ("oom_kills", "mem_high_events", "latency_overhead_p95_ms")
+BUDGET_KEYS = ("oom_kills", "mem_high_events", "throttles", "policy_kills", "latency_overhead_p95_ms",
+               "latency_overhead_max_ms")
+_PREDICTABLE = ("oom_kills", "mem_high_events", "throttles")
 MARGIN_MB = 32.0           # ± around a limit inside which a prediction is not made
 MARGIN_FRACTION = 0.05
 
@@ -43,12 +52,12 @@ def validate(budget: dict, where: str) -> dict:
     for key, val in budget.items():
         if key not in BUDGET_KEYS:
             raise BudgetError(f"{where}.{key}: unknown budget; expected one of {', '.join(BUDGET_KEYS)}")
-        if key == "latency_overhead_p95_ms":
+        if key.startswith("latency"):
             ok = isinstance(val, (int, float)) and not isinstance(val, bool) and val >= 0
         else:
-            ok = val == "predicted" or (isinstance(val, int) and not isinstance(val, bool) and val >= 0)
+            ok = (val == "predicted" and key in _PREDICTABLE) or (isinstance(val, int) and not isinstance(val, bool) and val >= 0)
         if not ok:
-            also = "" if key.startswith("latency") else ' or "predicted"'
+            also = ' or "predicted"' if key in _PREDICTABLE else ""
             raise BudgetError(f"{where}.{key}: expected a number >= 0{also}, got {val!r}")
     return budget
 
@@ -77,7 +86,8 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
     if not records:
         return out
     trace_id = records[0]["trace_id"]
-    for key, kind, counter in (("oom_kills", "max", "oom_kills"), ("mem_high_events", "high", "mem_high_events")):
+    for key, kind, counter in (("oom_kills", "max", "oom_kills"), ("mem_high_events", "high", "mem_high_events"),
+                               ("throttles", "high", "throttles"), ("policy_kills", None, "policy_kills")):
         want = budget.get(key)
         if want is None:
             continue
@@ -85,6 +95,8 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
             limit = _limit_mb(arm, kind)
             for r in records:
                 expect = predict(r.get("replayed_peak_mb"), limit)
+                if counter == "throttles" and r.get("priority") != "low":
+                    expect = False            # the policy throttles only low-priority steps
                 if expect is None or not r["executed"]:
                     continue
                 got = r[counter]
@@ -93,14 +105,24 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
                                          f">= 1 (replayed peak {r['replayed_peak_mb']:g} MiB > {kind} limit {limit:g} MiB)"))
                 elif not expect and got > 0:
                     peak = r.get("replayed_peak_mb")
-                    why = f"no {kind} limit" if limit is None else f"replayed peak {peak if peak is not None else 0:g} MiB < {kind} limit {limit:g} MiB"
+                    why = (f"{r.get('priority')} priority" if counter == "throttles" and r.get("priority") != "low"
+                           else f"no {kind} limit" if limit is None
+                           else f"replayed peak {peak if peak is not None else 0:g} MiB < {kind} limit {limit:g} MiB")
                     out.append(Violation(trace_id, r["step_id"], counter, got, f"0 ({why})"))
         else:
-            total = sum(r[counter] for r in records)
+            total = sum(r.get(counter, 0) for r in records)
             if total > want:
-                worst = max(records, key=lambda r: r[counter])
-                out.append(Violation(trace_id, worst["step_id"] if worst[counter] else None, counter, total,
+                worst = max(records, key=lambda r: r.get(counter, 0))
+                out.append(Violation(trace_id, worst["step_id"] if worst.get(counter) else None, counter, total,
                                      f"<= {want} for the trace"))
+    if "latency_overhead_max_ms" in budget:
+        ran = [r for r in records if r["executed"] and r["latency_ms"] is not None]
+        if ran:
+            worst = max(ran, key=lambda r: r["latency_ms"] - (r.get("replayed_duration_ms") or 0.0))
+            over = worst["latency_ms"] - (worst.get("replayed_duration_ms") or 0.0)
+            if over > budget["latency_overhead_max_ms"]:
+                out.append(Violation(trace_id, worst["step_id"], "latency_overhead_ms", round(over, 1),
+                                     f"<= {budget['latency_overhead_max_ms']} ms (latency_overhead_max_ms)"))
     if "latency_overhead_p95_ms" in budget:
         over = [r["latency_ms"] - (r.get("replayed_duration_ms") or 0.0)
                 for r in records if r["executed"] and r["latency_ms"] is not None and not r["oom_kills"]]

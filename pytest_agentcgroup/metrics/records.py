@@ -38,6 +38,10 @@ METRICS = {m.name: m for m in (
            "v2 memory.events.local high | v1 usage-threshold crossings (cgroup.event_control)"),
     Metric("mem_max_events", "count", "lower", "recorded", "v2 memory.events.local max | v1 memory.failcnt"),
     Metric("oom_kills", "count", "lower", "recorded", _KERNEL_OOM),
+    Metric("throttles", "count", "lower", "recorded",
+           "policy arms: in-kernel SIGSTOPs at memcg reclaim (bpf/reclaim_throttle.bpf.c ring-buffer events)"),
+    Metric("freezes", "count", "lower", "recorded", "policy arms: cgroup.freeze escalations by the controller"),
+    Metric("policy_kills", "count", "lower", "recorded", "policy arms: cgroup.kill by the controller (not OOM kills)"),
     Metric("pids_max_events", "count", "lower", "recorded", "pids.events max (v2 | v1 pids): forks refused at pids.max"),
     # Browser tenant steps (replay/browser.py)
     Metric("page_load_ms", "ms", "lower", "recorded",
@@ -51,6 +55,7 @@ METRICS = {m.name: m for m in (
     Metric("mem_high_events_total", "count", "lower", "derived", "sum of mem_high_events"),
     Metric("mem_max_events_total", "count", "lower", "derived", "sum of mem_max_events"),
     Metric("timeouts", "count", "lower", "derived", "steps killed at their timeout"),
+    Metric("throttles_total", "count", "lower", "derived", "sum of throttles"),
     Metric("total_steps", "count", "none", "derived", "steps replayed"),
 )}
 
@@ -66,12 +71,17 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
         "max_rss_mb": _round(c["peak_bytes"] / MB) if "peak_bytes" in c else None,
         "mem_high_events": c.get("high_events", 0), "mem_max_events": c.get("max_events", 0),
         "oom_kills": c.get("oom_kills", 0), "pids_max_events": c.get("pids_max_events", 0),
+        # what a policy arm's controller did to the step (0 under static arms)
+        "throttles": c.get("throttles", 0), "freezes": c.get("freezes", 0),
+        "policy_kills": c.get("policy_kills", 0),
         "exit_code": result.exit_code, "signal": result.signal, "timed_out": result.timed_out,
         "profile_source": result.profile_source,
         # What was asked for, so a reader can compare: the trace's numbers, scaled as replayed.
         "replayed_duration_ms": _round(step.duration_ms.value * time_scale) if step.duration_ms else None,
         "replayed_peak_mb": _round(step.profile.peak_mb.value) if step.profile.peak_mb else None,
     }
+    if "kind" in c:                  # policy arms: what the priorities were keyed by, and the priority
+        rec["kind"], rec["priority"] = c["kind"], c.get("priority")
     rec.update({k: _round(v) for k, v in result.measures.items()})
     if result.error:
         rec["error"] = result.error
@@ -107,4 +117,6 @@ def summarize(records: list[dict], config: str) -> dict:
         "mem_max_events_total": sum(r["mem_max_events"] for r in records),
         "oom_kills": sum(r["oom_kills"] for r in records),
         "timeouts": sum(1 for r in records if r["timed_out"]),
+        "throttles_total": sum(r.get("throttles", 0) for r in records),
+        "policy_kills": sum(r.get("policy_kills", 0) for r in records),
     }

@@ -23,6 +23,9 @@ simple command by its program name, and returns the first kind of PRIORITY prese
 `pip install x && pytest` is "test", `python x.py && cat out` is "other", `cd /testbed && ls` is
 "fileops", and a command with nothing left is "other".
 
+`step_kind(step)` is what a policy keys its priorities by: a shell step's command kind, else the
+step's tool (`edit`, `read`, `search`, `browser`, `python`, `noop`).
+
 `dominant_kind(commands, weights)` is the trace category: the kind with the largest total weight
 (the callers pass each bash step's recorded duration in ms, so the kind the trace spends its shell
 time on wins; each weight is floored at 1 so that zero-length steps still count). Ties go to the
@@ -187,6 +190,13 @@ def classify_command(cmd: str) -> str:
         if kind in found:
             return kind
     return "other"
+
+
+def step_kind(step) -> str:
+    """A trace step's kind: its command's kind for a shell step, else its tool name."""
+    if step.tool == "bash" and step.command:
+        return classify_command(step.command)
+    return step.tool
 
 
 def dominant_kind(commands: Sequence[str], weights: Iterable[float] | None = None) -> str:
