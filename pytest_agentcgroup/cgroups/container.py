@@ -38,6 +38,8 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
     where = hierarchies(init_pid)
     paths = {}
     for key, own in workload.paths.items():
+        if key.startswith("docker:"):        # adopted runc directories (an earlier container's)
+            continue
         found = where.get(key) or next((p for k, p in where.items() if key in k.split(",")), None)
         if found is None or found.parent != own:
             raise CgroupUnavailable(
@@ -45,11 +47,14 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
                 "the Docker engine must run in this session's cgroups (let the plugin start dockerd; "
                 "stop a system dockerd first)")
         paths[key] = found
-    for key, path in where.items():          # runc's directories in hierarchies we do not use
+    # runc's directories in hierarchies we do not use: the workload's path (run root included)
+    # re-made there; the workload may sit deeper than the run root's child (a tenant of a test)
+    rel = workload.unified.relative_to(tree.root.unified.parent).parts
+    for key, path in where.items():
         if key not in workload.paths and not any(k in workload.paths for k in key.split(",")):
-            if path.parent.name == workload.unified.name and path.parent.parent.name == tree.root.unified.name:
+            if path.parent.parts[-len(rel):] == rel:
                 workload.paths.setdefault(f"docker:{key}", path.parent)
-                tree.root.paths.setdefault(f"docker:{key}", path.parent.parent)
+                tree.root.paths.setdefault(f"docker:{key}", Path(*path.parent.parts[:len(path.parent.parts) - len(rel) + 1]))
     cg = Cgroup(workload.host, paths)
     if workload.host.mode == "v2":
         leaf = cg.unified / "init"

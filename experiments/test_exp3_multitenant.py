@@ -1,0 +1,292 @@
+"""Experiment 3 — multi-tenant isolation: a browser agent (A), a bash agent in a container (B) and a
+noisy neighbour (C: CPU hog, fork bomb, allocation stress) at once, under each arm.
+
+Settings and hypotheses: experiments/exp3.toml. Each tenant has its own cgroup under the test's
+workload cgroup: `A` (the browser: web app, Playwright, chromium — one process tree, so it carries
+the arm's hard ceiling, if any, on the tenant cgroup), `B` (its container's cgroup nests there, each
+tool call a cgroup below it with the arm's per-step limits or policy), `C` (the tenant-level pids
+limit that contains the fork bomb, plus the arm's limits per step). A and B run alone first (solo),
+then all three together, A and B repeating their traces until C is done.
+
+Printed per arm: per-tenant step-latency distributions (solo and with C), A's page-load times, B's
+test-step (pytest/...) spread, OOM kills per tenant, forks refused in C, the host probe.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup.cgroups.arms import Arm
+from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
+from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
+from pytest_agentcgroup.replay import BrowserTenant, ExecutorUnavailable, make_executor, replay
+from pytest_agentcgroup.replay.browser import missing as browser_missing
+from pytest_agentcgroup.traces.classify import classify_command
+from pytest_agentcgroup.traces.corpus import Corpus
+
+CONFIG = tomllib.loads(Path(__file__).with_name("exp3.toml").read_text())
+pytestmark = pytest.mark.experiment(name="exp3")
+
+METRICS = {m.name: m for m in (
+    Metric("latency_p50_ms", "ms", "lower", "derived", "median step latency (browser action | fork to reap)"),
+    Metric("latency_p95_ms", "ms", "lower", "derived", "95th percentile (linear) of step latency"),
+    Metric("latency_p99_ms", "ms", "lower", "derived", "99th percentile (linear) of step latency"),
+    Metric("page_load_p50_ms", "ms", "lower", "derived", "median Navigation Timing loadEventEnd (tenant A)"),
+    Metric("page_load_p95_ms", "ms", "lower", "derived", "95th percentile of page-load time (tenant A)"),
+    Metric("test_step_stdev_ms", "ms", "lower", "derived", "standard deviation of B's test-step latencies"),
+    Metric("test_step_p95_ms", "ms", "lower", "derived", "95th percentile of B's test-step latencies"),
+    Metric("oom_kills", "count", "lower", "recorded", "kernel OOM kills in the tenant's cgroups (steps + tenant)"),
+    Metric("pids_max_events", "count", "none", "recorded", "forks refused at a pids limit (pids.events max)"),
+    Metric("steps", "count", "none", "recorded", "steps replayed"),
+    Metric("failed_steps", "count", "lower", "recorded", "steps that did not complete (error, crash, not reached)"),
+    Metric("page_load_ratio", "ratio", "lower", "derived", "A's page-load p95 with C / alone"),
+    Metric("b_p95_ratio", "ratio", "lower", "derived", "B's step-latency p95 with C / alone"),
+    Metric("probe_p99_ms", "ms", "lower", "derived", "p99 lateness of a 10 ms sleeper in the pytest process while C ran"),
+)}
+
+
+def _arms() -> list[str]:
+    return list(CONFIG["arms"])
+
+
+def _print(request, lines: list[str]) -> None:
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
+    if tr is not None and capman is not None:
+        with capman.global_and_fixture_disabled():     # output capture would swallow it otherwise
+            tr.write_line("")
+            for line in lines:
+                tr.write_line(line)
+    else:
+        print("\n".join(lines))
+
+
+class Probe(threading.Thread):
+    """Sleeps `period` over and over in the pytest process and records how late it woke up."""
+
+    def __init__(self, period_s: float):
+        super().__init__(daemon=True)
+        self.period_s, self.late_ms, self.stop = period_s, [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            t = time.monotonic()
+            time.sleep(self.period_s)
+            self.late_ms.append((time.monotonic() - t - self.period_s) * 1000)
+
+
+class Tenant:
+    """One tenant's cgroup, records and OOM count; `replay_*` run its traces once."""
+
+    def __init__(self, name: str, phase: str, cg, arm: Arm):
+        self.name, self.phase, self.cg, self.arm = name, phase, cg, arm
+        self.records: list[dict] = []
+        self.error: str | None = None
+
+    def add(self, result, step, executor: str) -> None:
+        rec = step_record(result, step, config=self.arm.name, time_scale=1.0, executor=executor)
+        rec.update(tenant=self.name, phase=self.phase)
+        self.records.append(rec)
+
+    def summary(self) -> dict:
+        done = [r for r in self.records if r["executed"] and r["latency_ms"] is not None]
+        lat = [r["latency_ms"] for r in done]
+        loads = [r["page_load_ms"] for r in done if r.get("page_load_ms")]
+        tests = [r["latency_ms"] for r in done if r["tool"] == "bash" and classify_command(r["cmd"] or "") == "test"]
+        c = self.cg.counters()
+        return {
+            "tenant": self.name, "phase": self.phase, "steps": len(self.records),
+            "failed_steps": sum(1 for r in self.records if _failed(r)),
+            "latency_p50_ms": percentile(lat, 50), "latency_p95_ms": percentile(lat, 95),
+            "latency_p99_ms": percentile(lat, 99),
+            "page_load_p50_ms": percentile(loads, 50), "page_load_p95_ms": percentile(loads, 95),
+            "test_step_stdev_ms": statistics.stdev(tests) if len(tests) > 1 else None,
+            "test_step_p95_ms": percentile(tests, 95),
+            # the kernel's count: per-step cgroups (in the records) + the tenant cgroup itself
+            "oom_kills": sum(r["oom_kills"] for r in self.records if self.name != "A") + c.oom_kills,
+            "pids_max_events": sum(r.get("pids_max_events", 0) for r in self.records) + c.pids_max_events,
+            "error": self.error,
+        }
+
+
+def _failed(rec: dict) -> bool:
+    """A step that did not complete: a browser action that failed or was never reached (the browser
+    died), or a command that could not be started. A command's own non-zero exit is its result."""
+    if rec["tool"] == "browser":
+        return rec["executed"] and rec["exit_code"] != 0 or (rec.get("error") or "").startswith("the browser")
+    return bool(rec.get("error"))
+
+
+def _replay_steps(tenant: Tenant, trace, executor, placement, executor_name: str) -> None:
+    steps = {s.step_id: s for s in trace.steps}
+    replay(trace, executor, placement, on_step=lambda r: tenant.add(r, steps[r.step_id], executor_name))
+
+
+@pytest.mark.parametrize("arm_name", _arms())
+def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcgroup_tree, agentcgroup_placement):
+    why = browser_missing()
+    if why:
+        pytest.skip(f"tenant A: {why}")
+    engine = request.getfixturevalue("agentcgroup_docker")     # skips naming what is missing (tenant B)
+    from pytest_agentcgroup.plugin import _STATE
+    study = request.config.stash[_STATE].load_config(request.config)
+    if arm_name not in study.arms:
+        pytest.skip(f"arm {arm_name!r} is not defined in {study.path} (merge the branch that adds it)")
+    arm = study.arms[arm_name]
+    corpus = Corpus.open(study.traces)
+    ta, tb, tc = CONFIG["tenants"]["A"], CONFIG["tenants"]["B"], CONFIG["tenants"]["C"]
+    traces_a = [corpus.load(t) for t in corpus.ids(ta["subset"])]
+    trace_b = corpus.load(tb["trace"])
+    traces_c = [corpus.load(t) for t in tc["traces"]]
+    tree, controllers = agentcgroup_tree, agentcgroup_tree.controllers
+    engine.ensure_image()            # built once (debootstrap), outside every measurement
+
+    def tenant(name: str, phase: str) -> Tenant:
+        cg = workload_cgroup.child(f"{name}-{phase}", controllers)
+        if name == "A" and arm.memory_max_mb is not None:
+            cg.set_memory_max(int(arm.memory_max_mb * 1024 * 1024))    # the browser: one process tree
+        if name == "C":
+            cg.set_pids_max(int(tc["pids_max"]))
+        return Tenant(name, phase, cg, arm)
+
+    def run_a(t: Tenant, until: threading.Event | None = None, rounds: int = 1) -> None:
+        bt = BrowserTenant(action_timeout_s=ta["action_timeout_s"])
+        steps = {(tr.trace_id, s.step_id): s for tr in traces_a for s in tr.steps}
+        n = 0
+        while n < rounds or (until is not None and not until.is_set()):
+            bt.replay(traces_a, place=t.cg, on_step=lambda r: t.add(r, steps[(r.trace_id, r.step_id)], "browser"))
+            t.error = t.error or bt.error
+            n += 1
+
+    def run_b(t: Tenant, until: threading.Event | None = None, rounds: int = 1) -> None:
+        n = 0
+        while n < rounds or (until is not None and not until.is_set()):
+            ex = make_executor("docker", time_scale=1.0, step_timeout_s=tb["step_timeout_s"], engine=engine,
+                               cgroup_parent=cgroup_parent(tree, t.cg))
+            placement = agentcgroup_placement(arm, t.cg, nest_in=steps_in_container(tree, t.cg, ex),
+                                              kind_of=None)
+            _replay_steps(t, trace_b, ex, placement, "docker")
+            n += 1
+
+    def run_c(t: Tenant) -> None:
+        ex = make_executor("sandbox", time_scale=1.0, step_timeout_s=tc["step_timeout_s"])
+        for trace in traces_c:
+            _replay_steps(t, trace, ex, agentcgroup_placement(arm, t.cg), "sandbox")
+
+    def guarded(t: Tenant, fn, *args, **kw):
+        def body():
+            try:
+                fn(t, *args, **kw)
+            except ExecutorUnavailable as exc:
+                t.error = f"unavailable: {exc}"
+            except Exception as exc:            # reported per tenant; the test fails on it below
+                t.error = f"{type(exc).__name__}: {exc}"
+        return body
+
+    phases: dict[str, Tenant] = {}
+    probe = Probe(CONFIG["probe"]["period_ms"] / 1000)
+
+    def measure():
+        # Solo baselines, one after the other, then the three at once.
+        a0, b0 = tenant("A", "solo"), tenant("B", "solo")
+        guarded(a0, run_a, rounds=ta["rounds_solo"])()
+        guarded(b0, run_b, rounds=tb["rounds_solo"])()
+        a1, b1, c1 = tenant("A", "with-C"), tenant("B", "with-C"), tenant("C", "with-A+B")
+        phases.update({"A-solo": a0, "B-solo": b0, "A": a1, "B": b1, "C": c1})
+        c_done = threading.Event()
+        threads = [threading.Thread(target=guarded(a1, run_a, until=c_done), name="tenant-A"),
+                   threading.Thread(target=guarded(b1, run_b, until=c_done), name="tenant-B")]
+
+        def c_body():
+            try:
+                guarded(c1, run_c)()
+            finally:
+                c_done.set()
+        threads.append(threading.Thread(target=c_body, name="tenant-C"))
+        probe.start()
+        for th in threads:
+            th.start()
+        try:
+            for th in threads:
+                th.join()
+        finally:
+            c_done.set()
+            probe.stop.set()
+            probe.join()
+
+    benchmark.group = "exp3"
+    benchmark.pedantic(measure, rounds=1, iterations=1, warmup_rounds=0)
+
+    s = {k: t.summary() for k, t in phases.items()}
+    probe_p99 = percentile(probe.late_ms, 99)
+    a_ratio = _ratio(s["A"]["page_load_p95_ms"], s["A-solo"]["page_load_p95_ms"])
+    b_ratio = _ratio(s["B"]["latency_p95_ms"], s["B-solo"]["latency_p95_ms"])
+
+    fmt = lambda v: "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))   # noqa: E731
+    cols = [("tenant", 6), ("phase", 8), ("steps", 5), ("failed_steps", 6), ("latency_p50_ms", 8),
+            ("latency_p95_ms", 8), ("latency_p99_ms", 8), ("page_load_p50_ms", 8), ("page_load_p95_ms", 8),
+            ("test_step_p95_ms", 8), ("test_step_stdev_ms", 8), ("oom_kills", 4), ("pids_max_events", 7)]
+    heads = ["tenant", "phase", "steps", "failed", "p50 ms", "p95 ms", "p99 ms", "load p50", "load p95",
+             "test p95", "test sd", "OOM", "pids.max"]
+    lines = [f"Experiment 3 — multi-tenant isolation, arm {arm_name} (limits {arm.limits or 'none'}"
+             f"{', policy ' + arm.policy if getattr(arm, 'policy', None) else ''}); latencies recorded here, "
+             "on a shared 2-core host: noisy",
+             "  ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, (_, w)) in enumerate(zip(heads, cols)))]
+    for key in ("A-solo", "A", "B-solo", "B", "C"):
+        row = s[key]
+        lines.append("  ".join(fmt(row[k]).rjust(w) if i > 1 else fmt(row[k]).ljust(w) for i, (k, w) in enumerate(cols)))
+    lines.append(f"A page-load p95 with C / alone: {fmt(a_ratio)}x; B step p95 with C / alone: {fmt(b_ratio)}x; "
+                 f"host probe p99 lateness while C ran: {fmt(probe_p99)} ms")
+    for key, row in s.items():
+        if row["error"]:
+            lines.append(f"tenant {key}: {row['error']}")
+    _print(request, lines)
+
+    benchmark.extra_info.update({
+        "experiment": "exp3", "arm": arm_name, "limits": arm.limits,
+        "tenants": {k: {m: METRICS[m].describe(v) for m, v in row.items() if m in METRICS} for k, row in s.items()},
+        "metrics": {"page_load_ratio": METRICS["page_load_ratio"].describe(a_ratio),
+                    "b_p95_ratio": METRICS["b_p95_ratio"].describe(b_ratio),
+                    "probe_p99_ms": METRICS["probe_p99_ms"].describe(probe_p99)},
+        "table": lines,
+    })
+
+    # -- the hypotheses ---------------------------------------------------------------------------
+    every = CONFIG["claims"]["all"]
+    problems = []
+    for key in ("A-solo", "B-solo", "A", "B"):
+        if s[key]["error"] and "unavailable" in s[key]["error"]:
+            pytest.skip(f"tenant {key[0]}: {s[key]['error']}")
+    for key in ("A-solo", "B-solo", "A", "B", "C"):
+        if s[key]["error"] and key[0] != "A":
+            problems.append(f"tenant {key}: {s[key]['error']}")
+        if s[key]["steps"] == 0:
+            problems.append(f"tenant {key} replayed no step")
+    if s["C"]["pids_max_events"] < every["c_pids_max_events_min"]:
+        problems.append(f"the fork bomb never hit C's pids limit ({tc['pids_max']}): pids.events max = "
+                        f"{s['C']['pids_max_events']}")
+    if probe_p99 is None or probe_p99 > every["probe_p99_max_ms"]:
+        problems.append(f"host unresponsive while C ran: probe p99 lateness {fmt(probe_p99)} ms > "
+                        f"{every['probe_p99_max_ms']} ms")
+    if s["A"]["oom_kills"] == 0 and s["A"]["failed_steps"]:
+        problems.append(f"tenant A: {s['A']['failed_steps']} browser step(s) failed without an OOM kill "
+                        f"({s['A']['error'] or 'see the step records'})")
+    claim = CONFIG["claims"].get(arm_name)
+    if claim:
+        budget = claim["b_p95_ratio_max"] * (s["B-solo"]["latency_p95_ms"] or 0) + claim["b_p95_slack_ms"]
+        if s["B"]["latency_p95_ms"] is None or s["B"]["latency_p95_ms"] > budget:
+            problems.append(f"B's p95 with C {fmt(s['B']['latency_p95_ms'])} ms > {claim['b_p95_ratio_max']} x solo "
+                            f"{fmt(s['B-solo']['latency_p95_ms'])} ms + {claim['b_p95_slack_ms']} ms")
+        for key, name in (("oom_kills_a", "A"), ("oom_kills_b", "B")):
+            if s[name]["oom_kills"] > claim[key]:
+                problems.append(f"tenant {name}: {s[name]['oom_kills']} OOM kill(s) > {claim[key]}")
+    assert not problems, f"exp3 under arm {arm_name}:\n  " + "\n  ".join(problems)
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
