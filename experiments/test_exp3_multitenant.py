@@ -21,9 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.cgroups.arms import Arm
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
+from pytest_agentcgroup.plugin import setting
 from pytest_agentcgroup.replay import BrowserTenant, ExecutorUnavailable, make_executor, replay
 from pytest_agentcgroup.replay.browser import missing as browser_missing
 from pytest_agentcgroup.traces.classify import classify_command
@@ -42,6 +44,7 @@ METRICS = {m.name: m for m in (
     Metric("test_step_p95_ms", "ms", "lower", "derived", "95th percentile of B's test-step latencies"),
     Metric("oom_kills", "count", "lower", "recorded", "kernel OOM kills in the tenant's cgroups (steps + tenant)"),
     Metric("pids_max_events", "count", "none", "recorded", "forks refused at a pids limit (pids.events max)"),
+    Metric("throttles", "count", "none", "recorded", "policy arms: in-kernel SIGSTOPs of the tenant's steps"),
     Metric("steps", "count", "none", "recorded", "steps replayed"),
     Metric("failed_steps", "count", "lower", "recorded", "steps that did not complete (error, crash, not reached)"),
     Metric("page_load_ratio", "ratio", "lower", "derived", "A's page-load p95 with C / alone"),
@@ -110,6 +113,7 @@ class Tenant:
             # the kernel's count: per-step cgroups (in the records) + the tenant cgroup itself
             "oom_kills": sum(r["oom_kills"] for r in self.records if self.name != "A") + c.oom_kills,
             "pids_max_events": sum(r.get("pids_max_events", 0) for r in self.records) + c.pids_max_events,
+            "throttles": sum(r.get("throttles", 0) for r in self.records),
             "error": self.error,
         }
 
@@ -133,8 +137,10 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     if why:
         pytest.skip(f"tenant A: {why}")
     engine = request.getfixturevalue("agentcgroup_docker")     # skips naming what is missing (tenant B)
-    from pytest_agentcgroup.plugin import _STATE
-    study = request.config.stash[_STATE].load_config(request.config)
+    try:
+        study = cfgmod.load(setting(request.config, "config"))      # the arms: agentcgroup.toml
+    except cfgmod.ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
     if arm_name not in study.arms:
         pytest.skip(f"arm {arm_name!r} is not defined in {study.path} (merge the branch that adds it)")
     arm = study.arms[arm_name]
@@ -230,9 +236,9 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     fmt = lambda v: "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))   # noqa: E731
     cols = [("tenant", 6), ("phase", 8), ("steps", 5), ("failed_steps", 6), ("latency_p50_ms", 8),
             ("latency_p95_ms", 8), ("latency_p99_ms", 8), ("page_load_p50_ms", 8), ("page_load_p95_ms", 8),
-            ("test_step_p95_ms", 8), ("test_step_stdev_ms", 8), ("oom_kills", 4), ("pids_max_events", 7)]
+            ("test_step_p95_ms", 8), ("test_step_stdev_ms", 8), ("oom_kills", 4), ("pids_max_events", 7), ("throttles", 4)]
     heads = ["tenant", "phase", "steps", "failed", "p50 ms", "p95 ms", "p99 ms", "load p50", "load p95",
-             "test p95", "test sd", "OOM", "pids.max"]
+             "test p95", "test sd", "OOM", "pids.max", "thr"]
     lines = [f"Experiment 3 — multi-tenant isolation, arm {arm_name} (limits {arm.limits or 'none'}"
              f"{', policy ' + arm.policy if getattr(arm, 'policy', None) else ''}); latencies recorded here, "
              "on a shared 2-core host: noisy",
