@@ -4,7 +4,6 @@ what was missing, and the final metrics.jsonl holds every step once."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -4,8 +4,10 @@ like a serial run's, nothing left behind, and disjoint cpusets per worker with -
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,7 +97,7 @@ def test_where_too(agentcgroup_tree, worker_id):
 
 def test_isolate_gives_each_worker_a_disjoint_cpuset_and_a_memory_share(pytester, project):
     host = cgroups_or_skip()
-    if len(__import__("os").sched_getaffinity(0)) < 2:
+    if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs for 2 disjoint cpusets")
     pytester.makepyfile(test_probe=ISOLATION_PROBE)
     result = run_study(pytester, "test_probe.py", "-n", "2", "--agentcgroup-isolate", "-p", "no:randomly")
@@ -110,4 +112,4 @@ def test_isolate_gives_each_worker_a_disjoint_cpuset_and_a_memory_share(pytester
     assert leaked(host) == []
     cpuset_root = "/sys/fs/cgroup/cpuset"
     if host.mode == "hybrid":
-        assert not any(p.name.startswith("agentcgroup-") for p in __import__("pathlib").Path(cpuset_root).iterdir())
+        assert not any(p.name.startswith("agentcgroup-") for p in Path(cpuset_root).iterdir())

@@ -12,6 +12,7 @@ what happens once per session, after every test has run, whichever process ran i
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,9 +85,8 @@ class MetricsController:
         """Called by plugin.py's sessionfinish once the serial store is closed (`summaries` are its
         summaries; empty under xdist). Returns the run's summaries."""
         self.summaries = summaries
-        if self.distributed and worker_dirs(self.s.out):
-            records = merge_workers(self.s.out, keep=self.earlier)
-            self.summaries = summarize_all(records)
+        if self.distributed and (worker_dirs(self.s.out) or self.earlier):
+            self.summaries = summarize_all(merge_workers(self.s.out, keep=self.earlier))
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
         ran = bool(self.summaries)
@@ -105,8 +105,11 @@ class MetricsController:
 
     def _gate(self, session: pytest.Session) -> None:
         records = read_records(self.s.out / METRICS_FILE)
-        if self.s.save_baseline:
-            n = gate.save(records, self.s.save_baseline, note=f"saved from {self.s.out}")
+        if self.s.save_baseline and session.exitstatus != pytest.ExitCode.OK:
+            self.gate_lines.append(f"baseline NOT saved to {self.s.save_baseline}: the run failed "
+                                   f"(exit {int(session.exitstatus)}); a baseline is made from a passing run")
+        elif self.s.save_baseline:
+            n = gate.save(records, self.s.save_baseline, note=f"saved from {os.path.relpath(self.s.out)}")
             self.gate_lines.append(f"baseline saved: {self.s.save_baseline} ({n} trace x arm)")
         if self.s.baseline:
             try:
