@@ -110,3 +110,13 @@ def test_gate_rules_from_the_ini_and_bad_rules_are_one_message(pytester, project
                        "--agentcgroup-baseline", "nope.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["*GATE ERROR: baseline *nope.json: no such file*"])
+
+
+def test_a_failing_run_saves_no_baseline(pytester, project):
+    cgroups_or_skip()
+    with open(pytester.path / "study.toml", "a") as f:
+        f.write("[experiments.exp1.budgets.static-env]\noom_kills = 0\n")     # the 300 MiB step breaks it
+    result = run_study(pytester, "-k", "static-env", "--agentcgroup-save-baseline", "baseline.json")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*baseline NOT saved to *baseline.json: the run failed (exit 1)*"])
+    assert not (pytester.path / "baseline.json").exists()
