@@ -33,8 +33,8 @@ def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pyte
     serial_results = sorted((pytester.path / "out" / "metrics.jsonl").read_text().splitlines())
     parallel = run_study(pytester, "-n", "2", "--benchmark-json", "parallel.json")
     parallel.assert_outcomes(passed=4)
-    parallel.stdout.fnmatch_lines(["*wrote benchmark JSON of 4 test(s) from the xdist workers*",
-                                   "*agentcgroup summary*", "*static-toolcall*1*"])
+    parallel.stdout.fnmatch_lines(["*agentcgroup summary*", "*static-toolcall*1*",
+                                   "*wrote benchmark JSON of 4 test(s) from the xdist workers*"])
 
     docs = {name: json.loads((pytester.path / f"{name}.json").read_text()) for name in ("serial", "parallel")}
     by_id = {}
