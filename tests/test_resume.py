@@ -116,3 +116,30 @@ def test_bad_matrix_is_one_clear_message(pytester):
     result = run_study(pytester, "--collect-only", "-q")
     result.stdout.fnmatch_lines(["*study.toml: experiments.exp1.matrix.ablations[[]0[]].arms.nope: no arm of that name*"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_resume_reads_what_a_killed_parallel_run_left(tmp_path):
+    """A parallel run killed before its controller merged: DIR has its old file and worker files,
+    one of them cut mid-line. A resumed store sees one version of each test, every step once."""
+    from pytest_agentcgroup.metrics.store import METRICS_FILE, ResultsStore, run_key
+
+    def rec(arm, step):
+        return json.dumps({"experiment": "exp1", "config": arm, "trace_id": "t/a", "step_id": step,
+                           "seed": 0, "params": {}, "executed": True, "latency_ms": 1.0, "mem_high_events": 0,
+                           "mem_max_events": 0, "oom_kills": 0, "timed_out": False}) + "\n"
+    (tmp_path / METRICS_FILE).write_text(rec("a", 0) + rec("a", 1) + rec("b", 0))     # an older run
+    (tmp_path / "gw0").mkdir()
+    (tmp_path / "gw0" / METRICS_FILE).write_text(rec("b", 0) + rec("b", 1))           # b redone, complete
+    (tmp_path / "gw1").mkdir()
+    (tmp_path / "gw1" / METRICS_FILE).write_text(rec("c", 0) + rec("c", 1)[:20])      # c cut mid-line
+    store = ResultsStore(tmp_path, resume=True)
+    key = lambda arm: run_key({"experiment": "exp1", "config": arm, "trace_id": "t/a"})  # noqa: E731
+    assert [store.complete(key(a), 2) for a in "abc"] == [True, True, False]
+    store.restart(key("c"))
+    store.append(json.loads(rec("c", 0)))
+    store.append(json.loads(rec("c", 1)))
+    store.close()
+    lines = [json.loads(x) for x in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert Counter((r["config"], r["step_id"]) for r in lines) == Counter(
+        {(a, s): 1 for a in "abc" for s in (0, 1)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE, "summary.json"]
