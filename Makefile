@@ -3,8 +3,10 @@ PY           := .venv/bin/python
 PYTEST_ARGS  ?=
 # package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core docker browser"
 SETUP_GROUPS ?=
+# `make run` fails on a regression against this baseline; `make baseline` rewrites it
+BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup test run clean
+.PHONY: setup test run baseline clean
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -15,7 +17,11 @@ test: setup
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 run: setup
-	@$(PY) -m pytest experiments -q --agentcgroup-out results $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest experiments -q --agentcgroup-out results --agentcgroup-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
+
+baseline: setup
+	@$(PY) -m pytest experiments -q --agentcgroup-out results --agentcgroup-save-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 clean:

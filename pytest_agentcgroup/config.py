@@ -13,11 +13,19 @@
     arms = ["unlimited", "static-toolcall"]
     time_scale = 0.05                    # overrides [defaults]
     [experiments.<name>.budgets.<arm>]   # see metrics/budgets.py
+    [experiments.<name>.matrix]          # optional sweep: every combination is a test per trace × arm
+    seeds = [0, 1]                       # repetitions, recorded as `seed` (the emulator is deterministic)
+    ablations = [{ name = "half-limit", arms = { static-toolcall = { memory_max_mb = 256 } } }]
+    sizes = [{ name = "quick", time_scale = 0.02 }, { name = "dev", subset = "dev" }]
+
+An ablation or size is a named set of overrides of the experiment: executor, time_scale,
+step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 """
 from __future__ import annotations
 
+import itertools
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .bpf.controller import Rules
@@ -25,6 +33,8 @@ from .cgroups.arms import Arm, ArmError
 from .metrics.budgets import BudgetError, validate
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
+MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
+OVERRIDE_KEYS = (*DEFAULTS, "subset", "arms")
 
 
 class ConfigError(ValueError):
@@ -39,6 +49,35 @@ class Experiment:
     arms: tuple[str, ...]
     settings: dict                      # executor, time_scale, step_timeout_s (file-level values)
     budgets: dict[str, dict] = field(default_factory=dict)
+    matrix: tuple["Variant", ...] = ()
+
+    def variants(self, arms: dict[str, Arm]) -> list[tuple["Variant", "Experiment", dict[str, Arm]]]:
+        """(variant, the experiment with its overrides, the arms with theirs) for every point of
+        the matrix; one point (seed 0, no params) without a matrix."""
+        out = []
+        for v in self.matrix or (Variant(),):
+            exp = replace(self, subset=v.overrides.get("subset", self.subset),
+                          settings={k: v.overrides.get(k, val) for k, val in self.settings.items()})
+            changed = dict(arms)
+            for name, over in v.overrides.get("arms", {}).items():
+                base = {k: val for k, val in vars(arms[name]).items() if k != "name" and val is not None}
+                changed[name] = Arm.from_dict(name, {**base, **over})
+            out.append((v, exp, changed))
+        return out
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One point of an experiment's matrix: a seed and the names of its ablation/size overrides."""
+    seed: int = 0
+    params: dict = field(default_factory=dict)         # axis (ablation, size) -> override name
+    overrides: dict = field(default_factory=dict)
+
+    def id(self, with_seed: bool) -> str:
+        """The test-id suffix, `:seed1:half-limit:quick` (empty without a matrix); made only of
+        characters `-k` accepts, so `-k "seed1 and half-limit"` selects it."""
+        parts = ([f"seed{self.seed}"] if with_seed else []) + list(self.params.values())
+        return "".join(":" + p for p in parts)
 
 
 @dataclass(frozen=True)
@@ -79,7 +118,7 @@ def _parse(raw: dict, path: Path) -> Config:
     experiments = {}
     for name, spec in (raw.get("experiments") or {}).items():
         where = f"experiments.{name}"
-        extra = set(spec) - {"description", "subset", "arms", "budgets", *DEFAULTS}
+        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", *DEFAULTS}
         if extra:
             raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}")
         arm_names = tuple(spec.get("arms") or arms)
@@ -94,6 +133,63 @@ def _parse(raw: dict, path: Path) -> Config:
         settings = {k: spec.get(k, defaults[k]) for k in DEFAULTS}
         experiments[name] = Experiment(name=name, description=spec.get("description", ""),
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
-                                       settings=settings, budgets=budgets)
+                                       settings=settings, budgets=budgets,
+                                       matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms))
     traces = (path.parent / raw.get("traces", "../traces")).resolve()
     return Config(path=path, traces=traces, arms=arms, experiments=experiments)
+
+
+def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
+    """Every combination of seeds × ablations × sizes, in the order written."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table with seeds, {', '.join(MATRIX_AXES)}")
+    unknown = set(raw) - {"seeds", *MATRIX_AXES}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected seeds, {', '.join(MATRIX_AXES)}")
+    seeds = raw.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or any(isinstance(x, bool) or not isinstance(x, int) for x in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{where}.seeds: expected a non-empty list of distinct integers, got {seeds!r}")
+    axes, names = [], []
+    for axis in MATRIX_AXES:
+        entries = raw.get(axis)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not entries:
+            raise ConfigError(f"{where}.{axis}: expected a non-empty list of tables with a name")
+        for i, entry in enumerate(entries):
+            here = f"{where}.{axis}[{i}]"
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+                raise ConfigError(f"{here}: expected a table with a non-empty `name`")
+            if entry["name"] in names or not all(c.isalnum() or c in "-_." for c in entry["name"]) \
+                    or entry["name"].startswith("seed"):
+                raise ConfigError(f"{here}.name: {entry['name']!r} is repeated (names are unique across axes), "
+                                  "starts with 'seed', or is not made of letters, digits, -_.")
+            names.append(entry["name"])
+            bad = set(entry) - {"name", *OVERRIDE_KEYS}
+            if bad:
+                raise ConfigError(f"{here}: unknown override(s) {', '.join(sorted(bad))}; expected {', '.join(OVERRIDE_KEYS)}")
+            for arm, over in (entry.get("arms") or {}).items():
+                if arm not in arms or not isinstance(over, dict):
+                    raise ConfigError(f"{here}.arms.{arm}: no arm of that name (or not a table)")
+                try:
+                    Arm.from_dict(arm, {**{k: v for k, v in vars(arms[arm]).items() if k != "name" and v is not None}, **over},
+                                  where=f"{here}.arms")
+                except ArmError as exc:
+                    raise ConfigError(str(exc)) from None
+        axes.append([(axis[:-1], e["name"], {k: v for k, v in e.items() if k != "name"}) for e in entries])
+    out = []
+    for seed in seeds:
+        for combo in itertools.product(*axes):
+            overrides: dict = {}
+            for _axis, _name, over in combo:        # later axes win; arm overrides merge per key
+                arms_so_far = overrides.pop("arms", {})
+                overrides.update({k: v for k, v in over.items() if k != "arms"})
+                for a, o in over.get("arms", {}).items():
+                    arms_so_far[a] = {**arms_so_far.get(a, {}), **o}
+                if arms_so_far:
+                    overrides["arms"] = arms_so_far
+            out.append(Variant(seed, {axis: name for axis, name, _ in combo}, overrides))
+    return tuple(out)

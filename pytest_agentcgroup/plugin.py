@@ -12,10 +12,16 @@ Settings (each is a command-line option, an ini key and, where it makes sense, a
     --agentcgroup-executor NAME    agentcgroup_executor     emulate (emulate | sandbox | docker)
     --agentcgroup-time-scale X     agentcgroup_time_scale   the experiment's time_scale
     --agentcgroup-step-timeout S   agentcgroup_step_timeout the experiment's step_timeout_s
+    --agentcgroup-resume           agentcgroup_resume       off: skip tests already complete in the results
+    --agentcgroup-isolate          agentcgroup_isolate      off: a disjoint cpuset + memory share per xdist worker
+    --agentcgroup-baseline PATH    agentcgroup_baseline     none: the regression gate's baseline
+    --agentcgroup-gate-rules R     agentcgroup_gate_rules   metrics/gate.py DEFAULT_RULES
+    --agentcgroup-save-baseline P  agentcgroup_save_baseline  none: write this run's baseline to P
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +31,11 @@ from . import config as cfgmod
 from .cgroups import CgroupUnavailable, RunTree, detect
 from .cgroups.arms import Arm, ArmPlacement
 from .cgroups.container import cgroup_parent, steps_in_container
-from .metrics import budgets
+from .cgroups.isolate import WorkerIsolation
+from .metrics import benchjson, budgets, gate
+from .metrics.controller import ControllerSettings, MetricsController
 from .metrics.records import METRICS, step_record, summarize
-from .metrics.store import ResultsStore
+from .metrics.store import METRICS_FILE, ResultsStore, read_records, run_key
 from .replay import ExecutorUnavailable, make_executor, replay
 from .replay.docker_engine import DockerEngine
 from .reports.table import format_summary
@@ -44,15 +52,23 @@ SETTINGS = {
     "executor": ("how steps run: emulate (reproduce the recorded profile), sandbox (real command under bubblewrap) or docker (real command in a container)", None, str, None),
     "time_scale": ("multiply recorded durations by this factor when replaying", None, float, None),
     "step_timeout": ("per-step timeout in seconds", None, float, None),
+    "resume": ("skip every trace x arm (x seed x params) already complete in the results directory; "
+               "redo partial ones", False, bool, None),
+    "isolate": ("under xdist, give each worker a disjoint cpuset and an equal share of the memory", False, bool, None),
+    "baseline": ("regression gate: compare this run with a baseline (file or results directory); "
+                 "a regression fails the run", None, str, None),
+    "gate_rules": ("regression gate rules, METRIC=+N|+X%|+X%+N|exact, comma-separated", gate.DEFAULT_RULES, str, None),
+    "save_baseline": ("write this run's results as a baseline file", None, str, None),
 }
-_PATH_SETTINGS = ("config", "out", "traces")
+_PATH_SETTINGS = ("config", "out", "traces", "baseline", "save_baseline")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("agentcgroup", "trace-driven cgroup experiments")
-    for name, (help_, default, _type, _marker) in SETTINGS.items():
+    for name, (help_, default, type_, _marker) in SETTINGS.items():
         flag = "--agentcgroup-" + name.replace("_", "-")
-        group.addoption(flag, dest=f"agentcgroup_{name}", default=None, help=f"{help_} (ini: agentcgroup_{name})")
+        extra = {"action": "store_const", "const": True} if type_ is bool else {}
+        group.addoption(flag, dest=f"agentcgroup_{name}", default=None, help=f"{help_} (ini: agentcgroup_{name})", **extra)
         parser.addini(f"agentcgroup_{name}", help_, default=None)
 
 
@@ -75,7 +91,7 @@ def setting(config: pytest.Config, name: str, *, marker=None, experiment: cfgmod
     if isinstance(value, (list, tuple)):
         value = ",".join(value)
     try:
-        value = type_(value)
+        value = _boolean(value) if type_ is bool else type_(value)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"agentcgroup_{name}: expected {type_.__name__}, got {value!r}") from None
     if name in _PATH_SETTINGS:
@@ -83,11 +99,36 @@ def setting(config: pytest.Config, name: str, *, marker=None, experiment: cfgmod
     return value
 
 
+def _boolean(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(value).strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "experiment(name, subset=None, arms=None): an agentcgroup experiment; its test is "
         "parametrized over the experiment's traces x arms (select with -m \"experiment(name='exp1')\")")
     config.stash[_STATE] = _State()
+    if hasattr(config, "workerinput"):         # an xdist worker: the controller does the rest
+        return
+    try:
+        rules = gate.parse_rules(setting(config, "gate_rules"))
+    except gate.GateError as exc:
+        raise pytest.UsageError(f"--agentcgroup-gate-rules: {exc}") from None
+    controller = MetricsController(config, ControllerSettings(
+        out=Path(setting(config, "out")), resume=setting(config, "resume"), baseline=setting(config, "baseline"),
+        rules=rules, save_baseline=setting(config, "save_baseline")))
+    config.stash[_CONTROLLER] = controller
+    config.pluginmanager.register(controller, "agentcgroup-controller")
+    if config.getoption("dist", "no") != "no" and not setting(config, "isolate"):
+        config.issue_config_time_warning(pytest.PytestWarning(
+            "agentcgroup: xdist workers share CPUs and memory, so latency measured by one includes the "
+            "others' load; use --agentcgroup-isolate for a disjoint cpuset and memory share per worker"), stacklevel=2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,6 +139,7 @@ class _State:
     experiments: cfgmod.Config | None = None
     corpus: Corpus | None = None
     tree: RunTree | None = None
+    isolation: WorkerIsolation | None = None
     store: ResultsStore | None = None
     summaries: list = field(default_factory=list)
     failures: dict = field(default_factory=dict)
@@ -122,17 +164,35 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+_CONTROLLER = pytest.StashKey[MetricsController]()
+_REPLAY_SECONDS = pytest.StashKey[float]()
 
 
 @dataclass(frozen=True)
 class Case:
-    """One parametrized test: an experiment's trace under one arm."""
+    """One parametrized test: an experiment's trace under one arm (at one point of its matrix)."""
     experiment: cfgmod.Experiment
     trace_id: str
     arm: Arm
+    variant: cfgmod.Variant = field(default_factory=cfgmod.Variant)
+    with_seed: bool = False          # the matrix has seeds, so the id names the seed
+
+    @property
+    def seed(self) -> int:
+        return self.variant.seed
+
+    @property
+    def params(self) -> dict:
+        return self.variant.params
+
+    @property
+    def key(self) -> tuple:
+        """The results store's key of this test's records."""
+        return run_key({"experiment": self.experiment.name, "config": self.arm.name, "trace_id": self.trace_id,
+                        "seed": self.seed, "params": self.params})
 
     def __str__(self) -> str:
-        return case_id(self.arm.name, self.trace_id)
+        return case_id(self.arm.name, self.trace_id) + self.variant.id(self.with_seed)
 
 
 def case_id(arm: str, trace_id: str) -> str:
@@ -163,7 +223,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for a in arm_names:
         if a not in conf.arms:
             pytest.fail(f"arm {a!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
-    cases = [Case(exp, t, conf.arms[a]) for a in arm_names for t in trace_ids]
+    with_seed = any(v.seed for v in exp.matrix) or len({v.seed for v in exp.matrix}) > 1
+    cases = []
+    for variant, vexp, varms in exp.variants(conf.arms):       # the matrix: seeds x ablations x sizes
+        vtraces = trace_ids
+        if vexp.subset != exp.subset:
+            try:
+                vtraces = corpus.ids(setting(metafunc.config, "subset", marker=marker, experiment=vexp))
+            except TraceError as exc:
+                pytest.fail(f"{conf.path}: experiments.{name}.matrix: {exc}", pytrace=False)
+        cases += [Case(vexp, t, varms[a], variant, with_seed) for a in arm_names for t in vtraces]
     metafunc.parametrize("agentcgroup_case", cases, ids=[str(c) for c in cases], scope="function")
 
 
@@ -179,9 +248,19 @@ def agentcgroup_tree(request: pytest.FixtureRequest):
         tree = state.tree = RunTree(detect())
     except CgroupUnavailable as exc:
         pytest.skip(f"cgroups unavailable: {exc}")
+    isolation = None
     try:
+        if setting(request.config, "isolate") and "PYTEST_XDIST_WORKER" in os.environ:
+            try:
+                isolation = state.isolation = WorkerIsolation(
+                    tree, int(os.environ["PYTEST_XDIST_WORKER"][2:]), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+            except CgroupUnavailable as exc:
+                pytest.skip(f"--agentcgroup-isolate: {exc}")
         yield tree
     finally:
+        if isolation is not None:
+            isolation.close()
+            state.isolation = None
         tree.close()
         state.tree = None
 
@@ -276,13 +355,17 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         raise pytest.UsageError(str(exc)) from None
     store = _store(config)
     steps = {s.step_id: s for s in agentcgroup_trace.steps}
+    if setting(config, "resume"):
+        if store.complete(case.key, len(steps)):
+            pytest.skip(f"resume: {case} is already complete in {Path(setting(config, 'out')) / METRICS_FILE}")
+        store.restart(case.key)          # a partial earlier attempt: its lines go, the trace is redone
     _arm_policy(config, case.arm)         # a policy arm this host cannot run skips here, before replay
 
     def run() -> Outcome:
         records: list[dict] = []
 
         def on_step(result):
-            rec = {"experiment": case.experiment.name,
+            rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    **step_record(result, steps[result.step_id], config=case.arm.name,
                                  time_scale=time_scale, executor=executor_name)}
             records.append(rec)
@@ -368,19 +451,22 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
 
 
 @pytest.fixture
-def agentcgroup_run(agentcgroup_replayer, agentcgroup_case: Case, benchmark):
+def agentcgroup_run(request: pytest.FixtureRequest, agentcgroup_replayer, agentcgroup_case: Case, benchmark):
     """Replay once through pytest-benchmark (`pedantic`, one round) and put the metrics — each with
     unit, direction and provenance — into `benchmark.extra_info`, so `--benchmark-json` exports
     every trace × arm. Returns the Outcome."""
     def run() -> Outcome:
         box = []
         benchmark.group = agentcgroup_case.experiment.name
+        start = time.perf_counter()
         benchmark.pedantic(lambda: box.append(agentcgroup_replayer()), rounds=1, iterations=1, warmup_rounds=0)
+        request.node.stash[_REPLAY_SECONDS] = time.perf_counter() - start    # xdist: benchmark times nothing
         outcome = box[0]
         s = outcome.summary
         benchmark.extra_info.update({
             "experiment": agentcgroup_case.experiment.name, "arm": agentcgroup_case.arm.name,
             "trace_id": agentcgroup_case.trace_id, "limits": agentcgroup_case.arm.limits,
+            "seed": agentcgroup_case.seed, "params": agentcgroup_case.params,
             "metrics": {k: METRICS[k].describe(v) for k, v in s.items() if k in METRICS},
             "steps": s["total_steps"], "oom_kills": s["oom_kills"],
         })
@@ -391,11 +477,25 @@ def agentcgroup_run(agentcgroup_replayer, agentcgroup_case: Case, benchmark):
 def _store(config: pytest.Config) -> ResultsStore:
     state = config.stash[_STATE]
     if state.store is None:
-        out = Path(setting(config, "out"))
+        out, resume = Path(setting(config, "out")), setting(config, "resume")
         worker = os.environ.get("PYTEST_XDIST_WORKER")
         # Each xdist worker writes its own file (one writer per file); the controller merges them.
-        state.store = ResultsStore(out / worker if worker else out)
+        # On resume a worker reads what is complete from DIR's file (the controller consolidated it).
+        earlier = read_records(out / METRICS_FILE) if worker and resume else None
+        state.store = ResultsStore(out / worker if worker else out, resume=resume, earlier=earlier)
     return state.store
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Under xdist, a benchmark's entry travels to the controller on the call report."""
+    report = yield
+    fixture = getattr(item, "funcargs", {}).get("benchmark")
+    if call.when == "call" and "PYTEST_XDIST_WORKER" in os.environ and getattr(fixture, "_mode", None) \
+            and not fixture.has_error:
+        seconds = item.stash.get(_REPLAY_SECONDS, report.duration)
+        setattr(report, benchjson.REPORT_ATTR, benchjson.entry(fixture, seconds))
+    return report
 
 
 @pytest.hookimpl(trylast=True)    # after pytest's own session teardown of fixtures
@@ -407,8 +507,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.tree is not None:
         state.tree.close()
         state.tree = None
+    if state.isolation is not None:
+        state.isolation.close()
+        state.isolation = None
     if state.store is not None:
         state.summaries = state.store.close()
+    controller = session.config.stash.get(_CONTROLLER, None)
+    if controller is not None:
+        state.summaries = controller.finish(session, state.summaries)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -418,4 +524,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_sep("=", "agentcgroup summary")
     for line in format_summary(state.summaries).splitlines():
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"results: {state.store.out} (metrics.jsonl, summary.json)")
+    terminalreporter.write_line(f"results: {setting(config, 'out')} (metrics.jsonl, summary.json)")

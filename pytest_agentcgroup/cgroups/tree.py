@@ -56,27 +56,31 @@ def _parents(host: CgroupHost) -> dict[str, Path]:
 
 def sweep_stale(host: CgroupHost) -> list[Path]:
     """Remove run roots left by runs whose process no longer exists. Returns what was removed."""
+    return [p for parent in _parents(host).values() for p in sweep_stale_in(parent)]
+
+
+def sweep_stale_in(parent: Path) -> list[Path]:
+    """sweep_stale for one parent directory (also used for the v1 cpuset of isolated workers)."""
     removed = []
-    for parent in _parents(host).values():
-        try:
-            entries = list(parent.iterdir())
-        except OSError:
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _ROOT_RE.match(entry.name)
+        if not m or not entry.is_dir():
             continue
-        for entry in entries:
-            m = _ROOT_RE.match(entry.name)
-            if not m or not entry.is_dir():
-                continue
-            pid, ticks = int(m.group(1)), int(m.group(2))
-            if _start_ticks(pid) == ticks:
-                continue                      # its maker still runs (another session, an xdist worker)
-            kill = entry / "cgroup.kill"
-            if kill.exists():
-                try:
-                    kill.write_text("1")
-                except OSError:
-                    pass
-            remove_tree(entry)
-            removed.append(entry)
+        pid, ticks = int(m.group(1)), int(m.group(2))
+        if _start_ticks(pid) == ticks:
+            continue                      # its maker still runs (another session, an xdist worker)
+        kill = entry / "cgroup.kill"
+        if kill.exists():
+            try:
+                kill.write_text("1")
+            except OSError:
+                pass
+        remove_tree(entry)
+        removed.append(entry)
     return removed
 
 

@@ -1,0 +1,137 @@
+"""The controller's side of a run (the pytest process itself, or xdist's controller when `-n N`):
+what happens once per session, after every test has run, whichever process ran it.
+
+* results: under xdist each worker wrote `DIR/<worker>/metrics.jsonl`; they are merged into
+  `DIR/metrics.jsonl` + `DIR/summary.json` (on resume, with what earlier runs left there).
+* benchmark JSON: under xdist pytest-benchmark records nothing, so the entries that workers put on
+  their test reports (benchjson.REPORT_ATTR) are written here in its schema. Serially
+  pytest-benchmark writes the file and the hooks below add to it: params as test ids, and the
+  environment snapshot in `machine_info["agentcgroup"]`.
+* the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
+  `--agentcgroup-save-baseline`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from . import benchjson, environment, gate
+from .store import (METRICS_FILE, earlier_results, merge_workers, read_records, summaries as summarize_all,
+                    worker_dirs, write_results)
+
+
+@dataclass
+class ControllerSettings:
+    out: Path
+    resume: bool = False
+    baseline: str | None = None
+    rules: list = field(default_factory=list)
+    save_baseline: str | None = None
+
+
+class MetricsController:
+    def __init__(self, config: pytest.Config, settings: ControllerSettings):
+        self.config, self.s = config, settings
+        self.entries: list[dict] = []          # benchmark entries from worker reports
+        self.earlier: list[dict] = []          # resume: what DIR held before this run
+        self.summaries: list[dict] = []
+        self.gate_lines: list[str] = []
+        self.json_written: Path | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.config.pluginmanager.has_plugin("dsession")
+
+    # -- before the workers start ----------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session) -> None:
+        if not self.distributed or self.config.option.collectonly:
+            return
+        out = self.s.out
+        if self.s.resume:
+            # Earlier results (also those of workers of a killed parallel run) become DIR's one
+            # file, which the workers read to know what is complete.
+            self.earlier = earlier_results(out)
+            write_results(out, self.earlier)
+        for d in worker_dirs(out):
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+
+    # -- while tests run -------------------------------------------------------------------------
+    def pytest_runtest_logreport(self, report) -> None:
+        entry = getattr(report, benchjson.REPORT_ATTR, None)
+        if entry is not None and report.when == "call":
+            self.entries.append(entry)
+
+    # -- pytest-benchmark hooks (serial runs: it writes the file, we add to it) -------------------
+    def pytest_benchmark_update_machine_info(self, config, machine_info) -> None:
+        machine_info["agentcgroup"] = environment.snapshot(seeds=self._seeds())
+
+    def pytest_benchmark_update_json(self, config, benchmarks, output_json) -> None:
+        for b in output_json["benchmarks"]:
+            b["params"] = benchjson.plain_params(b.get("params"))
+
+    def _seeds(self) -> list[int]:
+        bs = getattr(self.config, "_benchmarksession", None)
+        infos = [e["extra_info"] for e in self.entries] + [b.extra_info for b in getattr(bs, "benchmarks", [])]
+        return [i["seed"] for i in infos if "seed" in i]
+
+    # -- after the last test ---------------------------------------------------------------------
+    def finish(self, session: pytest.Session, summaries: list[dict]) -> list[dict]:
+        """Called by plugin.py's sessionfinish once the serial store is closed (`summaries` are its
+        summaries; empty under xdist). Returns the run's summaries."""
+        self.summaries = summaries
+        if self.distributed and (worker_dirs(self.s.out) or self.earlier):
+            self.summaries = summarize_all(merge_workers(self.s.out, keep=self.earlier))
+        if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
+            self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
+        ran = bool(self.summaries)
+        if ran and (self.s.baseline or self.s.save_baseline):
+            self._gate(session)
+        return self.summaries
+
+    def _write_benchmark_json(self, path: Path) -> None:
+        hook = self.config.hook
+        machine_info = hook.pytest_benchmark_generate_machine_info(config=self.config)
+        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine_info)
+        commit_info = hook.pytest_benchmark_generate_commit_info(config=self.config)
+        hook.pytest_benchmark_update_commit_info(config=self.config, commit_info=commit_info)
+        benchjson.write(path, benchjson.document(self.entries, machine_info, commit_info))
+        self.json_written = path
+
+    def _gate(self, session: pytest.Session) -> None:
+        records = read_records(self.s.out / METRICS_FILE)
+        if self.s.save_baseline and session.exitstatus != pytest.ExitCode.OK:
+            self.gate_lines.append(f"baseline NOT saved to {self.s.save_baseline}: the run failed "
+                                   f"(exit {int(session.exitstatus)}); a baseline is made from a passing run")
+        elif self.s.save_baseline:
+            n = gate.save(records, self.s.save_baseline, note=f"saved from {os.path.relpath(self.s.out)}")
+            self.gate_lines.append(f"baseline saved: {self.s.save_baseline} ({n} trace x arm)")
+        if self.s.baseline:
+            try:
+                verdict = gate.compare(gate.load(self.s.baseline), gate.per_test(records), self.s.rules)
+            except gate.GateError as exc:
+                self.gate_lines.append(f"GATE ERROR: {exc}")
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
+                return
+            self.gate_lines += gate.format_verdict(verdict, self.s.baseline)
+            if verdict.failed:
+                self.gate_lines.insert(0, f"REGRESSION: {len(verdict.regressions)} metric(s) worse than the "
+                                          f"baseline beyond the gate's tolerance")
+                if session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    @pytest.hookimpl(trylast=True)        # after the run's summary table
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.json_written:
+            terminalreporter.write_line(f"agentcgroup: wrote benchmark JSON of {len(self.entries)} test(s) "
+                                        f"from the xdist workers: {self.json_written}")
+        if self.gate_lines:
+            terminalreporter.write_sep("=", "agentcgroup regression gate")
+            failed = self.gate_lines[0].startswith(("REGRESSION", "GATE ERROR"))
+            for line in self.gate_lines:
+                terminalreporter.write_line(line, red=failed and not line.startswith(("new", "missing")))

@@ -1,0 +1,221 @@
+"""The regression gate: compare a run with a baseline per trace × arm (× seed × params) and per
+metric, and fail on what got worse beyond a tolerance.
+
+Rules are text, one per metric, comma-separated (`--agentcgroup-gate-rules`, ini
+`agentcgroup_gate_rules`):
+
+    oom_kills=+0                 may not rise at all (the kernel's count is deterministic here)
+    mem_high_events_total=+2     may rise by at most 2
+    latency_p95_ms=+100%+500     may rise by at most 100 % of the baseline plus 500 ms
+    total_steps=exact            may not change in either direction
+
+"Worse" is the metric's own better-direction (records.METRICS): a rise for `lower`-is-better
+metrics, a fall for `higher`. A trace × arm in this run but not in the baseline is reported as
+`new`, one in the baseline but not in this run as `missing`; neither fails the gate (a `-k`
+selection or a newly added arm must not fail it; regenerate the baseline to cover them).
+
+A baseline is a file written by `save()` (schema `agentcgroup-baseline/1`), a results directory
+or its metrics.jsonl (a saved run), or a pytest-benchmark JSON written by this plugin.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .records import METRICS, summarize
+from .store import METRICS_FILE, read_records, run_key
+
+SCHEMA = "agentcgroup-baseline/1"
+SHOW = 10                     # new/missing entries listed by name; the rest are counted
+DEFAULT_RULES = "oom_kills=+0,timeouts=+0,mem_high_events_total=+2,latency_p95_ms=+100%+500"
+_TOLERANCE = re.compile(r"^\+(?:(?P<pct>\d+(?:\.\d+)?)%)?(?:\+?(?P<abs>\d+(?:\.\d+)?))?$")
+
+
+class GateError(ValueError):
+    """A rule or baseline that cannot be used; the message names the rule or the file."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    metric: str
+    pct: float = 0.0            # tolerance relative to the baseline, in percent
+    abs: float = 0.0            # absolute tolerance, in the metric's unit
+    exact: bool = False         # any change fails, better or worse
+
+    @classmethod
+    def parse(cls, text: str) -> "Rule":
+        metric, sep, tol = (s.strip() for s in text.partition("="))
+        if not sep or metric not in METRICS:
+            known = ", ".join(m for m, d in METRICS.items() if d.better != "none" or m == "total_steps")
+            raise GateError(f"gate rule {text!r}: expected METRIC=TOLERANCE with METRIC one of {known}")
+        if tol == "exact":
+            return cls(metric, exact=True)
+        m = _TOLERANCE.match(tol)
+        if not m or (m["pct"] is None and m["abs"] is None):
+            raise GateError(f"gate rule {text!r}: tolerance must be +N, +X%, +X%+N or exact")
+        if METRICS[metric].better == "none":
+            raise GateError(f"gate rule {text!r}: {metric} has no better direction; use {metric}=exact")
+        return cls(metric, pct=float(m["pct"] or 0), abs=float(m["abs"] or 0))
+
+    @property
+    def unit(self) -> str:
+        return METRICS[self.metric].unit
+
+    def limit(self, base: float) -> float:
+        """The worst value still accepted."""
+        slack = abs(base) * self.pct / 100.0 + self.abs
+        return base - slack if METRICS[self.metric].better == "higher" else base + slack
+
+    def breaks(self, base: float, now: float) -> bool:
+        if self.exact:
+            return now != base
+        return now < self.limit(base) if METRICS[self.metric].better == "higher" else now > self.limit(base)
+
+    def describe_limit(self, base: float) -> str:
+        if self.exact:
+            return f"== {base:g}"
+        op = ">=" if METRICS[self.metric].better == "higher" else "<="
+        return f"{op} {round(self.limit(base), 3):g}"
+
+    def __str__(self) -> str:
+        if self.exact:
+            return f"{self.metric}=exact"
+        return f"{self.metric}=+" + (f"{self.pct:g}%" if self.pct else "") + (
+            f"+{self.abs:g}" if self.abs and self.pct else f"{self.abs:g}" if not self.pct else "")
+
+
+def parse_rules(text: str | list[str]) -> list[Rule]:
+    parts = text if isinstance(text, list) else re.split(r"[,\n]", text)
+    rules = [Rule.parse(p) for p in (s.strip() for s in parts) if p]
+    if not rules:
+        raise GateError("no gate rules given")
+    return rules
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-test metrics: a run, a saved run, or a baseline file, all as {key: {metric: value}}
+
+Key = tuple          # (experiment, arm, trace_id, seed, params as sorted JSON) = store.run_key
+
+
+def per_test(records: list[dict]) -> dict[Key, dict]:
+    groups: dict[Key, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[run_key(r)].append(r)
+    return {k: summarize(recs, k[1]) for k, recs in groups.items()}
+
+
+def _key(obj: dict) -> Key:
+    return (obj.get("experiment"), obj["arm"], obj["trace_id"], obj.get("seed", 0),
+            json.dumps(obj.get("params") or {}, sort_keys=True))
+
+
+def load(path: str | Path) -> dict[Key, dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.exists():
+        raise GateError(f"baseline {path}: no such file (regenerate it: see README, 'Regression gate')")
+    if path.suffix == ".jsonl":
+        return per_test(read_records(path))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GateError(f"baseline {path}: not valid JSON: {exc}") from None
+    try:
+        if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
+            return {_key(t): t["metrics"] for t in doc["tests"]}
+        if isinstance(doc, dict) and "benchmarks" in doc:          # pytest-benchmark JSON
+            out = {}
+            for b in doc["benchmarks"]:
+                info = b.get("extra_info") or {}
+                if "arm" in info and "metrics" in info:
+                    out[_key(info)] = {m: d["value"] for m, d in info["metrics"].items()}
+            return out
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise GateError(f"baseline {path}: missing or malformed field {exc}") from None
+    raise GateError(f"baseline {path}: neither an {SCHEMA} file, a results metrics.jsonl nor a "
+                    "pytest-benchmark JSON")
+
+
+def save(records: list[dict], path: str | Path, *, note: str = "") -> int:
+    """Write the baseline of a run; returns the number of trace × arm entries."""
+    tests = []
+    for (exp, arm, trace, seed, params), metrics in sorted(per_test(records).items(), key=lambda kv: str(kv[0])):
+        tests.append({"experiment": exp, "arm": arm, "trace_id": trace, "seed": seed,
+                      "params": json.loads(params),
+                      "metrics": {m: v for m, v in metrics.items() if m in METRICS}})
+    doc = {"schema": SCHEMA, "made": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "note": note, "units": {m: METRICS[m].unit for m in METRICS}, "tests": tests}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return len(tests)
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison
+
+@dataclass(frozen=True)
+class Finding:
+    key: Key
+    rule: Rule
+    baseline: float
+    now: float
+
+
+@dataclass
+class Verdict:
+    regressions: list[Finding]
+    new: list[Key]
+    missing: list[Key]
+    checked: int                  # trace × arm entries compared
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions)
+
+
+def compare(baseline: dict[Key, dict], current: dict[Key, dict], rules: list[Rule]) -> Verdict:
+    regressions = []
+    for key in sorted(set(current) & set(baseline), key=str):
+        for rule in rules:
+            base, now = baseline[key].get(rule.metric), current[key].get(rule.metric)
+            if base is None or now is None:
+                continue              # e.g. no executed step: no latency to compare
+            if rule.breaks(base, now):
+                regressions.append(Finding(key, rule, base, now))
+    return Verdict(regressions, sorted(set(current) - set(baseline), key=str),
+                   sorted(set(baseline) - set(current), key=str), len(set(current) & set(baseline)))
+
+
+def _where(key: Key) -> list[str]:
+    exp, arm, trace, seed, params = key
+    extra = ([f"seed={seed}"] if seed else []) + [f"{k}={v}" for k, v in json.loads(params).items()]
+    return [trace + (" [" + " ".join(extra) + "]" if extra else ""), f"{exp}/{arm}"]
+
+
+def format_table(verdict: Verdict) -> str:
+    heads = ["trace", "arm", "metric", "baseline", "now", "limit"]
+    rows = [[*_where(f.key), f"{f.rule.metric} ({f.rule.unit})", f"{f.baseline:g}", f"{f.now:g}",
+             f"{f.rule.describe_limit(f.baseline)} ({f.rule})"] for f in verdict.regressions]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(heads), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def format_verdict(verdict: Verdict, baseline_path) -> list[str]:
+    """The lines the terminal summary shows."""
+    out = [f"baseline: {baseline_path}; {verdict.checked} trace x arm compared, "
+           f"{len(verdict.regressions)} regression(s), {len(verdict.new)} new, {len(verdict.missing)} missing"]
+    if verdict.regressions:
+        out += format_table(verdict).splitlines()
+    for what, keys in (("new (not in the baseline, not gated)", verdict.new),
+                       ("missing (in the baseline, not in this run)", verdict.missing)):
+        out += [f"{what}: {' '.join(_where(k)[::-1])}" for k in keys[:SHOW]]
+        if len(keys) > SHOW:
+            out.append(f"{what}: ... and {len(keys) - SHOW} more")
+    return out

@@ -1,0 +1,145 @@
+"""Sweeps and resume, in pytest subprocesses on real cgroups: the matrix's axes become test ids and
+record fields; a run killed with SIGKILL midway, rerun with --agentcgroup-resume, completes only
+what was missing, and the final metrics.jsonl holds every step once."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import EXP_MODULE, cgroups_or_skip, write_study
+from test_plugin import leaked, run_study
+
+STEPS = 4                                   # write_study: three bash steps and a noop
+ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _kill_midway(pytester, lines_before_kill: int):
+    """Start the study serially and SIGKILL pytest once `lines_before_kill` steps are on disk."""
+    metrics = pytester.path / "out" / "metrics.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentcgroup-config",
+                             "study.toml", "--agentcgroup-out", "out", "-q"], cwd=pytester.path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= lines_before_kill:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    got = _records(metrics)
+    done = Counter(r["config"] for r in got)
+    assert done[ARMS[0]] == STEPS and 0 < done[ARMS[1]] < STEPS, f"not killed mid-test: {done}"
+    return got
+
+
+@pytest.fixture
+def slow_project(pytester):
+    # each 200 ms step takes 1 s: the kill lands inside the second test with time to spare
+    write_study(pytester.path)
+    text = (pytester.path / "study.toml").read_text().replace("time_scale = 1.0", "time_scale = 5.0")
+    (pytester.path / "study.toml").write_text(text)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_project, workers):
+    host = cgroups_or_skip()
+    if workers:
+        pytest.importorskip("xdist")
+    before = _kill_midway(pytester, STEPS + 2)
+    first = [r for r in before if r["config"] == ARMS[0]]
+
+    rerun = run_study(pytester, "--agentcgroup-resume", "-rs", *workers)
+    rerun.assert_outcomes(passed=3, skipped=1)
+    rerun.stdout.fnmatch_lines([f"*resume: {ARMS[0]}:oom-once is already complete in *metrics.jsonl*"])
+    out = pytester.path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "summary.json"]
+    after = _records(out / "metrics.jsonl")
+    steps = Counter((r["config"], r["step_id"]) for r in after)
+    assert steps == Counter({(a, s): 1 for a in ARMS for s in range(STEPS)}), steps
+    assert [r for r in after if r["config"] == ARMS[0]] == first, "a complete test was replayed again"
+    assert all(r["seed"] == 0 and r["params"] == {} for r in after)
+    summary = {s["config"]: s for s in json.loads((out / "summary.json").read_text())}
+    assert set(summary) == set(ARMS) and all(s["total_steps"] == STEPS for s in summary.values())
+    assert summary["static-toolcall"]["oom_kills"] == 1
+    # resuming a complete directory runs nothing; without --agentcgroup-resume a run starts afresh
+    again = run_study(pytester, "--agentcgroup-resume", *workers)
+    again.assert_outcomes(skipped=4)
+    assert Counter((r["config"], r["step_id"]) for r in _records(out / "metrics.jsonl")) == steps
+    assert leaked(host) == []
+
+
+MATRIX = """
+[experiments.exp1.matrix]
+seeds = [0, 1]
+ablations = [{ name = "half-limit", arms = { static-toolcall = { memory_max_mb = 64 } } }, { name = "as-is" }]
+sizes = [{ name = "fast", time_scale = 0.5 }]
+"""
+
+
+def test_matrix_axes_are_test_ids_and_record_fields(pytester):
+    cgroups_or_skip()
+    write_study(pytester.path)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    with open(pytester.path / "study.toml", "a") as f:
+        f.write(MATRIX)
+    ids = [line for line in run_study(pytester, "--collect-only", "-q").outlines if "::" in line]
+    assert len(ids) == 4 * 2 * 2
+    assert "test_exp1.py::test_exp1[static-toolcall:oom-once:seed1:half-limit:fast]" in ids
+    assert ids == [line for line in run_study(pytester, "--collect-only", "-q").outlines if "::" in line]
+
+    result = run_study(pytester, "-k", "static-toolcall and seed1")
+    result.assert_outcomes(passed=2)
+    recs = _records(pytester.path / "out" / "metrics.jsonl")
+    assert {(r["seed"], r["params"]["ablation"], r["params"]["size"]) for r in recs} == {
+        (1, "half-limit", "fast"), (1, "as-is", "fast")}
+    assert all(r["replayed_duration_ms"] in (None, 0.0, 100.0) for r in recs)     # size=fast: time_scale 0.5
+    summary = json.loads((pytester.path / "out" / "summary.json").read_text())
+    assert sorted((s["seed"], s["params"]["ablation"]) for s in summary) == [(1, "as-is"), (1, "half-limit")]
+
+
+def test_bad_matrix_is_one_clear_message(pytester):
+    write_study(pytester.path)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    with open(pytester.path / "study.toml", "a") as f:
+        f.write('[experiments.exp1.matrix]\nablations = [{ name = "x", arms = { nope = { memory_max_mb = 1 } } }]\n')
+    result = run_study(pytester, "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*study.toml: experiments.exp1.matrix.ablations[[]0[]].arms.nope: no arm of that name*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_resume_reads_what_a_killed_parallel_run_left(tmp_path):
+    """A parallel run killed before its controller merged: DIR has its old file and worker files,
+    one of them cut mid-line. A resumed store sees one version of each test, every step once."""
+    from pytest_agentcgroup.metrics.store import METRICS_FILE, ResultsStore, run_key
+
+    def rec(arm, step):
+        return json.dumps({"experiment": "exp1", "config": arm, "trace_id": "t/a", "step_id": step,
+                           "seed": 0, "params": {}, "executed": True, "latency_ms": 1.0, "mem_high_events": 0,
+                           "mem_max_events": 0, "oom_kills": 0, "timed_out": False}) + "\n"
+    (tmp_path / METRICS_FILE).write_text(rec("a", 0) + rec("a", 1) + rec("b", 0))     # an older run
+    (tmp_path / "gw0").mkdir()
+    (tmp_path / "gw0" / METRICS_FILE).write_text(rec("b", 0) + rec("b", 1))           # b redone, complete
+    (tmp_path / "gw1").mkdir()
+    (tmp_path / "gw1" / METRICS_FILE).write_text(rec("c", 0) + rec("c", 1)[:20])      # c cut mid-line
+    store = ResultsStore(tmp_path, resume=True)
+    key = lambda arm: run_key({"experiment": "exp1", "config": arm, "trace_id": "t/a"})  # noqa: E731
+    assert [store.complete(key(a), 2) for a in "abc"] == [True, True, False]
+    store.restart(key("c"))
+    store.append(json.loads(rec("c", 0)))
+    store.append(json.loads(rec("c", 1)))
+    store.close()
+    lines = [json.loads(x) for x in (tmp_path / METRICS_FILE).read_text().splitlines()]
+    assert Counter((r["config"], r["step_id"]) for r in lines) == Counter(
+        {(a, s): 1 for a in "abc" for s in (0, 1)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE, "summary.json"]
