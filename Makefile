@@ -1,10 +1,10 @@
 # pytest-agentcgroup — `make test`, `make run`; extra pytest args: PYTEST_ARGS="-k foo -x"
 PY           := .venv/bin/python
 PYTEST_ARGS  ?=
-# package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core"
+# package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core browser"
 SETUP_GROUPS ?=
 
-.PHONY: setup test run clean
+.PHONY: setup test run report clean
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -18,5 +18,9 @@ run: setup
 	@$(PY) -m pytest experiments -q --agentcgroup-out results $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
+# the HTML report of results/ (make run): report/index.html, runs.csv, figures
+report: setup
+	@$(PY) -m pytest_agentcgroup.cli report results -o report --config experiments/agentcgroup.toml
+
 clean:
-	rm -rf .venv results
+	rm -rf .venv results report

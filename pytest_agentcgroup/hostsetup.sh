@@ -3,7 +3,8 @@
 # tracefs, the project venv and bcc inside it.
 #
 # Usage: hostsetup.sh [GROUP...]     (or AGENTCGROUP_GROUPS="core docker")
-# Groups are space- or comma-separated; the default is "core".
+# Groups are space- or comma-separated; the default is "core browser" (what the
+# tests need: the report's browser test drives Debian chromium).
 #
 # Idempotent and silent when everything is already in place.  Missing system
 # pieces are reported in one line each and skipped when we cannot install them
@@ -15,7 +16,7 @@ set -u
 declare -A GROUPS_PKGS=(
   [core]="bubblewrap bpftool python3-bpfcc linux-headers-amd64 cgroup-tools stress-ng hyperfine"
   # [docker]="docker.io debootstrap"
-  # [browser]="chromium"
+  [browser]="chromium fonts-liberation"
 )
 
 ROOT=${AGENTCGROUP_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -33,7 +34,7 @@ cd "$ROOT" || die "cannot cd to $ROOT"
 
 # ---- system packages -------------------------------------------------------
 wanted=()
-for g in ${*:-${AGENTCGROUP_GROUPS:-core}}; do
+for g in ${*:-${AGENTCGROUP_GROUPS:-core browser}}; do
   for g2 in ${g//,/ }; do
     [ -n "${GROUPS_PKGS[$g2]+x}" ] || die "unknown package group '$g2' (known: ${!GROUPS_PKGS[*]})"
     wanted+=(${GROUPS_PKGS[$g2]})
