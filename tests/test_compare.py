@@ -11,7 +11,7 @@ pytest.importorskip("pandas", reason="pandas is not installed (the `report` extr
 from conftest import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
 
 from pytest_agentcgroup import cli  # noqa: E402
-from pytest_agentcgroup.reports.compare import Tolerance, compare  # noqa: E402
+from pytest_agentcgroup.reports.comparison import Tolerance, compare  # noqa: E402
 
 
 def run(tmp_path, name, **per_step) -> str:

@@ -58,6 +58,8 @@ def test_seeds_and_sweep_params_are_rows_and_columns(tmp_path):
     assert lat["delta"] == pytest.approx(32.0 - 11.0)
     other = ablation_deltas(tests, {"time_scale": 0.1}).query("metric == 'latency_p95_ms'").iloc[0]
     assert other["value"] == 0.05 and other["delta"] == pytest.approx(-21.0)
+    index = build_report(tmp_path / "r", tmp_path / "out")
+    assert (tmp_path / "out" / "figures" / "ablation.png").is_file() and 'id="ablation"' in index.read_text()
 
 
 def test_xdist_worker_dirs_are_merged_and_a_merged_file_wins(tmp_path):

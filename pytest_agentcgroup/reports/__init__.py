@@ -1,13 +1,13 @@
 """Reports: terminal tables (table.py, loaded with the plugin), and — with the `report` extra
 (pandas, matplotlib) — DataFrames of results directories (frames.py), figures (figures.py), the
-static HTML report (html.py) and run-vs-run comparison (compare.py).
+static HTML report (html.py) and run-vs-run comparison (comparison.py).
 
     from pytest_agentcgroup.reports import load, build_report, compare
 """
 from __future__ import annotations
 
 _LAZY = {"load": "frames", "Results": "frames", "ResultsError": "frames", "build_report": "html",
-         "compare": "compare", "Tolerance": "compare"}
+         "compare": "comparison", "Tolerance": "comparison"}
 
 
 def __getattr__(name: str):

@@ -28,7 +28,7 @@ def add_parsers(sub) -> None:
                    "ablation deltas (repeatable; default: the axis's first value in the results)")
     r.set_defaults(func=cmd_report)
 
-    from .compare import DEFAULT_TOLERANCES
+    from .comparison import DEFAULT_TOLERANCES
     c = sub.add_parser(
         "compare", help="compare two results directories test by test, within tolerances",
         description="Compare results directory B against A for every trace × arm × seed (× params) and metric. "
@@ -85,7 +85,7 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     try:
-        from .compare import Tolerance, compare
+        from .comparison import Tolerance, compare
         from .frames import ResultsError
     except ImportError as exc:
         print(f"agentcgroup compare: needs the `report` extra (pip install 'pytest-agentcgroup[report]'): {exc}",

@@ -76,6 +76,11 @@ def memory_vs_limit(steps, trace_id: str, limits: dict[str, dict] | None = None)
     """One trace's per-step memory peak under each arm, the trace's own peak, and each arm's limits
     (`limits`: arm -> Arm.limits, from the experiment config; omitted when unknown)."""
     tr = steps[steps["trace_id"] == trace_id]
+    point = ""                           # one seed and sweep point: the first in the results
+    if tr["seed"].nunique() > 1 or tr["params"].nunique() > 1:
+        seed, params = tr["seed"].iloc[0], tr["params"].iloc[0]
+        tr = tr[(tr["seed"] == seed) & (tr["params"] == params)]
+        point = f" (seed {seed}{', ' + params if params else ''})"
     fig, ax = plt.subplots(figsize=(8, 4))
     wanted = tr.drop_duplicates("step_id").sort_values("step_id")
     if wanted["replayed_peak_mb"].notna().any():
@@ -98,7 +103,7 @@ def memory_vs_limit(steps, trace_id: str, limits: dict[str, dict] | None = None)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel(label("max_rss_mb", "memory peak"))
-    ax.set_title(f"Memory peak vs limit: {trace_id}", fontsize=10)
+    ax.set_title(f"Memory peak vs limit: {trace_id}{point}", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()

@@ -23,6 +23,7 @@ from ..metrics.store import METRICS_FILE
 #: a per-test row derives from a trace's steps, plus the replayed inputs (their provenance is the
 #: trace's own, per step in `profile_source`).
 COLUMNS: dict[str, Metric] = {**METRICS, **{m.name: m for m in (
+    Metric("traces", "count", "none", "derived", "distinct traces replayed"),
     Metric("executed_steps", "count", "none", "derived", "steps that ran a command (sandbox skips edits/reads)"),
     Metric("failed_steps", "count", "lower", "derived", "executed steps with a non-zero exit code or a signal"),
     Metric("latency_total_ms", "ms", "lower", "derived", "sum of latency_ms over the trace's steps"),

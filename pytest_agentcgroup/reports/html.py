@@ -76,7 +76,9 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     known = set(steps["trace_id"])
     for t in traces or []:
         if t not in known:
-            raise ResultsError(f"--trace {t}: not in the results (traces: {', '.join(sorted(known)[:5])}…)")
+            some = sorted(known)
+            raise ResultsError(f"--trace {t}: not in the results (traces: {', '.join(some[:5])}"
+                               f"{', …' if len(some) > 5 else ''})")
     figs = [("latency_cdf.png", figures.latency_cdf(steps),
              "Empirical CDF of each executed step's wall-clock latency (ms, recorded), per arm; log scale."),
             ("kills_breaches.png", figures.kills_and_breaches(tests),
@@ -136,7 +138,7 @@ def _td(value, key: str, numeric: bool) -> str:
         return '<td class="num" data-value=""></td>' if numeric else "<td></td>"
     if not numeric:
         return f"<td>{e(str(value))}</td>"
-    shown = f"{value:.1f}" if isinstance(value, float) and not value.is_integer() else str(int(value))
+    shown = f"{value:.1f}" if isinstance(value, float) else str(value)
     bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts") and value else ""
     return f'<td class="num{bad}" data-value="{value}">{e(shown)}</td>'
 
