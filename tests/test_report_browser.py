@@ -8,6 +8,7 @@ import http.server
 import os
 import re
 import shutil
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -127,3 +128,11 @@ def _cmdline_has(pid: str, token: str) -> bool:
         return token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def test_without_chromium_the_skip_names_it(monkeypatch):
+    pytest.importorskip("playwright", reason="playwright (Python) is not installed")
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+    with pytest.raises(pytest.skip.Exception, match="Debian chromium is not installed at /nonexistent/chromium "
+                                                    r"\(hostsetup.sh package group `browser`\)"):
+        sync_playwright_or_skip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pytest
 
@@ -71,6 +72,9 @@ def test_xdist_worker_dirs_are_merged_and_a_merged_file_wins(tmp_path):
     assert len(res.steps) == 8 and len(res.tests) == 2
     write_results(tmp_path / "r", recs)       # what a controller merge writes
     assert len(load(tmp_path / "r").steps) == 8, "worker files must not be counted twice"
+    assert load(tmp_path / "r").sources == [tmp_path / "r" / "metrics.jsonl"]
+    os.utime(tmp_path / "r" / "metrics.jsonl", (1e9, 1e9))      # an earlier serial run's file
+    assert [p.parent.name for p in load(tmp_path / "r").sources] == ["gw0", "gw1"]
 
 
 def test_several_results_dirs_are_told_apart_by_run(tmp_path):
@@ -149,6 +153,19 @@ def test_report_of_a_real_run(pytester):
     assert page.count('<table class="sortable"') == 2 and "http" not in page.replace("http-equiv", "")
     assert "count · recorded" in page and "ms · derived" in page
     assert "limits from the config file (MiB)" in page
+
+
+def test_a_real_xdist_run_is_read_whole(pytester):
+    """Under `-n 2` each worker writes its own gw*/metrics.jsonl; the report reads them all."""
+    cgroups_or_skip()
+    write_study(pytester.path)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--agentcgroup-config", "study.toml",
+                                  "--agentcgroup-out", "out").assert_outcomes(passed=4)
+    res = load(pytester.path / "out")
+    assert len(res.tests) == 4 and len(res.steps) == 16
+    assert res.tests.set_index("config")["oom_kills"].to_dict() == {
+        "unlimited": 0, "static-env": 1, "static-toolcall": 1, "static-high": 0}
 
 
 def test_build_report_escapes_hostile_trace_ids(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..metrics.records import METRICS, Metric, summarize
@@ -51,7 +52,7 @@ class Results:
     records: list[dict]
     sources: list[Path] = field(default_factory=list)     # the metrics.jsonl files read
 
-    @property
+    @cached_property
     def steps(self):
         import pandas as pd
         cols = ["run", "experiment", "trace_id", "config", "seed", "params", "step_id", "tool", "cmd",
@@ -64,7 +65,7 @@ class Results:
         extra = [c for c in df.columns if c not in cols]
         return df.reindex(columns=cols + extra)
 
-    @property
+    @cached_property
     def tests(self):
         return per_test_frame(self.records)
 
@@ -85,15 +86,16 @@ def params_key(params: dict) -> str:
 
 
 def metrics_files(directory: str | Path) -> list[Path]:
-    """The metrics.jsonl files of a results directory: its own, else one per xdist worker (gw*/)."""
+    """The metrics.jsonl files of a results directory: its own, else one per xdist worker (gw*/) —
+    also when its own is older than all of the workers' (left by an earlier run)."""
     d = Path(directory)
     if not d.is_dir():
         raise ResultsError(f"{d}: no such results directory")
     top = d / METRICS_FILE
     workers = sorted((p for p in d.glob(f"gw*/{METRICS_FILE}")), key=lambda p: _worker_number(p.parent.name))
-    if top.is_file():
-        return [top]
-    if workers:
+    if top.is_file() and not (workers and min(w.stat().st_mtime for w in workers) > top.stat().st_mtime):
+        return [top]            # a serial run's, or the workers' merged by the controller after they ended
+    if workers:                 # (a top-level file older than every worker's is an earlier run's)
         return workers
     raise ResultsError(f"{d}: no {METRICS_FILE} (nor gw*/{METRICS_FILE} from xdist workers) — not a results directory")
 
