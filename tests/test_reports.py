@@ -152,6 +152,7 @@ def test_report_of_a_real_run(pytester):
     page = (out / "index.html").read_text()
     assert page.count('<table class="sortable"') == 2 and "http" not in page.replace("http-equiv", "")
     assert "count · recorded" in page and "ms · derived" in page
+    assert "<b>static-toolcall</b> (exp1): 1 OOM kill(s)" in page and "ms vs unlimited (derived)" in page
     assert "limits from the config file (MiB)" in page
 
 

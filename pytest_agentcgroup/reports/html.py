@@ -159,6 +159,27 @@ def arm_summaries(res: Results) -> list[dict]:
     return [{"run": run, "experiment": exp, **summarize(recs, cfg)} for (run, exp, cfg), recs in groups.items()]
 
 
+BASELINE_ARM = "unlimited"
+
+
+def _headlines(summaries: list[dict]) -> str:
+    """One line per arm: what it cost against the unlimited arm of the same run and experiment."""
+    base = {(s["run"], s["experiment"]): s for s in summaries if s["config"] == BASELINE_ARM}
+    items = []
+    for s in summaries:
+        b = base.get((s["run"], s["experiment"]))
+        text = (f"<b>{e(s['config'])}</b> ({e(s['experiment'] or '-')}): {s['oom_kills']} OOM kill(s), "
+                f"{s['mem_max_events_total']} hard-limit hit(s), {s['mem_high_events_total']} soft-limit breach(es) "
+                f"(count, recorded) over {s['traces']} trace(s), {s['total_steps']} step(s)")
+        if s["latency_p95_ms"] is not None:
+            text += f"; p95 step latency {s['latency_p95_ms']:.1f} ms"
+            if b is not None and s is not b and b["latency_p95_ms"] is not None:
+                text += f", {s['latency_p95_ms'] - b['latency_p95_ms']:+.1f} ms vs {BASELINE_ARM}"
+            text += " (derived)"
+        items.append(f"<li>{text}</li>")
+    return '<ul class="headlines">' + "".join(items) + "</ul>"
+
+
 def _page(res: Results, tests, figs, deltas, config) -> str:
     summaries = arm_summaries(res)
     runs = sorted({r["run"] for r in res.records})
@@ -168,7 +189,7 @@ def _page(res: Results, tests, figs, deltas, config) -> str:
              ("files read", ", ".join(str(s) for s in res.sources)),
              ("experiments", ", ".join(sorted({r["experiment"] or "-" for r in res.records}))),
              ("arms", ", ".join(dict.fromkeys(r["config"] for r in res.records))),
-             ("traces", str(tests["trace_id"].nunique())), ("seeds", ", ".join(map(str, seeds))),
+             ("traces", f'{tests["trace_id"].nunique()} (count)'), ("seeds", ", ".join(map(str, seeds))),
              ("sweep axes", ", ".join(f"{k} ∈ {v}" for k, v in axes.items()) or "none"),
              ("step records", f"{len(res.records)} (count, recorded)"),
              ("executors", ", ".join(sorted({str(r.get("executor")) for r in res.records}))),
@@ -204,6 +225,7 @@ wall clock in this run; <b>derived</b> = computed from recorded numbers (percent
 <b>trace</b> = the replayed trace's own figure (recorded, derived or synthetic as the trace says).
 Hover a column heading for where its number comes from; <a href="columns.csv">columns.csv</a> lists them.</p>
 <h2>Summary per arm</h2>
+{_headlines(summaries)}
 {_table(summaries, summary_keys, {"config": "arm", "run": "results dir", **dict(SUMMARY)}, "summary")}
 <h2>Figures</h2>
 {figs_html}
