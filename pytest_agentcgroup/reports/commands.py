@@ -2,7 +2,6 @@
 pytest_agentcgroup/cli.py). pandas and matplotlib are imported only when a command runs."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path

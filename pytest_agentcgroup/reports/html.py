@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..metrics.records import summarize
 from . import figures
-from .frames import COLUMNS, TEST_KEY, Results, ResultsError, ablation_deltas, load
+from .frames import COLUMNS, Results, ResultsError, ablation_deltas, load
 
 ASSETS = Path(__file__).with_name("assets")
 #: Columns of the per-arm summary: (key of metrics.records.summarize, heading)
@@ -239,4 +239,4 @@ The same table: <a href="runs.csv">runs.csv</a>.</p>
 """
 
 
-__all__ = ["build_report", "arm_limits", "arm_summaries", "memory_traces", "TEST_KEY"]
+__all__ = ["build_report", "arm_limits", "arm_summaries", "memory_traces"]
