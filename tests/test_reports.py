@@ -61,6 +61,9 @@ def test_seeds_and_sweep_params_are_rows_and_columns(tmp_path):
     assert other["value"] == 0.05 and other["delta"] == pytest.approx(-21.0)
     index = build_report(tmp_path / "r", tmp_path / "out")
     assert (tmp_path / "out" / "figures" / "ablation.png").is_file() and 'id="ablation"' in index.read_text()
+    write_results(tmp_path / "r", [step_rec()])          # rebuilt without sweep axes: no stale ablation
+    assert 'id="ablation"' not in build_report(tmp_path / "r", tmp_path / "out").read_text()
+    assert not (tmp_path / "out" / "figures" / "ablation.png").exists()
 
 
 def test_xdist_worker_dirs_are_merged_and_a_merged_file_wins(tmp_path):

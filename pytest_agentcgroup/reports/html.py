@@ -66,6 +66,8 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     limits = arm_limits(config)
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
+    for old in (out / "figures").glob("*.png"):     # a rebuild must not show another run's figures
+        old.unlink()
     (out / "assets").mkdir(exist_ok=True)
     for asset in ("sortable.js", "report.css"):
         shutil.copyfile(ASSETS / asset, out / "assets" / asset)
@@ -207,11 +209,12 @@ def _page(res: Results, tests, figs, deltas, config) -> str:
     if not deltas.empty:
         rows = deltas.to_dict("records")
         ablation = ("<h2>Ablation deltas</h2>\n" + _table(
-            [{**r, "value": json.dumps(r["value"]), "default": json.dumps(r["default"])} for r in rows],
-            ["axis", "value", "default", "config", "metric", "default_mean", "mean", "delta", "tests"],
-            {"config": "arm"}, "ablation")
-            + '<p class="note">mean, default_mean, delta: in the metric\'s unit (see columns.csv), derived: '
-              "means over traces × seeds at that value.</p>")
+            [{**r, "value": json.dumps(r["value"]), "default": json.dumps(r["default"]),
+              "unit": f"{COLUMNS[r['metric']].unit} · derived"} for r in rows],
+            ["axis", "value", "default", "config", "metric", "unit", "default_mean", "mean", "delta", "tests"],
+            {"config": "arm", "tests": "tests (count)"}, "ablation")
+            + '<p class="note">default_mean, mean, delta: in the unit given, derived: means over traces × seeds '
+              "at that value of the axis.</p>")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>pytest-agentcgroup report</title>
