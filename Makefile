@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup test run baseline clean
+.PHONY: setup test run baseline report clean
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -24,5 +24,9 @@ baseline: setup
 	@$(PY) -m pytest experiments -q --agentcgroup-out results --agentcgroup-save-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
+# the HTML report of results/ (make run): report/index.html, runs.csv, figures
+report: setup
+	@$(PY) -m pytest_agentcgroup.cli report results -o report --config experiments/agentcgroup.toml
+
 clean:
-	rm -rf .venv results
+	rm -rf .venv results report

@@ -5,8 +5,11 @@
     agentcgroup traces stats FILE_OR_DIR... [--json]
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
+    agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
+    agentcgroup compare A B [--tol METRIC=SPEC]... [--only-worse] [--all] [--json]
 
-Exit codes: 0 everything worked; 1 bad input (a file or record that did not convert or validate,
+Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
+0 everything worked; 1 bad input (a file or record that did not convert or validate,
 named on stderr, or nothing to do); 2 usage error (unknown option, missing argument, unknown format).
 """
 from __future__ import annotations
@@ -39,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmts = ", ".join(registry.formats())
     p = _Parser(prog="agentcgroup", description="Trace-driven OS resource-control experiments for AI-agent "
                 "workloads. Work with agent traces: convert public formats to the trace IR, check IR files, "
-                "summarise them.",
-                epilog="Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error.")
+                "summarise them; report on results directories and compare two runs.",
+                epilog="Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error; compare: 1 = differences "
+                       "beyond tolerance, 2 = usage error or unreadable input.")
     sub = p.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     traces = sub.add_parser("traces", help="fetch, convert, validate, summarise and select agent traces",
@@ -77,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_stats)
     _add_fetch(tsub)
     _add_select(tsub)
+    from .reports import commands as report_commands
+    report_commands.add_parsers(sub)
     return p
 
 

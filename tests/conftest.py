@@ -99,3 +99,19 @@ def tree():
         pytest.skip(f"cgroups unavailable: {exc}")
     yield t
     t.close()
+
+
+def step_rec(trace_id: str = "t/a", config: str = "unlimited", step_id: int = 0, **fields) -> dict:
+    """A metrics.jsonl record as metrics/records.py writes it, with `fields` overriding."""
+    return {"experiment": "exp1", "trace_id": trace_id, "step_id": step_id, "tool": "bash", "cmd": "true",
+            "config": config, "executor": "emulate", "executed": True, "latency_ms": 10.0, "cpu_ms": 1.0,
+            "max_rss_mb": 5.0, "mem_high_events": 0, "mem_max_events": 0, "oom_kills": 0, "exit_code": 0,
+            "signal": None, "timed_out": False, "profile_source": "synthetic", "replayed_duration_ms": 10.0,
+            "replayed_peak_mb": 5.0, **fields}
+
+
+def write_results(directory: Path, records: list[dict]) -> Path:
+    """A results directory holding `records` as metrics.jsonl."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return directory

@@ -1,0 +1,21 @@
+"""Reports: terminal tables (table.py, loaded with the plugin), and — with the `report` extra
+(pandas, matplotlib) — DataFrames of results directories (frames.py), figures (figures.py), the
+static HTML report (html.py) and run-vs-run comparison (comparison.py).
+
+    from pytest_agentcgroup.reports import load, build_report, compare
+"""
+from __future__ import annotations
+
+_LAZY = {"load": "frames", "Results": "frames", "ResultsError": "frames", "build_report": "html",
+         "compare": "comparison", "Tolerance": "comparison"}
+
+
+def __getattr__(name: str):
+    # pandas and matplotlib are imported only when asked for: the pytest plugin imports table.py.
+    if name in _LAZY:
+        from importlib import import_module
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = list(_LAZY)

@@ -1,0 +1,113 @@
+"""`agentcgroup report` and `agentcgroup compare`: the command line of the reports (wired into
+pytest_agentcgroup/cli.py). pandas and matplotlib are imported only when a command runs."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def add_parsers(sub) -> None:
+    r = sub.add_parser(
+        "report", help="build the HTML report (figures, sortable table, runs.csv) of results directories",
+        description="Read results directories (metrics.jsonl, or gw*/metrics.jsonl of xdist workers) and write "
+                    "OUT/index.html (summary, figures, a sortable table of runs), OUT/runs.csv (a row per trace "
+                    "× arm × seed), OUT/columns.csv (unit and provenance of each column) and OUT/figures/*.png. "
+                    "Needs the `report` extra.",
+        epilog="Example: agentcgroup report results -o report --config experiments/agentcgroup.toml. "
+               "Exit codes: 0 ok, 1 bad input (file and line named on stderr), 2 usage error.")
+    r.add_argument("dirs", nargs="+", metavar="DIR", type=Path, help="results directories")
+    r.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="OUT",
+                   help="report directory (created; default %(default)s)")
+    r.add_argument("--config", type=Path, metavar="TOML",
+                   help="experiment config file: draws each arm's limits on the memory figures")
+    r.add_argument("--trace", action="append", metavar="ID", help="trace for a memory-vs-limit figure (repeatable; "
+                   "default: the three with most OOM kills, limit hits, memory)")
+    r.add_argument("--default", action="append", metavar="AXIS=VALUE", help="a sweep axis's default value for the "
+                   "ablation deltas (repeatable; default: the axis's first value in the results)")
+    r.set_defaults(func=cmd_report)
+
+    from .comparison import DEFAULT_TOLERANCES
+    c = sub.add_parser(
+        "compare", help="compare two results directories test by test, within tolerances",
+        description="Compare results directory B against A for every trace × arm × seed (× params) and metric. "
+                    "A difference is beyond tolerance when |B - A| > max(absolute, relative × |A|). Which "
+                    "side is worse follows each metric's direction. Tests in one directory only always count. "
+                    "Default tolerances: " + ", ".join(f"{k}={v}" for k, v in DEFAULT_TOLERANCES.items()) + ".",
+        epilog="Example: agentcgroup compare results-a results-b --tol latency_p95_ms=50%,100. Exit codes: 0 within "
+               "tolerance, 1 differences beyond tolerance, 2 usage error or unreadable input (named on stderr).")
+    c.add_argument("a", metavar="A", type=Path, help="the reference results directory")
+    c.add_argument("b", metavar="B", type=Path, help="the results directory compared with A")
+    c.add_argument("--tol", action="append", default=[], metavar="METRIC=SPEC",
+                   help="tolerance of a metric: N (absolute, metric's unit), N%% (of A) or N%%,M (the larger); "
+                        "repeatable")
+    c.add_argument("--only-worse", action="store_true",
+                   help="count only differences in the worse direction (a regression check, not reproducibility)")
+    c.add_argument("--all", action="store_true", help="also list differences within tolerance")
+    c.add_argument("--json", action="store_true", help="print the differences as JSON on stdout")
+    c.set_defaults(func=cmd_compare)
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_report(args) -> int:
+    try:
+        from .frames import ResultsError
+        from .html import build_report
+    except ImportError as exc:
+        print(f"agentcgroup report: needs the `report` extra (pip install 'pytest-agentcgroup[report]'): {exc}",
+              file=sys.stderr)
+        return 2
+    defaults = {}
+    for item in args.default or []:
+        axis, sep, value = item.partition("=")
+        if not sep or not axis:
+            print(f"agentcgroup report: --default {item!r}: expected AXIS=VALUE", file=sys.stderr)
+            return 2
+        defaults[axis] = _value(value)
+    try:
+        index = build_report(args.dirs, args.output, config=args.config, traces=args.trace, defaults=defaults)
+    except ResultsError as exc:
+        print(f"agentcgroup report: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"agentcgroup report: cannot write {exc.filename or args.output}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"report: {index} (runs.csv, columns.csv, figures/ beside it)")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    try:
+        from .comparison import Tolerance, compare
+        from .frames import ResultsError
+    except ImportError as exc:
+        print(f"agentcgroup compare: needs the `report` extra (pip install 'pytest-agentcgroup[report]'): {exc}",
+              file=sys.stderr)
+        return 2
+    tolerances = {}
+    try:
+        for item in args.tol:
+            metric, sep, spec = item.partition("=")
+            if not sep:
+                raise ValueError(f"--tol {item!r}: expected METRIC=SPEC, e.g. latency_p95_ms=50%")
+            tolerances[metric.strip()] = Tolerance.parse(spec)
+        result = compare(args.a, args.b, tolerances, only_worse=args.only_worse)
+    except (ValueError, ResultsError) as exc:     # ResultsError is a ValueError: one message either way
+        print(f"agentcgroup compare: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump({"a": str(result.a), "b": str(result.b), "tests": result.tests,
+                   "tolerances": {k: str(v) for k, v in result.tolerances.items()},
+                   "differences": [{**d.key, "metric": d.metric, "a": d.a, "b": d.b, "delta": d.delta,
+                                    "allowed": d.allowed, "verdict": d.verdict, "beyond": d.beyond}
+                                   for d in result.differences if args.all or d.beyond]}, sys.stdout, indent=1)
+        print()
+    else:
+        print(result.format(show_all=args.all))
+    return 1 if result.beyond else 0

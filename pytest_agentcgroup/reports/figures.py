@@ -1,0 +1,136 @@
+"""The report's figures (matplotlib, Agg backend: no display needed). Each function draws one
+figure from the DataFrames of frames.py and returns it; axis labels say unit and provenance."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from .frames import COLUMNS  # noqa: E402
+
+
+def label(column: str, what: str | None = None) -> str:
+    """An axis label: what it is, its unit and where the number comes from."""
+    m = COLUMNS[column]
+    return f"{what or column} ({m.unit}, {m.provenance})"
+
+
+def series_name(row, multi_run: bool, multi_exp: bool) -> str:
+    """How an arm is named on a figure: the arm, prefixed with experiment/run when there are several."""
+    parts = ([str(row["run"])] if multi_run else []) + ([str(row["experiment"])] if multi_exp else [])
+    return " · ".join([*parts, str(row["config"])])
+
+
+def _series(df):
+    multi_run, multi_exp = df["run"].nunique() > 1, df["experiment"].nunique() > 1
+    keys = df[["run", "experiment", "config"]].drop_duplicates()
+    for _, k in keys.iterrows():
+        sel = df[(df["run"] == k["run"]) & (df["experiment"] == k["experiment"]) & (df["config"] == k["config"])]
+        yield series_name(k, multi_run, multi_exp), sel
+
+
+def latency_cdf(steps) -> Figure:
+    """Empirical CDF of step latency per arm (executed steps)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, sel in _series(steps[steps["executed"].astype(bool)]):
+        lat = sel["latency_ms"].dropna().sort_values().to_numpy()
+        if len(lat):
+            ax.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", label=f"{name} (n={len(lat)})")
+    ax.set_xscale("log")
+    ax.set_xlabel(label("latency_ms", "step latency"))
+    ax.set_ylabel("fraction of steps ≤ x (derived)")
+    ax.set_title("Step latency CDF per arm")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def kills_and_breaches(tests) -> Figure:
+    """OOM kills, hard-limit hits and soft-limit breaches per arm, summed over its traces."""
+    counters = [("oom_kills", "OOM kills"), ("mem_max_events_total", "hard-limit hits (max events)"),
+                ("mem_high_events_total", "soft-limit breaches (high events)")]
+    names, sums = [], {k: [] for k, _ in counters}
+    for name, sel in _series(tests):
+        names.append(name)
+        for k, _ in counters:
+            sums[k].append(int(sel[k].sum()))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / len(counters)
+    for i, (k, what) in enumerate(counters):
+        xs = [j + (i - (len(counters) - 1) / 2) * width for j in range(len(names))]
+        bars = ax.bar(xs, sums[k], width, label=what)
+        ax.bar_label(bars, fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("count (recorded by the kernel, summed over traces)")
+    ax.set_title("OOM kills and limit breaches per arm")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def memory_vs_limit(steps, trace_id: str, limits: dict[str, dict] | None = None) -> Figure:
+    """One trace's per-step memory peak under each arm, the trace's own peak, and each arm's limits
+    (`limits`: arm -> Arm.limits, from the experiment config; omitted when unknown)."""
+    tr = steps[steps["trace_id"] == trace_id]
+    point = ""                           # one seed and sweep point: the first in the results
+    if tr["seed"].nunique() > 1 or tr["params"].nunique() > 1:
+        seed, params = tr["seed"].iloc[0], tr["params"].iloc[0]
+        tr = tr[(tr["seed"] == seed) & (tr["params"] == params)]
+        point = f" (seed {seed}{', ' + params if params else ''})"
+    fig, ax = plt.subplots(figsize=(8, 4))
+    wanted = tr.drop_duplicates("step_id").sort_values("step_id")
+    if wanted["replayed_peak_mb"].notna().any():
+        prov = ",".join(sorted(wanted["profile_source"].dropna().astype(str).unique())) or "unknown"
+        ax.bar(wanted["step_id"], wanted["replayed_peak_mb"].fillna(0), color="0.85",
+               label=f"trace's peak (MiB, {prov})")
+    for i, (name, sel) in enumerate(_series(tr)):
+        sel = sel.sort_values("step_id")
+        color = f"C{i % 10}"
+        ax.plot(sel["step_id"], sel["max_rss_mb"], marker=".", color=color, label=f"{name}: measured peak")
+        killed = sel[sel["oom_kills"] > 0]
+        if len(killed):
+            ax.scatter(killed["step_id"], killed["max_rss_mb"], marker="x", s=80, color=color, zorder=5,
+                       label=f"{name}: OOM-killed step")
+        arm_limits = (limits or {}).get(str(sel["config"].iloc[0]), {})
+        for key, style in (("memory_max_mb", "--"), ("memory_high_mb", ":")):
+            if key in arm_limits:
+                ax.axhline(arm_limits[key], linestyle=style, color=color, linewidth=1,
+                           label=f"{name}: {key.replace('_mb', '')} {arm_limits[key]:g} MiB (config)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel(label("max_rss_mb", "memory peak"))
+    ax.set_title(f"Memory peak vs limit: {trace_id}{point}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
+ABLATION_METRICS = (("latency_p95_ms", "p95 latency"), ("oom_kills", "OOM kills"), ("peak_rss_mb", "peak memory"))
+
+
+def ablation_deltas(deltas) -> Figure:
+    """Per sweep value, the change of each metric vs the axis's default value, per arm (`deltas`:
+    the frame of frames.ablation_deltas)."""
+    fig, axes = plt.subplots(1, len(ABLATION_METRICS), figsize=(4 * len(ABLATION_METRICS), 4), squeeze=False)
+    for ax, (metric, what) in zip(axes[0], ABLATION_METRICS):
+        sel = deltas[deltas["metric"] == metric]
+        labels = [f"{r.axis}={r.value}\n{r.config}" for r in sel.itertuples()]
+        colors = ["C3" if d > 0 else "C2" for d in sel["delta"]]
+        ax.barh(range(len(sel)), sel["delta"], color=colors)
+        ax.set_yticks(range(len(sel)), labels, fontsize=7)
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_xlabel(f"Δ {what} vs default ({COLUMNS[metric].unit}, derived: mean over traces × seeds)", fontsize=8)
+        ax.invert_yaxis()
+    fig.suptitle("Ablations: change against each axis's default value")
+    fig.tight_layout()
+    return fig
+
+
+def save(fig: Figure, path) -> None:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,245 @@
+"""The static report: OUT/index.html with a summary, the figures and a sortable table of runs;
+OUT/runs.csv (a row per trace × arm × seed × params), OUT/columns.csv (each column's unit,
+direction and provenance), OUT/figures/*.png, OUT/assets/ (CSS, a small sortable-table script).
+No network: everything is local files.
+
+    from pytest_agentcgroup.reports import build_report
+    build_report("results", "report", config="experiments/agentcgroup.toml")
+"""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import html
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+from ..metrics.records import summarize
+from . import figures
+from .frames import COLUMNS, Results, ResultsError, ablation_deltas, load
+
+ASSETS = Path(__file__).with_name("assets")
+#: Columns of the per-arm summary: (key of metrics.records.summarize, heading)
+SUMMARY = [("traces", "traces"), ("total_steps", "steps"), ("latency_p50_ms", "p50 latency"),
+           ("latency_p95_ms", "p95 latency"), ("latency_p99_ms", "p99 latency"), ("oom_kills", "OOM kills"),
+           ("mem_max_events_total", "hard-limit hits"), ("mem_high_events_total", "soft-limit breaches"),
+           ("timeouts", "timeouts")]
+HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace", "config": "arm",
+            "seed": "seed", "params": "params", "executor": "executor", "total_steps": "steps",
+            "executed_steps": "executed", "failed_steps": "failed", "latency_p50_ms": "p50 latency",
+            "latency_p95_ms": "p95 latency", "latency_p99_ms": "p99 latency", "latency_total_ms": "total latency",
+            "cpu_total_ms": "CPU time", "peak_rss_mb": "peak memory", "mem_high_events_total": "soft-limit breaches",
+            "mem_max_events_total": "hard-limit hits", "oom_kills": "OOM kills", "timeouts": "timeouts"}
+
+
+def arm_limits(config_path: str | Path | None) -> dict[str, dict]:
+    """arm -> its limits (memory_max_mb, memory_high_mb, …) from an experiment config file."""
+    if config_path is None:
+        return {}
+    from ..config import ConfigError, load as load_config
+    try:
+        return {name: arm.limits for name, arm in load_config(config_path).arms.items()}
+    except ConfigError as exc:
+        raise ResultsError(str(exc)) from None
+
+
+def memory_traces(tests, n: int = 3) -> list[str]:
+    """The traces worth a memory-vs-limit figure: most OOM kills, then most hard-limit hits, then
+    the largest peak."""
+    per = tests.groupby("trace_id", sort=False).agg(oom=("oom_kills", "sum"), hits=("mem_max_events_total", "sum"),
+                                                     peak=("peak_rss_mb", "max"))
+    return list(per.sort_values(["oom", "hits", "peak"], ascending=False).index[:n])
+
+
+def build_report(dirs, out: str | Path = "report", *, config: str | Path | None = None,
+                 traces: list[str] | None = None, defaults: dict | None = None) -> Path:
+    """Build the report of one or more results directories into `out`; returns index.html's path.
+    `config` (an experiment config file) gives the arms' limits for the memory figure; `traces`
+    picks that figure's traces (default: the three with most OOM kills / limit hits / memory);
+    `defaults` names each sweep axis's default value for the ablation deltas."""
+    res = load(dirs)
+    if not res.records:
+        raise ResultsError(f"{', '.join(map(str, res.sources))}: no step records")
+    limits = arm_limits(config)
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    for old in (out / "figures").glob("*.png"):     # a rebuild must not show another run's figures
+        old.unlink()
+    (out / "assets").mkdir(exist_ok=True)
+    for asset in ("sortable.js", "report.css"):
+        shutil.copyfile(ASSETS / asset, out / "assets" / asset)
+    steps, tests = res.steps, res.tests
+    tests.to_csv(out / "runs.csv", index=False)
+    _write_columns(out / "columns.csv", tests.columns)
+
+    known = set(steps["trace_id"])
+    for t in traces or []:
+        if t not in known:
+            some = sorted(known)
+            raise ResultsError(f"--trace {t}: not in the results (traces: {', '.join(some[:5])}"
+                               f"{', …' if len(some) > 5 else ''})")
+    figs = [("latency_cdf.png", figures.latency_cdf(steps),
+             "Empirical CDF of each executed step's wall-clock latency (ms, recorded), per arm; log scale."),
+            ("kills_breaches.png", figures.kills_and_breaches(tests),
+             "OOM kills, hard-limit hits and soft-limit breaches per arm, each a kernel counter (count, "
+             "recorded), summed over the arm's traces.")]
+    for t in traces or memory_traces(tests):
+        figs.append((f"memory_{_slug(t)}.png", figures.memory_vs_limit(steps, t, limits),
+                     f"{t}: each step's measured memory peak (MiB, recorded) per arm, the trace's own peak "
+                     "(MiB, provenance as given by the trace), OOM-killed steps (×) and "
+                     + ("each arm's limits from the config file (MiB)." if limits else
+                        "no limit lines (no experiment config file given: --config).")))
+    deltas = ablation_deltas(tests, defaults)
+    if not deltas.empty:
+        figs.append(("ablation.png", figures.ablation_deltas(deltas),
+                     "Per sweep value: mean over traces × seeds minus the mean at the axis's default value (derived)."))
+    for name, fig, _ in figs:
+        figures.save(fig, out / "figures" / name)
+    index = out / "index.html"
+    index.write_text(_page(res, tests, figs, deltas, config), encoding="utf-8")
+    return index
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80]
+
+
+def _write_columns(path: Path, columns) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["column", "unit", "better", "provenance", "source"])
+        for c in columns:
+            m = COLUMNS.get(c)
+            w.writerow([c, m.unit, m.better, m.provenance, m.source] if m else [c, "", "", "", "key"])
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML
+
+e = html.escape
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _th(key: str, heading: str, numeric: bool) -> str:
+    kind = ' data-type="number"' if numeric else ""
+    m = COLUMNS.get(key)
+    if m is None:
+        return f"<th{kind}>{e(heading)}</th>"
+    return (f'<th{kind} title="{e(m.source)}; {e(m.better)} is better">{e(heading)}'
+            f'<span class="unit">{e(m.unit)} · {e(m.provenance)}</span></th>')
+
+
+def _td(value, key: str, numeric: bool) -> str:
+    if value is None or value != value:          # None or NaN
+        return '<td class="num" data-value=""></td>' if numeric else "<td></td>"
+    if not numeric:
+        return f"<td>{e(str(value))}</td>"
+    shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+    bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts") and value else ""
+    return f'<td class="num{bad}" data-value="{value}">{e(shown)}</td>'
+
+
+def _table(rows: list[dict], keys: list[str], headings: dict[str, str], table_id: str) -> str:
+    """A sortable table; a column whose values are all numbers (or empty) sorts numerically."""
+    numeric = {k: all(_is_number(r.get(k)) or r.get(k) is None for r in rows) for k in keys}
+    head = "".join(_th(k, headings.get(k, k), numeric[k]) for k in keys)
+    body = "\n".join("<tr>" + "".join(_td(r.get(k), k, numeric[k]) for k in keys) + "</tr>" for r in rows)
+    return f'<table class="sortable" id="{table_id}"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>'
+
+
+def arm_summaries(res: Results) -> list[dict]:
+    """metrics.records.summarize per results dir × experiment × arm (seeds and params pooled)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in res.records:
+        groups.setdefault((r["run"], r["experiment"], r["config"]), []).append(r)
+    return [{"run": run, "experiment": exp, **summarize(recs, cfg)} for (run, exp, cfg), recs in groups.items()]
+
+
+BASELINE_ARM = "unlimited"
+
+
+def _headlines(summaries: list[dict]) -> str:
+    """One line per arm: what it cost against the unlimited arm of the same run and experiment."""
+    base = {(s["run"], s["experiment"]): s for s in summaries if s["config"] == BASELINE_ARM}
+    items = []
+    for s in summaries:
+        b = base.get((s["run"], s["experiment"]))
+        text = (f"<b>{e(s['config'])}</b> ({e(s['experiment'] or '-')}): {s['oom_kills']} OOM kill(s), "
+                f"{s['mem_max_events_total']} hard-limit hit(s), {s['mem_high_events_total']} soft-limit breach(es) "
+                f"(count, recorded) over {s['traces']} trace(s), {s['total_steps']} step(s)")
+        if s["latency_p95_ms"] is not None:
+            text += f"; p95 step latency {s['latency_p95_ms']:.1f} ms"
+            if b is not None and s is not b and b["latency_p95_ms"] is not None:
+                text += f", {s['latency_p95_ms'] - b['latency_p95_ms']:+.1f} ms vs {BASELINE_ARM}"
+            text += " (derived)"
+        items.append(f"<li>{text}</li>")
+    return '<ul class="headlines">' + "".join(items) + "</ul>"
+
+
+def _page(res: Results, tests, figs, deltas, config) -> str:
+    summaries = arm_summaries(res)
+    runs = sorted({r["run"] for r in res.records})
+    axes = res.axes()
+    seeds = sorted({r["seed"] for r in res.records})
+    facts = [("results", ", ".join(runs)),
+             ("files read", ", ".join(str(s) for s in res.sources)),
+             ("experiments", ", ".join(sorted({r["experiment"] or "-" for r in res.records}))),
+             ("arms", ", ".join(dict.fromkeys(r["config"] for r in res.records))),
+             ("traces", f'{tests["trace_id"].nunique()} (count)'), ("seeds", ", ".join(map(str, seeds))),
+             ("sweep axes", ", ".join(f"{k} ∈ {v}" for k, v in axes.items()) or "none"),
+             ("step records", f"{len(res.records)} (count, recorded)"),
+             ("executors", ", ".join(sorted({str(r.get("executor")) for r in res.records}))),
+             ("replayed inputs", ", ".join(f"{k}: {v} steps" for k, v in sorted(Counter(
+                 str(r.get("profile_source")) for r in res.records).items())) + " (provenance of the trace's profiles)"),
+             ("arm limits", f"from {config}" if config else "not shown (no --config)"),
+             ("generated", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))]
+    summary_keys = (["run"] if len(runs) > 1 else []) + ["experiment", "config"] + [k for k, _ in SUMMARY]
+    run_keys = [k for k in tests.columns if k != "run" or len(runs) > 1]
+    if not axes:
+        run_keys.remove("params")
+    figs_html = "\n".join(f'<figure><img src="figures/{e(n)}" alt="{e(cap)}"><figcaption>{e(cap)}</figcaption></figure>'
+                          for n, _, cap in figs)
+    ablation = ""
+    if not deltas.empty:
+        rows = deltas.to_dict("records")
+        ablation = ("<h2>Ablation deltas</h2>\n" + _table(
+            [{**r, "value": json.dumps(r["value"]), "default": json.dumps(r["default"]),
+              "unit": f"{COLUMNS[r['metric']].unit} · derived"} for r in rows],
+            ["axis", "value", "default", "config", "metric", "unit", "default_mean", "mean", "delta", "tests"],
+            {"config": "arm", "tests": "tests (count)"}, "ablation")
+            + '<p class="note">default_mean, mean, delta: in the unit given, derived: means over traces × seeds '
+              "at that value of the axis.</p>")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>pytest-agentcgroup report</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="assets/report.css">
+</head><body>
+<h1>pytest-agentcgroup report</h1>
+<dl class="facts">{"".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts)}</dl>
+<p class="note">Every number says its unit and provenance: <b>recorded</b> = counted by the kernel or the
+wall clock in this run; <b>derived</b> = computed from recorded numbers (percentiles, sums);
+<b>trace</b> = the replayed trace's own figure (recorded, derived or synthetic as the trace says).
+Hover a column heading for where its number comes from; <a href="columns.csv">columns.csv</a> lists them.</p>
+<h2>Summary per arm</h2>
+{_headlines(summaries)}
+{_table(summaries, summary_keys, {"config": "arm", "run": "results dir", **dict(SUMMARY)}, "summary")}
+<h2>Figures</h2>
+{figs_html}
+{ablation}
+<h2>Runs</h2>
+<p class="note">One row per trace × arm × seed (× sweep params); click a heading to sort.
+The same table: <a href="runs.csv">runs.csv</a>.</p>
+{_table(tests.to_dict("records"), run_keys, HEADINGS, "runs")}
+<script src="assets/sortable.js"></script>
+</body></html>
+"""
+
+
+__all__ = ["build_report", "arm_limits", "arm_summaries", "memory_traces"]
