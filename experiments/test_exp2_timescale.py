@@ -282,7 +282,7 @@ def _cap_sys_resource() -> bool:
 
 
 @pytest.mark.experiment(name="exp2")
-def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, request, tmp_path):
+def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_path, capsys):
     from pytest_agentcgroup.bpf import features
     why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tracefs",
                            "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:sched/sched_switch")
@@ -347,15 +347,8 @@ def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, reques
                      f" {fmt(r['p99_ms'])} {fmt(r['max_ms'])} {fmt(r['stopped_p99_ms'])} {fmt(r['probe_p99_ms'])}")
     lines.append("stop p99: trigger -> the stopped task left the CPU (sched_switch); "
                  "probe p99: lateness of a co-located 1 ms sleeper during that controller's bursts")
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and capman is not None:
-        with capman.global_and_fixture_disabled():     # output capture would swallow it otherwise
-            tr.write_line("")
-            for line in lines:
-                tr.write_line(line)
-    else:
-        print("\n".join(lines))
+    with capsys.disabled():                            # output capture would swallow the table
+        print("\n" + "\n".join(lines))
     benchmark.extra_info["exp2"] = results
     benchmark.extra_info["exp2_table"] = lines
 

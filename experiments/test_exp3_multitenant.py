@@ -57,18 +57,6 @@ def _arms() -> list[str]:
     return list(CONFIG["arms"])
 
 
-def _print(request, lines: list[str]) -> None:
-    tr = request.config.pluginmanager.get_plugin("terminalreporter")
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    if tr is not None and capman is not None:
-        with capman.global_and_fixture_disabled():     # output capture would swallow it otherwise
-            tr.write_line("")
-            for line in lines:
-                tr.write_line(line)
-    else:
-        print("\n".join(lines))
-
-
 class Probe(threading.Thread):
     """Sleeps `period` over and over in the pytest process and records how late it woke up."""
 
@@ -132,7 +120,8 @@ def _replay_steps(tenant: Tenant, trace, executor, placement, executor_name: str
 
 
 @pytest.mark.parametrize("arm_name", _arms())
-def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcgroup_tree, agentcgroup_placement):
+def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcgroup_tree, agentcgroup_placement,
+                          capsys):
     why = browser_missing()
     if why:
         pytest.skip(f"tenant A: {why}")
@@ -251,7 +240,8 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     for key, row in s.items():
         if row["error"]:
             lines.append(f"tenant {key}: {row['error']}")
-    _print(request, lines)
+    with capsys.disabled():                            # output capture would swallow the table
+        print("\n" + "\n".join(lines))
 
     benchmark.extra_info.update({
         "experiment": "exp3", "arm": arm_name, "limits": arm.limits,

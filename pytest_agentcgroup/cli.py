@@ -94,8 +94,8 @@ def _add_fetch(tsub) -> None:
                     "(through the Hub filesystem, at a pinned revision) into a local cache, a chunk file per "
                     "row group. An interrupted fetch resumes: run the same command again. With --source, "
                     "read a local parquet file instead (no network). Needs the `fetch` extra.",
-        epilog=f"Example: agentcgroup traces fetch -n 200 -o rows.parquet && agentcgroup traces convert "
-               f"rows.parquet -o traces/openhands. Exit codes: 0 ok, 1 fetch failed (one line on stderr).")
+        epilog="Example: agentcgroup traces fetch -n 200 -o rows.parquet && agentcgroup traces convert "
+               "rows.parquet -o traces/openhands. Exit codes: 0 ok, 1 fetch failed (one line on stderr).")
     f.add_argument("-n", "--rows", type=int, default=100, metavar="N", help="rows (trajectories) to fetch (default 100)")
     f.add_argument("--repo", default=F.DEFAULT_REPO, help=f"dataset repository (default {F.DEFAULT_REPO})")
     f.add_argument("--path", help="parquet file inside the repository (default: every *.parquet file, sorted)")

@@ -2,7 +2,6 @@
 browser traces inside a tenant cgroup (Debian's chromium through Playwright)."""
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.parse
 import urllib.request

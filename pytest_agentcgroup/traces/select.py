@@ -254,7 +254,7 @@ def cmd_select(args) -> int:
         for name, c in cov.items():
             print(f"{name}: {c['traces']} trace(s), {c['strata']}/{c['of_strata']} strata; categories "
                   + ", ".join(f"{k} {v}" for k, v in sorted(c["categories"].items()))
-                  + f"; lengths " + ", ".join(f"{k} {v}" for k, v in sorted(c["lengths"].items()))
+                  + "; lengths " + ", ".join(f"{k} {v}" for k, v in sorted(c["lengths"].items()))
                   + f"; bursty {c['bursty']}")
         print(f"wrote {len(manifest['traces'])} trace(s) and {MANIFEST} to {args.output}")
     return 1 if errors or missing else 0
