@@ -175,10 +175,15 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
                 if arm not in arms or not isinstance(over, dict):
                     raise ConfigError(f"{here}.arms.{arm}: no arm of that name (or not a table)")
                 try:
-                    Arm.from_dict(arm, {**{k: v for k, v in vars(arms[arm]).items() if k != "name" and v is not None}, **over},
-                                  where=f"{here}.arms")
+                    swept = Arm.from_dict(arm, {**{k: v for k, v in vars(arms[arm]).items() if k != "name" and v is not None},
+                                                **over}, where=f"{here}.arms")
                 except ArmError as exc:
                     raise ConfigError(str(exc)) from None
+                if swept.policy is not None:
+                    try:
+                        Rules.from_arm(swept)    # an ablated rule is checked like the arm's own
+                    except ArmError as exc:
+                        raise ConfigError(f"{here}.arms.{arm}: {exc}") from None
         axes.append([(axis[:-1], e["name"], {k: v for k, v in e.items() if k != "name"}) for e in entries])
     out = []
     for seed in seeds:

@@ -342,6 +342,14 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     marker = request.node.get_closest_marker("experiment")
     time_scale = setting(config, "time_scale", marker=marker, experiment=case.experiment)
     executor_name = setting(config, "executor", marker=marker, experiment=case.experiment)
+    store = _store(config)
+    steps = {s.step_id: s for s in agentcgroup_trace.steps}
+    # Decide whether this test runs at all before anything is started or any result dropped: a
+    # complete result is kept, a policy arm this host cannot run skips (its earlier lines kept too).
+    resume = setting(config, "resume")
+    if resume and store.complete(case.key, len(steps)):
+        pytest.skip(f"resume: {case} is already complete in {Path(setting(config, 'out')) / METRICS_FILE}")
+    _arm_policy(config, case.arm)
     docker = {}
     if executor_name == "docker":
         docker = {"engine": request.getfixturevalue("agentcgroup_docker"),
@@ -353,13 +361,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         pytest.skip(str(exc))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    store = _store(config)
-    steps = {s.step_id: s for s in agentcgroup_trace.steps}
-    if setting(config, "resume"):
-        if store.complete(case.key, len(steps)):
-            pytest.skip(f"resume: {case} is already complete in {Path(setting(config, 'out')) / METRICS_FILE}")
+    if resume:
         store.restart(case.key)          # a partial earlier attempt: its lines go, the trace is redone
-    _arm_policy(config, case.arm)         # a policy arm this host cannot run skips here, before replay
 
     def run() -> Outcome:
         records: list[dict] = []
@@ -385,7 +388,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
 
 @pytest.fixture(scope="session")
 def agentcgroup_policies(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
-    """arm name -> the session's controller of that policy arm (made on first use)."""
+    """Arm -> the session's controller of that policy arm (made on first use). Keyed by the arm
+    itself, not its name: a sweep's ablation of an arm is another arm with the same name."""
     state = request.config.stash[_STATE]
     try:
         yield state.policies
@@ -406,17 +410,17 @@ def _arm_policy(config: pytest.Config, arm: Arm):
     if arm.policy is None:
         return None
     policies = config.stash[_STATE].policies
-    if arm.name not in policies:
+    if arm not in policies:
         from .bpf.controller import Rules, missing_features, policy_for
         from .bpf.loader import BPFUnavailable
         why = missing_features(Rules.from_arm(arm))
         if why:
             pytest.skip(f"arm {arm.name} needs eBPF: {why}")
         try:
-            policies[arm.name] = policy_for(arm)
+            policies[arm] = policy_for(arm)
         except BPFUnavailable as exc:
             pytest.skip(f"arm {arm.name} needs eBPF: {exc}")
-    return policies[arm.name]
+    return policies[arm]
 
 
 @pytest.fixture

@@ -54,6 +54,9 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
      "arms.a.rules.memory_high_mb: set the limits on the arm itself (arms.a.memory_high_mb)"),
     ("[arms.a]\n[experiments.e.budgets.a]\npolicy_kills = 'predicted'\n",
      "experiments.e.budgets.a.policy_kills: expected a number >= 0, got 'predicted'"),
+    # a sweep's ablation of a policy arm's rules is checked like the arm's own rules
+    ("[arms.a]\npolicy = 'agentcgroup'\n[experiments.e.matrix]\n"
+     "ablations = [{ name = 'x', arms = { a = { rules = { hold = 5 } } } }]\n", "rules: unknown key(s) hold;"),
 ])
 def test_config_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, message):
     path = tmp_path / "bad.toml"

@@ -146,6 +146,25 @@ def test_without_ebpf_the_arm_skips_naming_the_feature(pytester, policy_project)
     result.stdout.fnmatch_lines(["*arm agentcgroup needs eBPF: ringbuf: BPF_MAP_TYPE_RINGBUF: EINVAL (test)*"])
 
 
+def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, policy_project):
+    """A resumed run decides to skip before it drops anything: on a host (here: a probe made to
+    say so) without eBPF the arm skips, and the lines an earlier run recorded for it stay."""
+    cgroups_or_skip()
+    ebpf_or_skip()
+    run_study(pytester, "-k", "agentcgroup").assert_outcomes(passed=1)
+    metrics = pytester.path / "out" / "metrics.jsonl"
+    # an interrupted earlier run: its last step's line never made it to the file
+    earlier = metrics.read_text().splitlines()[:-1]
+    metrics.write_text("\n".join(earlier) + "\n")
+    pytester.makeconftest(REPORT_HELD + textwrap.dedent("""
+        from pytest_agentcgroup.bpf import features
+        _real = features.probe()
+        features.probe = lambda: {**_real, "ringbuf": (False, "BPF_MAP_TYPE_RINGBUF: EINVAL (test)")}
+    """))
+    run_study(pytester, "-k", "agentcgroup", "--agentcgroup-resume").assert_outcomes(skipped=1)
+    assert metrics.read_text().splitlines() == earlier
+
+
 TENANTS = '''
 import threading
 from pytest_agentcgroup.replay import make_executor, replay
