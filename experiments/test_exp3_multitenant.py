@@ -78,6 +78,7 @@ class Tenant:
         self.name, self.phase, self.cg, self.arm = name, phase, cg, arm
         self.records: list[dict] = []
         self.error: str | None = None
+        self.raised: BaseException | None = None     # a skip/fail/interrupt in the tenant's thread
 
     def add(self, result, step, executor: str) -> None:
         rec = step_record(result, step, config=self.arm.name, time_scale=1.0, executor=executor)
@@ -184,7 +185,15 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
                 t.error = f"unavailable: {exc}"
             except Exception as exc:            # reported per tenant; the test fails on it below
                 t.error = f"{type(exc).__name__}: {exc}"
+            except BaseException as exc:        # pytest skip/fail, KeyboardInterrupt: re-raised in the test
+                t.raised = exc
         return body
+
+    def reraise(*tenants: Tenant) -> None:
+        """A skip or failure a tenant's thread raised, raised again here, where pytest sees it."""
+        for t in tenants:
+            if t.raised is not None:
+                raise t.raised
 
     phases: dict[str, Tenant] = {}
     probe = Probe(CONFIG["probe"]["period_ms"] / 1000)
@@ -193,7 +202,9 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
         # Solo baselines, one after the other, then the three at once.
         a0, b0 = tenant("A", "solo"), tenant("B", "solo")
         guarded(a0, run_a, rounds=ta["rounds_solo"])()
+        reraise(a0)
         guarded(b0, run_b, rounds=tb["rounds_solo"])()
+        reraise(b0)
         a1, b1, c1 = tenant("A", "with-C"), tenant("B", "with-C"), tenant("C", "with-A+B")
         phases.update({"A-solo": a0, "B-solo": b0, "A": a1, "B": b1, "C": c1})
         c_done = threading.Event()
@@ -216,6 +227,7 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
             c_done.set()
             probe.stop.set()
             probe.join()
+        reraise(*phases.values())
 
     benchmark.group = "exp3"
     benchmark.pedantic(measure, rounds=1, iterations=1, warmup_rounds=0)
