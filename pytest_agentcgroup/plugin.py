@@ -288,11 +288,14 @@ def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
 
 
 @pytest.fixture(scope="session")
-def agentcgroup_docker():
+def agentcgroup_docker(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
     """The Docker engine (a running one, or a dockerd started now and stopped at the end of the
-    session). Every container the session made is removed at its end. Skips naming what is missing."""
+    session; under --agentcgroup-isolate started outside the worker's cpuset, which its containers'
+    cgroups then nest in). Every container the session made is removed at its end. Skips naming
+    what is missing."""
+    isolation = request.config.stash[_STATE].isolation
     try:
-        engine = DockerEngine.acquire()
+        engine = DockerEngine.acquire(join=isolation.outside if isolation else ())
     except ExecutorUnavailable as exc:
         pytest.skip(f"docker: {exc}")
     try:

@@ -94,6 +94,12 @@ class WorkerIsolation:
             f.write_text(_ranges(self.cpus))
         tree.root.set_memory_max(self.memory_bytes)
 
+    @property
+    def outside(self) -> list[str]:
+        """cgroup.procs of the cpuset this process had before isolation: where a process shared by
+        all workers (dockerd) must start, not in this worker's slice."""
+        return [str(self._parent / "cgroup.procs")] if self._cpuset is not None else []
+
     def close(self) -> None:
         """Move this process back to its own cpuset and remove the worker's."""
         if self._cpuset is None:
