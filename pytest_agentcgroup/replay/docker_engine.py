@@ -39,11 +39,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 def session_tag(pid: int | None = None) -> str | None:
     """`<pid>-<start ticks>`: names a process unambiguously (pid reuse guard); None if it is gone."""
     pid = os.getpid() if pid is None else pid
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return f"{pid}-{stat.rsplit(')', 1)[1].split()[19]}"
+    ticks = spawn.start_ticks(pid)
+    return None if ticks is None else f"{pid}-{ticks}"
 
 
 def _alive(tag: str) -> bool:
