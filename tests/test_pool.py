@@ -82,3 +82,24 @@ def test_pooled_placement_is_tidied_after_a_step_that_could_not_start(tree):
     assert len(tidied) == 2                 # after each step that used the pool, started or not
     assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]
     work.remove()
+
+
+def test_pooled_placement_discards_the_parked_shell_when_the_policy_refuses_a_step(tree):
+    class Refusing:                         # a policy whose add_step fails (as a full BPF map would)
+        def add_step(self, cg, kind=None):
+            raise RuntimeError("refused")
+
+        def remove_step(self, cg):
+            return {}
+
+    work = tree.workload("pool-refused")
+    placement = ArmPlacement(Arm("static-toolcall"), work, tree.controllers, pool=True, policy=Refusing())
+    taken, take = [], placement.pool.take
+    placement.pool.take = lambda: taken.append(take()) or taken[-1]
+    with pytest.raises(RuntimeError, match="refused"):
+        placement.begin_step(Step(0, "bash", {"command": "x"}))
+    (_, parked), = taken
+    assert parked.proc.returncode is not None          # killed and reaped at once, not at the next tidy
+    placement.close()
+    assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]
+    work.remove()
