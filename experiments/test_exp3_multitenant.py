@@ -43,8 +43,8 @@ METRICS = {m.name: m for m in (
     Metric("test_step_stdev_ms", "ms", "lower", "derived", "standard deviation of B's test-step latencies"),
     Metric("test_step_p95_ms", "ms", "lower", "derived", "95th percentile of B's test-step latencies"),
     Metric("oom_kills", "count", "lower", "recorded", "kernel OOM kills in the tenant's cgroups (steps + tenant)"),
-    Metric("pids_max_events", "count", "none", "recorded", "forks refused at a pids limit (pids.events max)"),
-    Metric("throttles", "count", "none", "recorded", "policy arms: in-kernel SIGSTOPs of the tenant's steps"),
+    Metric("pids_max_events", "count", "lower", "recorded", "forks refused at a pids limit (pids.events max)"),
+    Metric("throttles", "count", "lower", "recorded", "policy arms: in-kernel SIGSTOPs of the tenant's steps"),
     Metric("steps", "count", "none", "recorded", "steps replayed"),
     Metric("failed_steps", "count", "lower", "recorded", "steps that did not complete (error, crash, not reached)"),
     Metric("page_load_ratio", "ratio", "lower", "derived", "A's page-load p95 with C / alone"),
@@ -78,6 +78,7 @@ class Tenant:
         self.name, self.phase, self.cg, self.arm = name, phase, cg, arm
         self.records: list[dict] = []
         self.error: str | None = None
+        self.raised: BaseException | None = None     # a skip/fail/interrupt in the tenant's thread
 
     def add(self, result, step, executor: str) -> None:
         rec = step_record(result, step, config=self.arm.name, time_scale=1.0, executor=executor)
@@ -131,7 +132,7 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     except cfgmod.ConfigError as exc:
         pytest.fail(str(exc), pytrace=False)
     if arm_name not in study.arms:
-        pytest.skip(f"arm {arm_name!r} is not defined in {study.path} (merge the branch that adds it)")
+        pytest.skip(f"arm {arm_name!r} is not defined in {study.path}")
     arm = study.arms[arm_name]
     corpus = Corpus.open(study.traces)
     ta, tb, tc = CONFIG["tenants"]["A"], CONFIG["tenants"]["B"], CONFIG["tenants"]["C"]
@@ -139,7 +140,10 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     trace_b = corpus.load(tb["trace"])
     traces_c = [corpus.load(t) for t in tc["traces"]]
     tree, controllers = agentcgroup_tree, agentcgroup_tree.controllers
-    engine.ensure_image()            # built once (debootstrap), outside every measurement
+    try:
+        engine.ensure_image()        # built once (debootstrap), outside every measurement
+    except ExecutorUnavailable as exc:
+        pytest.skip(f"tenant B: {exc}")
 
     def tenant(name: str, phase: str) -> Tenant:
         cg = workload_cgroup.child(f"{name}-{phase}", controllers)
@@ -181,7 +185,15 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
                 t.error = f"unavailable: {exc}"
             except Exception as exc:            # reported per tenant; the test fails on it below
                 t.error = f"{type(exc).__name__}: {exc}"
+            except BaseException as exc:        # pytest skip/fail, KeyboardInterrupt: re-raised in the test
+                t.raised = exc
         return body
+
+    def reraise(*tenants: Tenant) -> None:
+        """A skip or failure a tenant's thread raised, raised again here, where pytest sees it."""
+        for t in tenants:
+            if t.raised is not None:
+                raise t.raised
 
     phases: dict[str, Tenant] = {}
     probe = Probe(CONFIG["probe"]["period_ms"] / 1000)
@@ -190,7 +202,9 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
         # Solo baselines, one after the other, then the three at once.
         a0, b0 = tenant("A", "solo"), tenant("B", "solo")
         guarded(a0, run_a, rounds=ta["rounds_solo"])()
+        reraise(a0)
         guarded(b0, run_b, rounds=tb["rounds_solo"])()
+        reraise(b0)
         a1, b1, c1 = tenant("A", "with-C"), tenant("B", "with-C"), tenant("C", "with-A+B")
         phases.update({"A-solo": a0, "B-solo": b0, "A": a1, "B": b1, "C": c1})
         c_done = threading.Event()
@@ -213,6 +227,7 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
             c_done.set()
             probe.stop.set()
             probe.join()
+        reraise(*phases.values())
 
     benchmark.group = "exp3"
     benchmark.pedantic(measure, rounds=1, iterations=1, warmup_rounds=0)

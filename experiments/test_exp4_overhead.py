@@ -37,7 +37,7 @@ from pytest_agentcgroup.cgroups.host import _mounts
 from pytest_agentcgroup.metrics.records import percentile
 from pytest_agentcgroup.plugin import setting
 from pytest_agentcgroup.replay.docker_engine import LOCAL_IMAGE, SESSION_LABEL
-from pytest_agentcgroup.replay.executors import Launch
+from pytest_agentcgroup.replay.executors import ExecutorUnavailable, Launch
 from pytest_agentcgroup.replay.replayer import replay_step
 from pytest_agentcgroup.traces.ir import Step, Trace
 
@@ -149,7 +149,10 @@ def _docker_exec(request, workload, tree):
         engine = request.getfixturevalue("agentcgroup_docker")
     except pytest.skip.Exception as exc:
         return None, str(exc)
-    engine.ensure_image(LOCAL_IMAGE)
+    try:
+        engine.ensure_image(LOCAL_IMAGE)
+    except ExecutorUnavailable as exc:
+        return None, str(exc)
     box = engine.client.containers.run(LOCAL_IMAGE, ["sleep", "infinity"], detach=True, network_mode="none",
                                        read_only=True, cap_drop=["ALL"], labels={SESSION_LABEL: engine.tag},
                                        cgroup_parent=cgroup_parent(tree, workload), stop_signal="SIGKILL")

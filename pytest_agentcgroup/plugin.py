@@ -288,11 +288,14 @@ def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
 
 
 @pytest.fixture(scope="session")
-def agentcgroup_docker():
+def agentcgroup_docker(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
     """The Docker engine (a running one, or a dockerd started now and stopped at the end of the
-    session). Every container the session made is removed at its end. Skips naming what is missing."""
+    session; under --agentcgroup-isolate started outside the worker's cpuset, which its containers'
+    cgroups then nest in). Every container the session made is removed at its end. Skips naming
+    what is missing."""
+    isolation = request.config.stash[_STATE].isolation
     try:
-        engine = DockerEngine.acquire()
+        engine = DockerEngine.acquire(join=isolation.outside if isolation else ())
     except ExecutorUnavailable as exc:
         pytest.skip(f"docker: {exc}")
     try:
@@ -357,6 +360,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     try:
         executor = make_executor(executor_name, time_scale=time_scale, **docker,
                                  step_timeout_s=setting(config, "step_timeout", marker=marker, experiment=case.experiment))
+        if docker:          # the image (built once when missing) before replay: a failed build skips
+            executor.image = executor.image or executor.image_for(agentcgroup_trace)
     except ExecutorUnavailable as exc:
         pytest.skip(str(exc))
     except ValueError as exc:
@@ -375,7 +380,11 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             store.append(rec)
 
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
-        replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True), on_step=on_step)
+        try:
+            replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True),
+                   on_step=on_step)
+        except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
+            pytest.skip(str(exc))
         return Outcome(case, records)
     return run
 

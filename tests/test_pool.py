@@ -7,6 +7,7 @@ import pytest
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, replay
+from pytest_agentcgroup.replay.executors import Launch
 from pytest_agentcgroup.replay.spawn import Parked, SpawnError, run
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
 
@@ -52,4 +53,53 @@ def test_pooled_placement_measures_each_step_and_leaves_nothing(tree):
     assert 15 * MB <= results[0].counters["peak_bytes"] <= 64 * MB
     assert results[3].exit_code == 0                                        # a fresh cgroup after the kill
     assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]   # close() removed all
+    work.remove()
+
+
+def test_pooled_placement_is_tidied_after_a_step_that_could_not_start(tree):
+    class MissingProgram:                   # every bash step names a program that does not exist
+        name = "missing"
+
+        def start(self, trace): pass
+
+        def stop(self): pass
+
+        def launch(self, step):
+            return Launch(["/nonexistent/no-such-program"], "/", 5.0) if step.tool == "bash" else None
+
+    tidied = []
+
+    class Counted(ArmPlacement):
+        def tidy(self):
+            tidied.append(1)
+            super().tidy()
+
+    work = tree.workload("pool-error")
+    trace = Trace("test/pool-error", {"format": "test"}, (Step(0, "bash", {"command": "x"}), Step(1, "noop"),
+                                                          Step(2, "bash", {"command": "y"})))
+    results = replay(trace, MissingProgram(), Counted(Arm("static-toolcall", pids_max=16), work, tree.controllers, pool=True))
+    assert [bool(r.error) for r in results] == [True, False, True], results
+    assert len(tidied) == 2                 # after each step that used the pool, started or not
+    assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]
+    work.remove()
+
+
+def test_pooled_placement_discards_the_parked_shell_when_the_policy_refuses_a_step(tree):
+    class Refusing:                         # a policy whose add_step fails (as a full BPF map would)
+        def add_step(self, cg, kind=None):
+            raise RuntimeError("refused")
+
+        def remove_step(self, cg):
+            return {}
+
+    work = tree.workload("pool-refused")
+    placement = ArmPlacement(Arm("static-toolcall"), work, tree.controllers, pool=True, policy=Refusing())
+    taken, take = [], placement.pool.take
+    placement.pool.take = lambda: taken.append(take()) or taken[-1]
+    with pytest.raises(RuntimeError, match="refused"):
+        placement.begin_step(Step(0, "bash", {"command": "x"}))
+    (_, parked), = taken
+    assert parked.proc.returncode is not None          # killed and reaped at once, not at the next tidy
+    placement.close()
+    assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]
     work.remove()

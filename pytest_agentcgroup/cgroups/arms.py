@@ -102,7 +102,7 @@ class StepPolicy(Protocol):
 
 
 class ArmPlacement:
-    """Places each step of a trace in `workload/s<step_id>` with the arm's limits (the replayer's
+    """Places each step of a trace in `workload/s<step_id>` (pooled: `p<n>`) with the arm's limits (the replayer's
     Placement). Per-step counters = the step cgroup's own + what the workload cgroup itself counted
     during the step (where a trace-scope limit is hit), both local, so nothing is counted twice.
 
@@ -150,7 +150,11 @@ class ArmPlacement:
                 self.policy.add_step(self.step_cg, self.kind_of(step))
             except BaseException:
                 cg, self.step_cg = self.step_cg, None
-                self.pool.retire(cg) if self.pool else cg.remove()
+                if self.pool:
+                    joined.discard()          # the parked shell: killed and reaped now
+                    self.pool.retire(cg)
+                else:
+                    cg.remove()
                 raise
         return joined
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .host import CgroupUnavailable, _mounts
+from .host import CgroupUnavailable, hierarchies
 from .node import remove_tree
 from .tree import RunTree, sweep_stale_in
 
@@ -55,13 +55,9 @@ def _memory_limit(tree: RunTree) -> int:
     return total if text == "max" else min(total, int(text))
 
 
-def _v1_cpuset_dir(proc_cgroup: str = "/proc/self/cgroup", mountinfo: str = "/proc/self/mountinfo") -> Path | None:
-    mount = next((m for m, fs, opts in _mounts(mountinfo) if fs == "cgroup" and "cpuset" in opts), None)
-    for line in Path(proc_cgroup).read_text().splitlines():
-        _hid, ctrls, rel = line.split(":", 2)
-        if "cpuset" in ctrls.split(",") and mount:
-            return Path(mount) / rel.lstrip("/")
-    return None
+def _v1_cpuset_dir() -> Path | None:
+    """This process's cgroup in the v1 cpuset hierarchy (None: not mounted)."""
+    return next((p for key, p in hierarchies(os.getpid()).items() if "cpuset" in key.split(",")), None)
 
 
 class WorkerIsolation:
@@ -93,6 +89,12 @@ class WorkerIsolation:
                                         "(add +cpuset to its cgroup.subtree_control, or delegate it)")
             f.write_text(_ranges(self.cpus))
         tree.root.set_memory_max(self.memory_bytes)
+
+    @property
+    def outside(self) -> list[str]:
+        """cgroup.procs of the cpuset this process had before isolation: where a process shared by
+        all workers (dockerd) must start, not in this worker's slice."""
+        return [str(self._parent / "cgroup.procs")] if self._cpuset is not None else []
 
     def close(self) -> None:
         """Move this process back to its own cpuset and remove the worker's."""

@@ -2,7 +2,7 @@
 
     <this process's cgroup>/agentcgroup-<pid>-<start ticks>/   run root (one per RunTree)
         <test>/                                                 the workload: limits of env-wide arms
-            s<step_id>/                                         one tool call: per-step limits, counters
+            p<n>/ (s<step_id>/ unpooled)                        one tool call: per-step limits, counters
 
 The run root's name says which process made it. A run killed with SIGKILL cannot clean up, so
 every new run first removes the run roots whose maker is gone (`sweep_stale`).
@@ -14,6 +14,7 @@ import os
 import re
 from pathlib import Path
 
+from ..replay.spawn import start_ticks
 from .host import CgroupHost, CgroupUnavailable, check_writable, hierarchies
 from .node import Cgroup, remove_tree
 
@@ -22,20 +23,11 @@ _ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)(?:-\d+)?$")
 _made = itertools.count()      # run roots this process made: one process may hold several at once
 
 
-def _start_ticks(pid: int) -> int | None:
-    """Process start time in clock ticks since boot (field 22 of /proc/PID/stat): pid reuse guard."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
 def run_root_name(pid: int | None = None) -> str:
     """`agentcgroup-<pid>-<start ticks>[-<n>]`: who made it, and the n-th root it made."""
     pid = os.getpid() if pid is None else pid
     n = next(_made)
-    return f"{PREFIX}{pid}-{_start_ticks(pid)}" + (f"-{n}" if n else "")
+    return f"{PREFIX}{pid}-{start_ticks(pid)}" + (f"-{n}" if n else "")
 
 
 def _parents(host: CgroupHost) -> dict[str, Path]:
@@ -71,7 +63,7 @@ def sweep_stale_in(parent: Path) -> list[Path]:
         if not m or not entry.is_dir():
             continue
         pid, ticks = int(m.group(1)), int(m.group(2))
-        if _start_ticks(pid) == ticks:
+        if start_ticks(pid) == ticks:
             continue                      # its maker still runs (another session, an xdist worker)
         kill = entry / "cgroup.kill"
         if kill.exists():

@@ -13,6 +13,7 @@ what happens once per session, after every test has run, whichever process ran i
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,9 +58,7 @@ class MetricsController:
             self.earlier = earlier_results(out)
             write_results(out, self.earlier)
         for d in worker_dirs(out):
-            for f in d.iterdir():
-                f.unlink()
-            d.rmdir()
+            shutil.rmtree(d, ignore_errors=True)
 
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:

@@ -25,7 +25,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
+from . import spawn
 from .executors import ExecutorUnavailable
 
 LOCAL_IMAGE = "agentcgroup/bookworm-python:1"
@@ -37,11 +39,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 def session_tag(pid: int | None = None) -> str | None:
     """`<pid>-<start ticks>`: names a process unambiguously (pid reuse guard); None if it is gone."""
     pid = os.getpid() if pid is None else pid
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return f"{pid}-{stat.rsplit(')', 1)[1].split()[19]}"
+    ticks = spawn.start_ticks(pid)
+    return None if ticks is None else f"{pid}-{ticks}"
 
 
 def _alive(tag: str) -> bool:
@@ -60,9 +59,12 @@ class DockerEngine:
 
     # -- acquire / release -----------------------------------------------------------------------
     @classmethod
-    def acquire(cls, *, start: bool = True, timeout_s: float = 60.0, state_dir: Path = STATE_DIR) -> "DockerEngine":
-        """Connect to a running engine, or start dockerd. Raises ExecutorUnavailable naming what is
-        missing (the SDK, dockerd, the permission to start it, or the engine not coming up)."""
+    def acquire(cls, *, start: bool = True, timeout_s: float = 60.0, state_dir: Path = STATE_DIR,
+                join: Sequence[str] = ()) -> "DockerEngine":
+        """Connect to a running engine, or start dockerd (in the cgroups whose cgroup.procs files
+        `join` names, if any: an isolated xdist worker's own cpuset is not the place for an engine all
+        workers share). Raises ExecutorUnavailable naming what is missing (the SDK, dockerd, the
+        permission to start it, or the engine not coming up)."""
         try:
             import docker
         except ImportError:
@@ -74,7 +76,7 @@ class DockerEngine:
             if client is None:
                 if not start:
                     raise ExecutorUnavailable("no Docker engine is reachable (DOCKER_HOST or /var/run/docker.sock)")
-                started, log = _start_dockerd(docker, state_dir, timeout_s)
+                started, log = _start_dockerd(docker, state_dir, timeout_s, join)
                 client = _connect(docker)
             engine = cls(client, started_pid=started, log=log)
             (state_dir / "users").mkdir(parents=True, exist_ok=True)
@@ -190,7 +192,7 @@ def _connect(docker):
         return None
 
 
-def _start_dockerd(docker, state_dir: Path, timeout_s: float) -> tuple[int, str]:
+def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str]) -> tuple[int, str]:
     dockerd = shutil.which("dockerd")
     if not dockerd:
         raise ExecutorUnavailable("no Docker engine is reachable and dockerd is not installed "
@@ -199,12 +201,15 @@ def _start_dockerd(docker, state_dir: Path, timeout_s: float) -> tuple[int, str]
         raise ExecutorUnavailable("no Docker engine is reachable, and starting dockerd needs root")
     log = str(state_dir / "dockerd.log")
     with open(log, "ab") as fh:
-        # Own session: a Ctrl-C at the terminal must not take dockerd down before we have removed
-        # our containers. dockerd runs in our cgroups, so a relative --cgroup-parent given to a
-        # container is relative to this session's cgroups (see cgroups/container.py).
-        proc = subprocess.Popen([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false"],
-                                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+        # Own session (spawn.start): a Ctrl-C at the terminal must not take dockerd down before we
+        # have removed our containers. dockerd runs in our cgroups (or those `join` names: the
+        # session's own, outside an isolated worker's cpuset), so a relative --cgroup-parent given to
+        # a container is relative to this session's cgroups (see cgroups/container.py).
+        try:
+            proc = spawn.start([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false"],
+                               join=join, stdout=fh, stderr=subprocess.STDOUT)
+        except spawn.SpawnError as exc:
+            raise ExecutorUnavailable(f"dockerd: {exc}") from None
     (state_dir / "dockerd.pid").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

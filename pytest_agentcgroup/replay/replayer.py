@@ -51,7 +51,7 @@ def replay(trace: Trace, executor, placement: Placement, *,
             results.append(result)
             if on_step:
                 on_step(result)
-            if tidy and result.executed:
+            if tidy and (result.executed or result.error):     # a step that could not start used the pool too
                 tidy()
     finally:
         try:

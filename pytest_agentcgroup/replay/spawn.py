@@ -35,6 +35,17 @@ class ProcessResult:
     sys_ms: float
 
 
+def start_ticks(pid: int) -> int | None:
+    """Process start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid it
+    names a process unambiguously (pid reuse guard). None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 class SpawnError(RuntimeError):
     """The step's program could not be started (not found, not executable, cgroup join refused)."""
 
