@@ -34,7 +34,7 @@ from .cgroups.container import cgroup_parent, steps_in_container
 from .cgroups.isolate import WorkerIsolation
 from .metrics import benchjson, budgets, gate
 from .metrics.controller import ControllerSettings, MetricsController
-from .metrics.records import METRICS, step_record, summarize
+from .metrics.records import SUMMARY_METRICS, step_record, summarize
 from .metrics.store import METRICS_FILE, ResultsStore, read_records, run_key
 from .replay import ExecutorUnavailable, make_executor, replay
 from .replay.docker_engine import DockerEngine
@@ -480,7 +480,7 @@ def agentcgroup_run(request: pytest.FixtureRequest, agentcgroup_replayer, agentc
             "experiment": agentcgroup_case.experiment.name, "arm": agentcgroup_case.arm.name,
             "trace_id": agentcgroup_case.trace_id, "limits": agentcgroup_case.arm.limits,
             "seed": agentcgroup_case.seed, "params": agentcgroup_case.params,
-            "metrics": {k: METRICS[k].describe(v) for k, v in s.items() if k in METRICS},
+            "metrics": {k: SUMMARY_METRICS[k].describe(v) for k, v in s.items() if k in SUMMARY_METRICS},
             "steps": s["total_steps"], "oom_kills": s["oom_kills"],
         })
         return outcome

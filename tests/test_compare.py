@@ -39,6 +39,17 @@ def test_one_more_oom_kill_is_beyond_tolerance_and_named(tmp_path, capsys):
     assert cli.main(["compare", a, b, "--tol", "oom_kills=1"]) == 0
 
 
+def test_what_a_policy_arm_did_is_compared_too(tmp_path, capsys):
+    a = run(tmp_path, "a", throttles=1)
+    b = run(tmp_path, "b", throttles=1, policy_kills=lambda arm, i: int(arm == "static-toolcall" and i == 2))
+    assert {(d.key["config"], d.metric, d.a, d.b, d.verdict) for d in compare(a, b).beyond} == {
+        ("static-toolcall", "policy_kills_total", 0, 1, "worse")}
+    c = run(tmp_path, "c", throttles=lambda arm, i: 1 + 3 * (arm == "unlimited"))      # 3 -> 12 throttles
+    assert [(d.key["config"], d.metric, d.a, d.b) for d in compare(a, c).beyond] == [
+        ("unlimited", "throttles_total", 3, 12)]
+    assert compare(a, c, {"throttles_total": Tolerance.parse("300%")}).beyond == []
+
+
 def test_latency_tolerance_is_relative_or_absolute(tmp_path):
     a = run(tmp_path, "a")
     b = run(tmp_path, "b", latency_ms=lambda arm, i: 130.0 * (i + 1))     # p95 290 -> 377 ms: +30 %
@@ -67,7 +78,9 @@ def test_tolerance_parse():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tol", "latency=5"], "no metric 'latency' to compare"),
+    (["--tol", "latency=5"], "no per-test metric 'latency' to compare (metrics: total_steps, "),
+    # a per-step metric is not a column of a test's row: it would never be compared
+    (["--tol", "throttles=0"], "no per-test metric 'throttles' to compare"),
     (["--tol", "oom_kills"], "--tol 'oom_kills': expected METRIC=SPEC"),
     (["--tol", "oom_kills=lots"], "tolerance 'lots': expected N, N% or N%,M"),
 ])

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import EXP_MODULE, cgroups_or_skip, write_study
 from pytest_agentcgroup.metrics import gate
+from pytest_agentcgroup.metrics.records import METRICS, SUMMARY_METRICS, summarize
 from test_plugin import run_study
 
 
@@ -19,7 +20,10 @@ def test_rules_parse_and_follow_each_metrics_better_direction():
     assert steps.breaks(4, 3) and steps.breaks(4, 5) and not steps.breaks(4, 4)
     assert oom.describe_limit(1) == "<= 1" and str(lat) == "latency_p95_ms=+50%+100"
     for bad, says in (("oom=+0", "METRIC=TOLERANCE"), ("oom_kills=5", r"\+N, \+X%"), ("oom_kills", "METRIC=TOLERANCE"),
-                      ("total_steps=+1", "no better direction"), ("", "no gate rules")):
+                      ("total_steps=+1", "no better direction"), ("", "no gate rules"),
+                      # per-step metrics are not in a test's summary: a rule on one would never be checked
+                      ("throttles=+0", "no per-test metric 'throttles'; expected METRIC=TOLERANCE with METRIC one of .*throttles_total"),
+                      ("latency_ms=+10", "no per-test metric 'latency_ms'")):
         with pytest.raises(gate.GateError, match=says):
             gate.parse_rules(bad)
 
@@ -28,6 +32,31 @@ def _rec(arm, trace, step, oom=0, latency=100.0, **extra):
     return {"experiment": "exp1", "config": arm, "trace_id": trace, "step_id": step, "executed": True,
             "latency_ms": latency, "mem_high_events": 0, "mem_max_events": 0, "oom_kills": oom,
             "timed_out": False, **extra}
+
+
+def test_every_per_step_counter_is_summed_in_the_summary_and_described_as_derived():
+    counters = [m.name for m in METRICS.values() if m.provenance == "recorded" and m.unit == "count"]
+    rec = {**_rec("a", "t/a", 0), **{c: i + 1 for i, c in enumerate(counters)}}
+    s = summarize([rec, rec], "a")
+    for c in counters:
+        total = c if c == "oom_kills" else f"{c}_total"      # oom_kills keeps its name (baselines, gate rules)
+        assert s[total] == 2 * rec[c], total
+        assert SUMMARY_METRICS[total].provenance == "derived" and SUMMARY_METRICS[total].unit == "count"
+
+
+def test_a_policy_arm_counter_is_gated_and_a_baseline_without_it_says_so(tmp_path):
+    base = [_rec("agentcgroup", "t/a", 0, throttles=1, policy_kills=0)]
+    now = [_rec("agentcgroup", "t/a", 0, throttles=4, policy_kills=1)]
+    rules = gate.parse_rules("throttles_total=+2,policy_kills_total=+0")
+    verdict = gate.compare(gate.per_test(base), gate.per_test(now), rules)
+    assert [(f.rule.metric, f.baseline, f.now) for f in verdict.regressions] == [
+        ("throttles_total", 1, 4), ("policy_kills_total", 0, 1)]
+    old = {k: {m: v for m, v in t.items() if m != "policy_kills_total"} for k, t in gate.per_test(base).items()}
+    verdict = gate.compare(old, gate.per_test(now), rules)
+    assert [f.rule.metric for f in verdict.regressions] == ["throttles_total"] and verdict.unchecked == [
+        "policy_kills_total"]
+    assert "not in the baseline, not gated: policy_kills_total (regenerate the baseline)" in gate.format_verdict(
+        verdict, "b.json")
 
 
 def test_new_and_missing_trace_x_arm_are_reported_not_failed(tmp_path):

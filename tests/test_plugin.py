@@ -69,7 +69,8 @@ def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester,
     assert by_arm["static-toolcall"]["extra_info"]["oom_kills"] == 1
     assert by_arm["unlimited"]["extra_info"]["oom_kills"] == 0
     oom = by_arm["static-toolcall"]["extra_info"]["metrics"]["oom_kills"]
-    assert oom["unit"] == "count" and oom["better"] == "lower" and oom["provenance"] == "recorded"
+    assert oom["unit"] == "count" and oom["better"] == "lower" and oom["provenance"] == "derived"  # the steps' sum
+    assert oom["source"].startswith("sum of oom_kills")
     assert by_arm["static-toolcall"]["name"] == "test_exp1[static-toolcall:oom-once]"
 
     lines = [json.loads(x) for x in (pytester.path / "out" / "metrics.jsonl").read_text().splitlines()]

@@ -47,6 +47,23 @@ def test_load_gives_a_row_per_step_and_per_test(tmp_path):
     assert tests.loc["unlimited", "params"] == "" and tests.loc["unlimited", "total_steps"] == 4
 
 
+def test_policy_arm_counters_reach_runs_csv_and_the_html_summary(tmp_path):
+    recs = two_arms(throttles=2, freezes=1, pids_max_events=5)
+    recs[-1]["policy_kills"] = 1
+    index = build_report(write_results(tmp_path / "r", recs), tmp_path / "out")
+    with open(tmp_path / "out" / "runs.csv") as fh:
+        runs = {r["config"]: r for r in csv.DictReader(fh)}
+    assert {k: runs["static-toolcall"][k] for k in ("throttles_total", "freezes_total", "policy_kills_total",
+                                                    "pids_max_events_total")} == {
+        "throttles_total": "8", "freezes_total": "4", "policy_kills_total": "1", "pids_max_events_total": "20"}
+    with open(tmp_path / "out" / "columns.csv") as fh:
+        cols = {r["column"]: r for r in csv.DictReader(fh)}
+    assert (cols["policy_kills_total"]["provenance"], cols["oom_kills"]["provenance"]) == ("derived", "derived")
+    summary = index.read_text().split('id="summary"')[1].split("</table>")[0]
+    assert all(f">{h}<span" in summary for h in ("throttles", "freezes", "policy kills", "forks refused"))
+    assert summary.count('class="num bad"') == 2, "static-toolcall's OOM kill and its controller kill"
+
+
 def test_seeds_and_sweep_params_are_rows_and_columns(tmp_path):
     recs = [step_rec(seed=s, params={"time_scale": ts}, latency_ms=lat)
             for s, ts, lat in ((0, 0.05, 10.0), (1, 0.05, 12.0), (0, 0.1, 30.0), (1, 0.1, 34.0))]
@@ -147,14 +164,14 @@ def test_report_of_a_real_run(pytester):
     assert runs["unlimited"]["trace_id"] == "synthetic/oom-once" and runs["unlimited"]["seed"] == "0"
     with open(out / "columns.csv") as fh:
         cols = {r["column"]: r for r in csv.DictReader(fh)}
-    assert (cols["oom_kills"]["unit"], cols["oom_kills"]["provenance"]) == ("count", "recorded")
+    assert (cols["oom_kills"]["unit"], cols["oom_kills"]["provenance"]) == ("count", "derived")   # a test's sum
     assert (cols["latency_p95_ms"]["unit"], cols["latency_p95_ms"]["provenance"]) == ("ms", "derived")
     pngs = sorted(p.name for p in (out / "figures").iterdir())
     assert pngs == ["kills_breaches.png", "latency_cdf.png", "memory_synthetic_oom-once.png"]
     assert all((out / "figures" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     page = (out / "index.html").read_text()
     assert page.count('<table class="sortable"') == 2 and "http" not in page.replace("http-equiv", "")
-    assert "count · recorded" in page and "ms · derived" in page
+    assert "OOM kills<span class=\"unit\">count · derived</span>" in page and "ms · derived" in page   # a sum
     assert "<b>static-toolcall</b> (exp1): 1 OOM kill(s)" in page and "ms vs unlimited (derived)" in page
     assert "limits from the config file (MiB)" in page
 

@@ -9,8 +9,11 @@ Rules are text, one per metric, comma-separated (`--agentcgroup-gate-rules`, ini
     latency_p95_ms=+100%+500     may rise by at most 100 % of the baseline plus 500 ms
     total_steps=exact            may not change in either direction
 
-"Worse" is the metric's own better-direction (records.METRICS): a rise for `lower`-is-better
-metrics, a fall for `higher`. A trace × arm in this run but not in the baseline is reported as
+METRIC is one of the numbers a trace × arm's summary holds (records.SUMMARY_METRICS; a per-step
+counter such as `throttles` is gated through its sum, `throttles_total`); any other name is a usage
+error. "Worse" is the metric's own better-direction: a rise for `lower`-is-better metrics, a fall
+for `higher`. A baseline saved before a metric existed does not hold it: the verdict lists such
+rules as unchecked. A trace × arm in this run but not in the baseline is reported as
 `new`, one in the baseline but not in this run as `missing`; neither fails the gate (a `-k`
 selection or a newly added arm must not fail it; regenerate the baseline to cover them).
 
@@ -22,11 +25,11 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .records import METRICS, summarize
+from .records import SUMMARY_METRICS, summarize
 from .store import METRICS_FILE, read_records, run_key
 
 SCHEMA = "agentcgroup-baseline/1"
@@ -49,36 +52,37 @@ class Rule:
     @classmethod
     def parse(cls, text: str) -> "Rule":
         metric, sep, tol = (s.strip() for s in text.partition("="))
-        if not sep or metric not in METRICS:
-            known = ", ".join(m for m, d in METRICS.items() if d.better != "none" or m == "total_steps")
-            raise GateError(f"gate rule {text!r}: expected METRIC=TOLERANCE with METRIC one of {known}")
+        if not sep or metric not in SUMMARY_METRICS:
+            what = f"no per-test metric {metric!r}; " if sep else ""
+            raise GateError(f"gate rule {text!r}: {what}expected METRIC=TOLERANCE with METRIC one of "
+                            + ", ".join(SUMMARY_METRICS))
         if tol == "exact":
             return cls(metric, exact=True)
         m = _TOLERANCE.match(tol)
         if not m or (m["pct"] is None and m["abs"] is None):
             raise GateError(f"gate rule {text!r}: tolerance must be +N, +X%, +X%+N or exact")
-        if METRICS[metric].better == "none":
+        if SUMMARY_METRICS[metric].better == "none":
             raise GateError(f"gate rule {text!r}: {metric} has no better direction; use {metric}=exact")
         return cls(metric, pct=float(m["pct"] or 0), abs=float(m["abs"] or 0))
 
     @property
     def unit(self) -> str:
-        return METRICS[self.metric].unit
+        return SUMMARY_METRICS[self.metric].unit
 
     def limit(self, base: float) -> float:
         """The worst value still accepted."""
         slack = abs(base) * self.pct / 100.0 + self.abs
-        return base - slack if METRICS[self.metric].better == "higher" else base + slack
+        return base - slack if SUMMARY_METRICS[self.metric].better == "higher" else base + slack
 
     def breaks(self, base: float, now: float) -> bool:
         if self.exact:
             return now != base
-        return now < self.limit(base) if METRICS[self.metric].better == "higher" else now > self.limit(base)
+        return now < self.limit(base) if SUMMARY_METRICS[self.metric].better == "higher" else now > self.limit(base)
 
     def describe_limit(self, base: float) -> str:
         if self.exact:
             return f"== {base:g}"
-        op = ">=" if METRICS[self.metric].better == "higher" else "<="
+        op = ">=" if SUMMARY_METRICS[self.metric].better == "higher" else "<="
         return f"{op} {round(self.limit(base), 3):g}"
 
     def __str__(self) -> str:
@@ -148,9 +152,9 @@ def save(records: list[dict], path: str | Path, *, note: str = "") -> int:
     for (exp, arm, trace, seed, params), metrics in sorted(per_test(records).items(), key=lambda kv: str(kv[0])):
         tests.append({"experiment": exp, "arm": arm, "trace_id": trace, "seed": seed,
                       "params": json.loads(params),
-                      "metrics": {m: v for m, v in metrics.items() if m in METRICS}})
+                      "metrics": {m: v for m, v in metrics.items() if m in SUMMARY_METRICS}})
     doc = {"schema": SCHEMA, "made": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "note": note, "units": {m: METRICS[m].unit for m in METRICS}, "tests": tests}
+           "note": note, "units": {m: d.unit for m, d in SUMMARY_METRICS.items()}, "tests": tests}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return len(tests)
@@ -173,6 +177,7 @@ class Verdict:
     new: list[Key]
     missing: list[Key]
     checked: int                  # trace × arm entries compared
+    unchecked: list[str] = field(default_factory=list)    # rule metrics the baseline does not hold
 
     @property
     def failed(self) -> bool:
@@ -180,16 +185,19 @@ class Verdict:
 
 
 def compare(baseline: dict[Key, dict], current: dict[Key, dict], rules: list[Rule]) -> Verdict:
-    regressions = []
+    regressions, unchecked = [], {}
     for key in sorted(set(current) & set(baseline), key=str):
         for rule in rules:
+            if rule.metric not in baseline[key]:
+                unchecked[rule.metric] = None
             base, now = baseline[key].get(rule.metric), current[key].get(rule.metric)
             if base is None or now is None:
                 continue              # e.g. no executed step: no latency to compare
             if rule.breaks(base, now):
                 regressions.append(Finding(key, rule, base, now))
     return Verdict(regressions, sorted(set(current) - set(baseline), key=str),
-                   sorted(set(baseline) - set(current), key=str), len(set(current) & set(baseline)))
+                   sorted(set(baseline) - set(current), key=str), len(set(current) & set(baseline)),
+                   list(unchecked))
 
 
 def _where(key: Key) -> list[str]:
@@ -213,6 +221,8 @@ def format_verdict(verdict: Verdict, baseline_path) -> list[str]:
            f"{len(verdict.regressions)} regression(s), {len(verdict.new)} new, {len(verdict.missing)} missing"]
     if verdict.regressions:
         out += format_table(verdict).splitlines()
+    if verdict.unchecked:
+        out.append(f"not in the baseline, not gated: {', '.join(verdict.unchecked)} (regenerate the baseline)")
     for what, keys in (("new (not in the baseline, not gated)", verdict.new),
                        ("missing (in the baseline, not in this run)", verdict.missing)):
         out += [f"{what}: {' '.join(_where(k)[::-1])}" for k in keys[:SHOW]]

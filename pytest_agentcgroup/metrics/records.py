@@ -56,6 +56,9 @@ METRICS = {m.name: m for m in (
     Metric("mem_max_events_total", "count", "lower", "derived", "sum of mem_max_events"),
     Metric("timeouts", "count", "lower", "derived", "steps killed at their timeout"),
     Metric("throttles_total", "count", "lower", "derived", "sum of throttles"),
+    Metric("freezes_total", "count", "lower", "derived", "sum of freezes"),
+    Metric("policy_kills_total", "count", "lower", "derived", "sum of policy_kills"),
+    Metric("pids_max_events_total", "count", "lower", "derived", "sum of pids_max_events"),
     Metric("total_steps", "count", "none", "derived", "steps replayed"),
 )}
 
@@ -118,5 +121,14 @@ def summarize(records: list[dict], config: str) -> dict:
         "oom_kills": sum(r["oom_kills"] for r in records),
         "timeouts": sum(1 for r in records if r["timed_out"]),
         "throttles_total": sum(r.get("throttles", 0) for r in records),
-        "policy_kills": sum(r.get("policy_kills", 0) for r in records),
+        "freezes_total": sum(r.get("freezes", 0) for r in records),
+        "policy_kills_total": sum(r.get("policy_kills", 0) for r in records),
+        "pids_max_events_total": sum(r.get("pids_max_events", 0) for r in records),
     }
+
+
+#: What each number of a summary is: its METRICS entry, except `oom_kills`, which keeps the per-step
+#: name in the summary (baselines, gate rules and summary.json readers use it) but is a sum there.
+#: These are the metrics a per-test comparison (the gate) can check.
+SUMMARY_METRICS = {k: METRICS[k] for k in summarize([], "") if k in METRICS} | {
+    "oom_kills": Metric("oom_kills", "count", "lower", "derived", f"sum of oom_kills over the steps ({_KERNEL_OOM})")}

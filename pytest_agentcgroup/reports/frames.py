@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ..metrics.records import METRICS, Metric, summarize
+from ..metrics.records import METRICS, SUMMARY_METRICS, Metric, summarize
 from ..metrics.store import METRICS_FILE
 
-#: Every column a report shows, with unit, direction and provenance: the store's METRICS plus what
-#: a per-test row derives from a trace's steps, plus the replayed inputs (their provenance is the
+#: Every column a report shows, with unit, direction and provenance: the store's METRICS, as a test's
+#: or an arm's summary holds them (SUMMARY_METRICS: oom_kills there is the steps' sum), plus what a
+#: per-test row derives from a trace's steps, plus the replayed inputs (their provenance is the
 #: trace's own, per step in `profile_source`).
-COLUMNS: dict[str, Metric] = {**METRICS, **{m.name: m for m in (
+COLUMNS: dict[str, Metric] = {**METRICS, **SUMMARY_METRICS, **{m.name: m for m in (
     Metric("traces", "count", "none", "derived", "distinct traces replayed"),
     Metric("executed_steps", "count", "none", "derived", "steps that ran a command (sandbox skips edits/reads)"),
     Metric("failed_steps", "count", "lower", "derived", "executed steps with a non-zero exit code or a signal"),
@@ -38,6 +39,11 @@ COLUMNS: dict[str, Metric] = {**METRICS, **{m.name: m for m in (
 
 #: What identifies one test's row: the same trace × arm × seed × params in one results directory.
 TEST_KEY = ["run", "experiment", "trace_id", "config", "seed", "params"]
+#: The metric columns of a test's row (runs.csv), in order: what `compare` can compare.
+TEST_METRICS = ["total_steps", "executed_steps", "failed_steps", "latency_p50_ms", "latency_p95_ms",
+                "latency_p99_ms", "latency_total_ms", "cpu_total_ms", "peak_rss_mb", "mem_high_events_total",
+                "mem_max_events_total", "oom_kills", "timeouts", "throttles_total", "freezes_total",
+                "policy_kills_total", "pids_max_events_total"]
 #: Keys a metrics.jsonl record must have for a report to use it.
 REQUIRED = ("trace_id", "step_id", "config", "latency_ms", "oom_kills", "mem_high_events", "mem_max_events")
 
@@ -177,7 +183,8 @@ def _test_row(key: tuple, recs: list[dict]) -> dict:
         "latency_p99_ms": s["latency_p99_ms"], "latency_total_ms": total("latency_ms"),
         "cpu_total_ms": total("cpu_ms"), "peak_rss_mb": max(peaks) if peaks else None,
         "mem_high_events_total": s["mem_high_events_total"], "mem_max_events_total": s["mem_max_events_total"],
-        "oom_kills": s["oom_kills"], "timeouts": s["timeouts"],
+        **{k: s[k] for k in ("oom_kills", "timeouts", "throttles_total", "freezes_total", "policy_kills_total",
+                             "pids_max_events_total")},
     }
 
 
@@ -196,9 +203,7 @@ def per_test_frame(records: list[dict]):
     for row in rows:
         for a in axes:
             row[f"param:{a}"] = params[row["params"]].get(a)
-    cols = [*TEST_KEY, *(f"param:{a}" for a in axes), "executor", "total_steps", "executed_steps", "failed_steps",
-            "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_total_ms", "cpu_total_ms",
-            "peak_rss_mb", "mem_high_events_total", "mem_max_events_total", "oom_kills", "timeouts"]
+    cols = [*TEST_KEY, *(f"param:{a}" for a in axes), "executor", *TEST_METRICS]
     return pd.DataFrame(rows, columns=cols)
 
 

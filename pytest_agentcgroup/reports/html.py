@@ -26,13 +26,15 @@ ASSETS = Path(__file__).with_name("assets")
 SUMMARY = [("traces", "traces"), ("total_steps", "steps"), ("latency_p50_ms", "p50 latency"),
            ("latency_p95_ms", "p95 latency"), ("latency_p99_ms", "p99 latency"), ("oom_kills", "OOM kills"),
            ("mem_max_events_total", "hard-limit hits"), ("mem_high_events_total", "soft-limit breaches"),
-           ("timeouts", "timeouts")]
+           ("timeouts", "timeouts"), ("throttles_total", "throttles"), ("freezes_total", "freezes"),
+           ("policy_kills_total", "policy kills"), ("pids_max_events_total", "forks refused")]
 HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace", "config": "arm",
             "seed": "seed", "params": "params", "executor": "executor", "total_steps": "steps",
             "executed_steps": "executed", "failed_steps": "failed", "latency_p50_ms": "p50 latency",
             "latency_p95_ms": "p95 latency", "latency_p99_ms": "p99 latency", "latency_total_ms": "total latency",
             "cpu_total_ms": "CPU time", "peak_rss_mb": "peak memory", "mem_high_events_total": "soft-limit breaches",
-            "mem_max_events_total": "hard-limit hits", "oom_kills": "OOM kills", "timeouts": "timeouts"}
+            "mem_max_events_total": "hard-limit hits", "oom_kills": "OOM kills", "timeouts": "timeouts",
+            **{k: h for k, h in SUMMARY if k.endswith("_total")}}
 
 
 def arm_limits(config_path: str | Path | None) -> dict[str, dict]:
@@ -141,7 +143,7 @@ def _td(value, key: str, numeric: bool) -> str:
     if not numeric:
         return f"<td>{e(str(value))}</td>"
     shown = f"{value:.1f}" if isinstance(value, float) else str(value)
-    bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts") and value else ""
+    bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts", "policy_kills_total") and value else ""
     return f'<td class="num{bad}" data-value="{value}">{e(shown)}</td>'
 
 
@@ -172,7 +174,7 @@ def _headlines(summaries: list[dict]) -> str:
         b = base.get((s["run"], s["experiment"]))
         text = (f"<b>{e(s['config'])}</b> ({e(s['experiment'] or '-')}): {s['oom_kills']} OOM kill(s), "
                 f"{s['mem_max_events_total']} hard-limit hit(s), {s['mem_high_events_total']} soft-limit breach(es) "
-                f"(count, recorded) over {s['traces']} trace(s), {s['total_steps']} step(s)")
+                f"(count, derived: sums of the kernel's per-step counts) over {s['traces']} trace(s), {s['total_steps']} step(s)")
         if s["latency_p95_ms"] is not None:
             text += f"; p95 step latency {s['latency_p95_ms']:.1f} ms"
             if b is not None and s is not b and b["latency_p95_ms"] is not None:

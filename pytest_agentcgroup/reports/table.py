@@ -4,7 +4,8 @@ from __future__ import annotations
 COLUMNS = [("experiment", "experiment"), ("config", "arm"), ("traces", "traces"), ("total_steps", "steps"),
            ("latency_p50_ms", "p50 ms"), ("latency_p95_ms", "p95 ms"), ("latency_p99_ms", "p99 ms"),
            ("mem_high_events_total", "high ev"), ("mem_max_events_total", "max ev"), ("oom_kills", "OOM kills"),
-           ("throttles_total", "throttled"), ("policy_kills", "policy kills"), ("timeouts", "timeouts")]
+           ("throttles_total", "throttled"), ("freezes_total", "frozen"), ("policy_kills_total", "policy kills"),
+           ("pids_max_events_total", "forks refused"), ("timeouts", "timeouts")]
 
 
 def _cell(v) -> str:
