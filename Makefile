@@ -17,11 +17,11 @@ test: setup
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 run: setup
-	@$(PY) -m pytest experiments -q --agentcgroup-out results --agentcgroup-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest experiments -q --benchmark-columns=median --agentcgroup-out results --agentcgroup-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 baseline: setup
-	@$(PY) -m pytest experiments -q --agentcgroup-out results --agentcgroup-save-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest experiments -q --benchmark-columns=median --agentcgroup-out results --agentcgroup-save-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 # the HTML report of results/ (make run): report/index.html, runs.csv, figures

@@ -103,3 +103,11 @@ def test_pooled_placement_discards_the_parked_shell_when_the_policy_refuses_a_st
     placement.close()
     assert work.pids() == [] and not [p for p in work.unified.iterdir() if p.is_dir()]
     work.remove()
+
+
+def test_parked_shell_that_cannot_join_fails_its_step_with_the_reason(tmp_path):
+    missing = tmp_path / "gone" / "cgroup.procs"          # a cgroup removed while the shell was parked
+    parked = Parked([str(missing)])
+    assert parked.proc.returncode == 125                  # Parked waited for the shell: it has already failed
+    with pytest.raises(SpawnError, match=r"'/bin/true': the parked shell could not join its cgroups \(.*gone/cgroup.procs\)"):
+        run(["/bin/true"], join=parked, timeout_s=5)

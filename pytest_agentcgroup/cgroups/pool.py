@@ -31,7 +31,8 @@ class StepPool:
         cg = self._make(f"p{self._made}")
         self._made += 1
         try:
-            cg.counters()                   # opens its counter files now rather than after the step
+            cg.counters()                   # opens its counter files (and cgroup.events, which
+            cg.populated()                  # end_step polls) now rather than after the step
             return cg, Parked(cg.join_files())
         except BaseException:
             cg.remove()

@@ -82,19 +82,37 @@ class Parked:
     and an exec from a tiny process. Its output and the step's stdin are /dev/null.
     `discard()` ends it unused."""
 
-    # join (as the step would: before the step's program starts), then read and run the step
-    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; . /dev/stdin'
+    # join (as the step would: before the step's program starts), say so on stdout, then read and
+    # run the step with its output on /dev/null
+    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; echo; exec >/dev/null; . /dev/stdin'
+    READY_S = 10.0              # a shell that has not joined by then is broken, not slow
 
     def __init__(self, join: Sequence[str] = ()):
         # it starts with this process's environment: the common case (a step inheriting it) then
         # costs no script lines; a step with its own environment unsets and exports the difference
         self.env = {k: v for k, v in os.environ.items() if _SHELL_NAME.fullmatch(k)}
         self.proc = subprocess.Popen(["/bin/sh", "-c", self.SCRIPT, "sh", *join], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env, cwd="/",
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env, cwd="/",
                                      start_new_session=True, close_fds=True)
         self.pid = self.proc.pid
+        # Wait until it has joined and is about to block on its stdin: a step handed over earlier
+        # would pay the rest of the shell's start-up on its own critical path. A shell that never
+        # gets there is discarded; its step then fails to start with the reason (start()).
+        self.broken: str | None = None
+        try:
+            ready, _, _ = select.select([self.proc.stdout], [], [], self.READY_S)
+            said = os.read(self.proc.stdout.fileno(), 1) if ready else b""
+        finally:
+            self.proc.stdout.close()
+        if said != b"\n":
+            self.discard()
+            self.broken = (f"did not start within {self.READY_S:g} s" if not ready else
+                           f"could not join its cgroups ({', '.join(join)})" if self.proc.returncode == 125 else
+                           f"exited with status {self.proc.returncode}")
 
     def start(self, argv: Sequence[str], cwd: str | None, env: dict | None) -> None:
+        if self.broken:
+            raise SpawnError(f"cannot start {argv[0]!r}: the parked shell {self.broken}")
         path = (os.environ if env is None else env).get("PATH", os.defpath)
         prog = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
         if not prog or os.path.isabs(prog) and (not os.access(prog, os.X_OK) or os.path.isdir(prog)):

@@ -467,3 +467,18 @@ def iter_parquet(path: Path, columns: Iterable[str], *, batch_size: int = 256) -
                 row += 1
     except errors as exc:
         raise TraceError(f"parquet data unreadable: {exc}", file=name, record=row) from None
+
+
+def iter_row_results(path: Path, fmt: str, columns: Iterable[str],
+                     convert_row: Callable[[Any, Where, dict, int], Trace]) -> Iterator[Trace | TraceError]:
+    """A Trace or a TraceError per row of a dataset export (parquet, a JSON array or JSONL), each
+    row converted by `convert_row(row, where, source, record)`; a file unreadable as a whole raises."""
+    path = Path(path)
+    source = make_source(fmt, path)
+    rows = iter_parquet(path, columns) if path.suffix == ".parquet" else iter_json_rows(path)
+    for rec, row in rows:
+        if isinstance(row, TraceError):
+            yield row
+            continue
+        where = {"file": str(path), "record": rec}
+        yield guard(where, lambda: convert_row(row, where, source, rec))

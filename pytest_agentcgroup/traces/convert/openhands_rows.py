@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import Step, Trace, TraceError
-from ._common import (check_bool, check_number, check_str, check_type, fail, finish, guard, head,
-                      id_part, iter_json_rows, iter_parquet, loads, make_source, make_trace_id, need,
-                      parquet_columns, parquet_schema_text, strict)
+from ._common import (check_bool, check_number, check_str, check_type, fail, finish, head, id_part,
+                      iter_row_results, loads, make_trace_id, need, parquet_columns, parquet_schema_text,
+                      strict)
 
 FORMAT = "openhands-rows"
 COLUMNS = ("trajectory_id", "instance_id", "repo", "trajectory")
@@ -63,15 +63,7 @@ def convert(path: Path) -> Iterator[Trace]:
 
 def iter_results(path: Path) -> Iterator[Trace | TraceError]:
     """A Trace or a TraceError per row; a file that cannot be read at all raises."""
-    path = Path(path)
-    source = make_source(FORMAT, path)
-    rows = iter_parquet(path, COLUMNS) if path.suffix == ".parquet" else iter_json_rows(path)
-    for rec, row in rows:
-        if isinstance(row, TraceError):
-            yield row
-            continue
-        where = {"file": str(path), "record": rec}
-        yield guard(where, lambda: convert_row(row, where, source, rec))
+    return iter_row_results(path, FORMAT, COLUMNS, convert_row)
 
 
 def _text(content: Any) -> str:

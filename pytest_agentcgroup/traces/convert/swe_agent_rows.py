@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import Step, Trace, TraceError
-from ._common import (check_str, check_type, fail, finish, guard, head, id_part, iter_json_rows, iter_parquet,
-                      last_fenced_block, loads, make_source, make_trace_id, need, parquet_columns,
-                      parquet_schema_text, strict, swe_agent_step, swe_footer)
+from ._common import (check_str, check_type, fail, finish, head, id_part, iter_row_results, last_fenced_block,
+                      loads, make_trace_id, need, parquet_columns, parquet_schema_text, strict, swe_agent_step,
+                      swe_footer)
 
 FORMAT = "swe-agent-rows"
 COLUMNS = ("instance_id", "model_name", "trajectory")
@@ -51,15 +51,8 @@ def convert(path: Path) -> Iterator[Trace]:
 
 
 def iter_results(path: Path) -> Iterator[Trace | TraceError]:
-    path = Path(path)
-    source = make_source(FORMAT, path)
-    rows = iter_parquet(path, COLUMNS) if path.suffix == ".parquet" else iter_json_rows(path)
-    for rec, row in rows:
-        if isinstance(row, TraceError):
-            yield row
-            continue
-        where = {"file": str(path), "record": rec}
-        yield guard(where, lambda: convert_row(row, where, source, rec))
+    """A Trace or a TraceError per row; a file that cannot be read at all raises."""
+    return iter_row_results(path, FORMAT, COLUMNS, convert_row)
 
 
 def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
