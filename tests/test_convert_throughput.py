@@ -31,6 +31,7 @@ try:
 except (AttributeError, OSError):
     pass
 from pytest_agentcgroup.traces.convert import openhands_rows as oh
+from pytest_agentcgroup.traces.convert._common import guard, make_source
 from pytest_agentcgroup.traces.ir import Trace
 mode, path = sys.argv[1], Path(sys.argv[2])
 t0 = time.perf_counter()
@@ -44,11 +45,11 @@ if mode == "stream":
 else:  # naive: every row decoded and held in memory, then converted, traces kept
     with open(path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    source = oh.make_source(oh.FORMAT, path)
+    source = make_source(oh.FORMAT, path)
     traces = []
     for i, row in enumerate(rows):
         where = {"file": str(path), "record": i}
-        r = oh.guard(where, lambda: oh.convert_row(row, where, source, i))
+        r = guard(where, lambda: oh.convert_row(row, where, source, i))
         traces.append(r)
     for r in traces:
         if isinstance(r, Trace):
