@@ -113,6 +113,20 @@ def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
         assert our_programs(held_by={os.getpid()}) == []
 
 
+def test_a_policy_arms_pids_max_reaches_each_step(tree):
+    from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+    from pytest_agentcgroup.traces.ir import Step
+    arm = Arm.from_dict("soft-pids", {"policy": "agentcgroup", "memory_high_mb": 48, "pids_max": 7,
+                                      "rules": {"ebpf": False}})
+    with Controller(Rules.from_arm(arm)) as ctl:
+        placement = ArmPlacement(arm, tree.workload("pids"), tree.controllers, policy=ctl)
+        placement.begin_step(Step(0, "bash", {"command": "true"}))
+        cg = placement.step_cg
+        pids = cg.unified if cg.host.mode == "v2" else cg.paths["pids"]
+        assert (pids / "pids.max").read_text().strip() == "7"
+        placement.end_step(None)
+
+
 # plain anonymous memory, nothing reclaimable: at a hard limit only an OOM kill (or a park) is left
 GROW = """
 import sys

@@ -3,6 +3,7 @@ exit 0 within, 1 beyond, 2 usage or unreadable input."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -99,6 +100,16 @@ def test_unreadable_input_exits_2_naming_file_and_line(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"agentcgroup compare: {b}/metrics.jsonl:3: not valid JSON")
     assert cli.main(["compare", a, str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err == f"agentcgroup compare: {tmp_path}/nope: no such results directory\n"
+
+
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_without_pandas_the_command_names_the_extra(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.setitem(sys.modules, "pandas", None)       # import pandas -> ImportError
+    a = run(tmp_path, "a")
+    args = [command, a, run(tmp_path, "b")] if command == "compare" else [command, a, "-o", str(tmp_path / "rep")]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert f"agentcgroup {command}: needs the `report` extra" in err and "Traceback" not in err
 
 
 def test_json_output(tmp_path, capsys):

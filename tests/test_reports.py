@@ -119,6 +119,25 @@ def test_a_bad_record_names_file_and_line(tmp_path, line, message):
     assert message in str(exc.value)
 
 
+def test_a_last_line_cut_short_by_a_killed_run_is_left_out_as_the_store_does(tmp_path):
+    d = write_results(tmp_path / "r", two_arms())
+    whole = (d / "metrics.jsonl").read_text()
+    (d / "metrics.jsonl").write_text(whole + whole.splitlines()[0][:30])     # no newline: cut short
+    assert len(load(d).records) == len(two_arms())
+    (d / "metrics.jsonl").write_text(whole + whole.splitlines()[0][:30] + "\n")   # a whole bad line
+    with pytest.raises(ResultsError, match=r"metrics\.jsonl:9: not valid JSON"):
+        load(d)
+
+
+def test_an_unknown_trace_leaves_the_earlier_report_whole(tmp_path, capsys):
+    d, out = write_results(tmp_path / "r", two_arms()), tmp_path / "out"
+    assert cli.main(["report", str(d), "-o", str(out)]) == 0
+    before = sorted(p.name for p in (out / "figures").iterdir())
+    assert before and cli.main(["report", str(d), "-o", str(out), "--trace", "no/such"]) == 1
+    assert "--trace no/such: not in the results" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "figures").iterdir()) == before
+
+
 def test_cli_bad_input_is_one_line_no_traceback(tmp_path, capsys):
     d = write_results(tmp_path / "r", two_arms())
     (d / "metrics.jsonl").write_text((d / "metrics.jsonl").read_text() + "{truncated\n")

@@ -183,7 +183,8 @@ class Controller:
                 # and that hook would run on every context switch of the host for the session
                 self.throttle = ReclaimThrottle(track_stop=False)
             except BaseException:
-                self._external is not None and self._external.close()
+                if self._external is not None:
+                    self._external.close()
                 raise
 
     # -- steps -----------------------------------------------------------------------------------
@@ -203,10 +204,10 @@ class Controller:
             cg.set_oom_killer(False)
             step.tripwire = True
         with self._lock:
-            self.steps[cg.id] = step
-            if self.throttle is not None:
+            if self.throttle is not None:      # marked first: a step the kernel side refused is not ours
                 mode = {"low": "stop", "high": "notify" if r.raise_step_mb else "record"}.get(step.priority, "record")
                 self.throttle.mark(cg.id, mode)
+            self.steps[cg.id] = step
 
     def remove_step(self, cg: Cgroup) -> dict:
         """Stop acting on the step; what the controller did to it (nothing once removed)."""
@@ -222,11 +223,6 @@ class Controller:
                     **step.counts}
 
     # -- the loop --------------------------------------------------------------------------------
-    def run_for(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.poll(timeout_ms=20)
-
     def poll(self, timeout_ms: int = 0) -> None:
         if self.throttle is not None:
             events = self.throttle.poll(timeout_ms)      # not under the lock: it waits
@@ -340,12 +336,13 @@ class Controller:
 
     def _release(self, step: _Step) -> None:
         """Leave nothing parked, frozen or stopped (a removed step, or the controller closing)."""
-        for undo in (lambda st: self._lift(st, log=False), self._thaw if step.frozen else None, self._cont):
-            if undo is not None:
-                try:
-                    undo(step)
-                except OSError:
-                    pass                # the cgroup is already gone
+        try:
+            self._lift(step, log=False)
+        except OSError:
+            pass                        # the cgroup is already gone
+        if step.frozen:
+            self._thaw(step)            # both swallow what a gone cgroup or process raises
+        self._cont(step)
 
     def _cont(self, step: _Step) -> None:
         if step.stopped_pid is not None:

@@ -134,6 +134,8 @@ class ArmPlacement:
         cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
         if self.policy is None and self.arm.scope == "step":
             self.arm.apply(cg)
+        elif self.policy is not None and self.arm.pids_max is not None:
+            cg.set_pids_max(int(self.arm.pids_max))    # the policy sets memory limits only
         return cg
 
     def begin_step(self, step):
@@ -183,13 +185,11 @@ class ArmPlacement:
                 time.sleep(0.002)
             own = cg.counters()
             env = self._workload_counters().minus(self._before)
+        finally:                                     # also when reading counters failed
             acted = self.policy.remove_step(cg) if self.policy is not None else {}
-            return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
-                    "high_events": own.high_events + env.high_events,
-                    "max_events": own.max_events + env.max_events,
-                    "oom_kills": own.oom_kills + env.oom_kills,
-                    "pids_max_events": own.pids_max_events + env.pids_max_events, **acted}
-        finally:
-            if self.policy is not None:
-                self.policy.remove_step(cg)          # idempotent: also when reading counters failed
             self.pool.retire(cg) if self.pool else cg.remove()
+        return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
+                "high_events": own.high_events + env.high_events,
+                "max_events": own.max_events + env.max_events,
+                "oom_kills": own.oom_kills + env.oom_kills,
+                "pids_max_events": own.pids_max_events + env.pids_max_events, **acted}

@@ -55,14 +55,23 @@ def _value(text: str):
         return text
 
 
-def cmd_report(args) -> int:
+def _missing_report_extra(command: str) -> bool:
+    """True (and says so on stderr) when pandas or matplotlib, which the reports import lazily, is missing."""
     try:
-        from .frames import ResultsError
-        from .html import build_report
+        import matplotlib  # noqa: F401
+        import pandas  # noqa: F401
     except ImportError as exc:
-        print(f"agentcgroup report: needs the `report` extra (pip install 'pytest-agentcgroup[report]'): {exc}",
+        print(f"agentcgroup {command}: needs the `report` extra (pip install 'pytest-agentcgroup[report]'): {exc}",
               file=sys.stderr)
+        return True
+    return False
+
+
+def cmd_report(args) -> int:
+    if _missing_report_extra("report"):
         return 2
+    from .frames import ResultsError
+    from .html import build_report
     defaults = {}
     for item in args.default or []:
         axis, sep, value = item.partition("=")
@@ -83,13 +92,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    try:
-        from .comparison import Tolerance, compare
-        from .frames import ResultsError
-    except ImportError as exc:
-        print(f"agentcgroup compare: needs the `report` extra (pip install 'pytest-agentcgroup[report]'): {exc}",
-              file=sys.stderr)
+    if _missing_report_extra("compare"):
         return 2
+    from .comparison import Tolerance, compare
+    from .frames import ResultsError
     tolerances = {}
     try:
         for item in args.tol:

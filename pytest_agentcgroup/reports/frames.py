@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..metrics.records import METRICS, SUMMARY_METRICS, Metric, summarize
-from ..metrics.store import METRICS_FILE
+from ..metrics.store import METRICS_FILE, worker_dirs
 
 #: Every column a report shows, with unit, direction and provenance: the store's METRICS, as a test's
 #: or an arm's summary holds them (SUMMARY_METRICS: oom_kills there is the steps' sum), plus what a
@@ -98,16 +98,12 @@ def metrics_files(directory: str | Path) -> list[Path]:
     if not d.is_dir():
         raise ResultsError(f"{d}: no such results directory")
     top = d / METRICS_FILE
-    workers = sorted((p for p in d.glob(f"gw*/{METRICS_FILE}")), key=lambda p: _worker_number(p.parent.name))
+    workers = [w / METRICS_FILE for w in worker_dirs(d) if (w / METRICS_FILE).is_file()]
     if top.is_file() and not (workers and min(w.stat().st_mtime for w in workers) > top.stat().st_mtime):
         return [top]            # a serial run's, or the workers' merged by the controller after they ended
     if workers:                 # (a top-level file older than every worker's is an earlier run's)
         return workers
     raise ResultsError(f"{d}: no {METRICS_FILE} (nor gw*/{METRICS_FILE} from xdist workers) — not a results directory")
-
-
-def _worker_number(name: str) -> int:
-    return int(name[2:]) if name[2:].isdigit() else 1 << 30
 
 
 def read_metrics(path: str | Path, run: str) -> list[dict]:
@@ -123,6 +119,8 @@ def read_metrics(path: str | Path, run: str) -> list[dict]:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError as exc:
+                    if not line.endswith("\n"):    # the last line, cut short by a killed run: as the
+                        break                      # store reads it (store.read_records), its step is not there
                     raise ResultsError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
                 records.append(_checked(rec, where, run))
     except UnicodeDecodeError as exc:

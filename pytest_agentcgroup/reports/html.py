@@ -65,6 +65,12 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     res = load(dirs)
     if not res.records:
         raise ResultsError(f"{', '.join(map(str, res.sources))}: no step records")
+    known = {r["trace_id"] for r in res.records}    # checked before anything of an earlier report is replaced
+    for t in traces or []:
+        if t not in known:
+            some = sorted(known)
+            raise ResultsError(f"--trace {t}: not in the results (traces: {', '.join(some[:5])}"
+                               f"{', …' if len(some) > 5 else ''})")
     limits = arm_limits(config)
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -77,12 +83,6 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     tests.to_csv(out / "runs.csv", index=False)
     _write_columns(out / "columns.csv", tests.columns)
 
-    known = set(steps["trace_id"])
-    for t in traces or []:
-        if t not in known:
-            some = sorted(known)
-            raise ResultsError(f"--trace {t}: not in the results (traces: {', '.join(some[:5])}"
-                               f"{', …' if len(some) > 5 else ''})")
     figs = [("latency_cdf.png", figures.latency_cdf(steps),
              "Empirical CDF of each executed step's wall-clock latency (ms, recorded), per arm; log scale."),
             ("kills_breaches.png", figures.kills_and_breaches(tests),
