@@ -129,7 +129,6 @@ def test_ctrl_c_during_the_policy_arm_unloads_its_program(pytester, policy_proje
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert left_behind(pytester, host) == [], out   # unloaded by the run itself, before it exited
-    assert our_programs(held_by={proc.pid}) == []
 
 
 def test_without_ebpf_the_arm_skips_naming_the_feature(pytester, policy_project):

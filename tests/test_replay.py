@@ -2,6 +2,7 @@
 hostile-safe (no network, read-only system, own workspace) and keeps the shell's cwd across steps."""
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -131,3 +132,19 @@ def test_sandbox_step_timeout_from_the_trace(tree):
                   ArmPlacement(Arm("unlimited"), tree.workload("sbx-timeout"), tree.controllers))
     assert r.timed_out and r.signal == 9
     assert r.latency_ms < 10_000
+
+
+def test_read_cwd_refuses_what_a_hostile_step_can_leave_in_its_place(tmp_path):
+    from pytest_agentcgroup.replay.executors import read_cwd
+    f = tmp_path / "cwd"
+    f.write_text("/work/repo\n")
+    assert read_cwd(f) == "/work/repo" and not f.exists()           # the normal case, consumed
+    os.mkfifo(f)                                                      # would block a plain read forever
+    assert read_cwd(f) is None and not f.exists()
+    (tmp_path / "host-file").write_text("/etc/shadow-ish\n")
+    f.symlink_to(tmp_path / "host-file")                              # resolves outside the step's view
+    assert read_cwd(f) is None and not f.is_symlink()
+    f.symlink_to("/dev/zero")
+    assert read_cwd(f) is None and not f.is_symlink()
+    f.write_text("/" + "a" * 10_000)                                  # no directory a shell printed
+    assert read_cwd(f) is None and not f.exists()

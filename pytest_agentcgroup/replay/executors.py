@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -149,14 +150,32 @@ def step_script(tool: str, cwd_file: str) -> str:
     return body + f'; rc=$?; pwd > {cwd_file}; exit $rc'
 
 
+CWD_MAX_BYTES = 4096        # PATH_MAX: more is not a directory a shell printed
+
+
 def read_cwd(cwd_file: Path) -> str | None:
-    """The directory a step's shell ended in (written by step_script), consumed; None if absent."""
+    """The directory a step's shell ended in (written by step_script), consumed; None if absent.
+
+    The step can write that file too, and the step is hostile: it could leave a FIFO (a read would
+    block forever), a symlink to /dev/zero or to a host file (read through a bind mount or
+    /proc/PID/root, it would resolve on the host), or gigabytes. So: no symlink followed, no
+    blocking open, a regular file only, a bounded read, and the file is removed whatever it was."""
     try:
-        cwd = cwd_file.read_text().strip()
-        cwd_file.unlink()
+        fd = os.open(cwd_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return None
-    return cwd if cwd.startswith("/") else None
+        fd = None
+    try:
+        if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        cwd = os.read(fd, CWD_MAX_BYTES + 1).decode("utf-8", "replace").strip()
+    finally:
+        if fd is not None:
+            os.close(fd)
+        try:
+            cwd_file.unlink()
+        except OSError:
+            pass
+    return cwd if cwd.startswith("/") and len(cwd) <= CWD_MAX_BYTES and "\n" not in cwd else None
 
 
 def make_executor(name: str, *, time_scale: float, step_timeout_s: float, engine=None, cgroup_parent: str | None = None):
