@@ -60,10 +60,21 @@ class Experiment:
                           settings={k: v.overrides.get(k, val) for k, val in self.settings.items()})
             changed = dict(arms)
             for name, over in v.overrides.get("arms", {}).items():
-                base = {k: val for k, val in vars(arms[name]).items() if k != "name" and val is not None}
-                changed[name] = Arm.from_dict(name, {**base, **over})
+                changed[name] = swept_arm(arms[name], over, f"experiments.{self.name}.matrix")   # checked at load
             out.append((v, exp, changed))
         return out
+
+
+def swept_arm(arm: Arm, over: dict, where: str) -> Arm:
+    """`arm` with a matrix point's overrides, checked like an arm of its own (ConfigError naming `where`)."""
+    try:
+        swept = Arm.from_dict(arm.name, {**{k: v for k, v in vars(arm).items() if k != "name" and v is not None},
+                                         **over}, where=f"{where}.arms")
+        if swept.policy is not None:
+            Rules.from_arm(swept)            # an ablated rule is checked like the arm's own
+    except ArmError as exc:
+        raise ConfigError(f"{where}.arms.{arm.name}: {exc}" if not str(exc).startswith(where) else str(exc)) from None
+    return swept
 
 
 @dataclass(frozen=True)
@@ -174,16 +185,7 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
             for arm, over in (entry.get("arms") or {}).items():
                 if arm not in arms or not isinstance(over, dict):
                     raise ConfigError(f"{here}.arms.{arm}: no arm of that name (or not a table)")
-                try:
-                    swept = Arm.from_dict(arm, {**{k: v for k, v in vars(arms[arm]).items() if k != "name" and v is not None},
-                                                **over}, where=f"{here}.arms")
-                except ArmError as exc:
-                    raise ConfigError(str(exc)) from None
-                if swept.policy is not None:
-                    try:
-                        Rules.from_arm(swept)    # an ablated rule is checked like the arm's own
-                    except ArmError as exc:
-                        raise ConfigError(f"{here}.arms.{arm}: {exc}") from None
+                swept_arm(arms[arm], over, here)
         axes.append([(axis[:-1], e["name"], {k: v for k, v in e.items() if k != "name"}) for e in entries])
     out = []
     for seed in seeds:
@@ -196,5 +198,8 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
                     arms_so_far[a] = {**arms_so_far.get(a, {}), **o}
                 if arms_so_far:
                     overrides["arms"] = arms_so_far
-            out.append(Variant(seed, {axis: name for axis, name, _ in combo}, overrides))
+            params = {axis: name for axis, name, _ in combo}
+            for a, o in overrides.get("arms", {}).items():    # each axis alone was fine; together?
+                swept_arm(arms[a], o, f"{where} point {', '.join(f'{k}={n}' for k, n in params.items())}")
+            out.append(Variant(seed, params, overrides))
     return tuple(out)

@@ -57,6 +57,10 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
     # a sweep's ablation of a policy arm's rules is checked like the arm's own rules
     ("[arms.a]\npolicy = 'agentcgroup'\n[experiments.e.matrix]\n"
      "ablations = [{ name = 'x', arms = { a = { rules = { hold = 5 } } } }]\n", "rules: unknown key(s) hold;"),
+    # two axes each fine alone, impossible together: named at load, not a traceback at collection
+    ("[arms.a]\n[experiments.e.matrix]\nablations = [{ name = 'tight', arms = { a = { memory_max_mb = 256 } } }]\n"
+     "sizes = [{ name = 'big', arms = { a = { memory_high_mb = 512 } } }]\n",
+     "experiments.e.matrix point ablation=tight, size=big.arms.a: memory_high_mb (512) above memory_max_mb (256)"),
 ])
 def test_config_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, message):
     path = tmp_path / "bad.toml"

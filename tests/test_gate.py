@@ -91,6 +91,11 @@ def test_a_saved_run_and_a_benchmark_json_are_baselines_too(tmp_path):
         gate.load(tmp_path / "junk.json")
     with pytest.raises(gate.GateError, match="nope.json: no such file"):
         gate.load(tmp_path / "nope.json")
+    with pytest.raises(gate.GateError, match="/proc/self/mem: cannot read"):   # EIO: one message, no traceback
+        gate.load("/proc/self/mem")
+    (tmp_path / "file").write_text("")                 # a baseline path under a file cannot be made
+    with pytest.raises(gate.GateError, match="baseline NOT saved to .*file/base.json"):
+        gate.save([_rec("static", "t/a", 0, oom=1)], tmp_path / "file" / "base.json")
 
 
 @pytest.fixture

@@ -108,8 +108,13 @@ class MetricsController:
             self.gate_lines.append(f"baseline NOT saved to {self.s.save_baseline}: the run failed "
                                    f"(exit {int(session.exitstatus)}); a baseline is made from a passing run")
         elif self.s.save_baseline:
-            n = gate.save(records, self.s.save_baseline, note=f"saved from {os.path.relpath(self.s.out)}")
-            self.gate_lines.append(f"baseline saved: {self.s.save_baseline} ({n} trace x arm)")
+            try:
+                n = gate.save(records, self.s.save_baseline, note=f"saved from {os.path.relpath(self.s.out)}")
+                self.gate_lines.append(f"baseline saved: {self.s.save_baseline} ({n} trace x arm)")
+            except gate.GateError as exc:
+                self.gate_lines.append(f"GATE ERROR: {exc}")
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
+                return
         if self.s.baseline:
             try:
                 verdict = gate.compare(gate.load(self.s.baseline), gate.per_test(records), self.s.rules)

@@ -130,6 +130,8 @@ def load(path: str | Path) -> dict[Key, dict]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise GateError(f"baseline {path}: not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise GateError(f"baseline {path}: cannot read: {exc.strerror}") from None
     try:
         if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
             return {_key(t): t["metrics"] for t in doc["tests"]}
@@ -155,8 +157,11 @@ def save(records: list[dict], path: str | Path, *, note: str = "") -> int:
                       "metrics": {m: v for m, v in metrics.items() if m in SUMMARY_METRICS}})
     doc = {"schema": SCHEMA, "made": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "note": note, "units": {m: d.unit for m, d in SUMMARY_METRICS.items()}, "tests": tests}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise GateError(f"baseline NOT saved to {path}: {exc.strerror}") from None
     return len(tests)
 
 
