@@ -106,6 +106,3 @@ class WorkerIsolation:
             pass
         remove_tree(self._cpuset)
         self._cpuset = None
-
-    def describe(self) -> dict:
-        return {"cpus": _ranges(self.cpus), "memory_mb": self.memory_bytes // (1 << 20)}

@@ -51,10 +51,8 @@ def _alive(tag: str) -> bool:
 class DockerEngine:
     """A connected Docker SDK client plus what we must undo when done."""
 
-    def __init__(self, client, *, started_pid: int | None = None, log: str | None = None):
+    def __init__(self, client):
         self.client = client
-        self.started_pid = started_pid      # the dockerd we started (None: it was already running)
-        self.log = log
         self.tag = session_tag()
 
     # -- acquire / release -----------------------------------------------------------------------
@@ -72,16 +70,22 @@ class DockerEngine:
                                       "(pip install 'pytest-agentcgroup[docker]')") from None
         with _Lock(state_dir):
             client = _connect(docker)
-            started = log = None
             if client is None:
                 if not start:
                     raise ExecutorUnavailable("no Docker engine is reachable (DOCKER_HOST or /var/run/docker.sock)")
-                started, log = _start_dockerd(docker, state_dir, timeout_s, join)
+                _start_dockerd(docker, state_dir, timeout_s, join)
                 client = _connect(docker)
-            engine = cls(client, started_pid=started, log=log)
+            engine = cls(client)
             (state_dir / "users").mkdir(parents=True, exist_ok=True)
             (state_dir / "users" / engine.tag).touch()
-        engine.remove_containers(stale_only=True)
+        try:
+            engine.remove_containers(stale_only=True)
+        except BaseException:
+            try:                                    # unregistered again (and dockerd stopped if ours alone);
+                engine.release(state_dir=state_dir)
+            except Exception:
+                pass                                # what went wrong first is what the caller hears
+            raise
         return engine
 
     def release(self, *, state_dir: Path = STATE_DIR) -> None:
@@ -192,7 +196,7 @@ def _connect(docker):
         return None
 
 
-def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str]) -> tuple[int, str]:
+def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str]) -> None:
     dockerd = shutil.which("dockerd")
     if not dockerd:
         raise ExecutorUnavailable("no Docker engine is reachable and dockerd is not installed "
@@ -212,16 +216,19 @@ def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str
             raise ExecutorUnavailable(f"dockerd: {exc}") from None
     (state_dir / "dockerd.pid").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            (state_dir / "dockerd.pid").unlink(missing_ok=True)
-            tail = "\n".join(Path(log).read_text(errors="replace").splitlines()[-5:])
-            raise ExecutorUnavailable(f"dockerd exited with {proc.returncode} while starting (log {log}):\n{tail}")
-        if _connect(docker) is not None:
-            return proc.pid, log
-        time.sleep(0.2)
-    _stop_dockerd(state_dir / "dockerd.pid")
-    raise ExecutorUnavailable(f"dockerd did not answer within {timeout_s:.0f} s (log {log})")
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                (state_dir / "dockerd.pid").unlink(missing_ok=True)
+                tail = "\n".join(Path(log).read_text(errors="replace").splitlines()[-5:])
+                raise ExecutorUnavailable(f"dockerd exited with {proc.returncode} while starting (log {log}):\n{tail}")
+            if _connect(docker) is not None:
+                return
+            time.sleep(0.2)
+        raise ExecutorUnavailable(f"dockerd did not answer within {timeout_s:.0f} s (log {log})")
+    except BaseException:             # also Ctrl-C while it starts: it runs in its own session
+        _stop_dockerd(state_dir / "dockerd.pid")
+        raise
 
 
 def _stop_dockerd(pidfile: Path, timeout_s: float = 20.0) -> None:
