@@ -172,9 +172,11 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
             _replay_steps(t, trace_b, ex, placement, "docker")
             n += 1
 
-    def run_c(t: Tenant) -> None:
+    def run_c(t: Tenant, until: threading.Event) -> None:
         ex = make_executor("sandbox", time_scale=1.0, step_timeout_s=tc["step_timeout_s"])
         for trace in traces_c:
+            if until.is_set():                  # the run is being interrupted
+                return
             _replay_steps(t, trace, ex, agentcgroup_placement(arm, t.cg), "sandbox")
 
     def guarded(t: Tenant, fn, *args, **kw):
@@ -213,7 +215,7 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
 
         def c_body():
             try:
-                guarded(c1, run_c)()
+                guarded(c1, run_c, until=c_done)()
             finally:
                 c_done.set()
         threads.append(threading.Thread(target=c_body, name="tenant-C"))
@@ -223,6 +225,14 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
         try:
             for th in threads:
                 th.join()
+        except BaseException:
+            # Ctrl-C (or a failure) here: no tenant may outlive the test. Each stops at its next
+            # check; what runs now (steps, chromium, the container) dies with the workload cgroup.
+            c_done.set()
+            workload_cgroup.kill()
+            for th in threads:
+                th.join(timeout=60)
+            raise
         finally:
             c_done.set()
             probe.stop.set()

@@ -2,6 +2,7 @@
 browser traces inside a tenant cgroup (Debian's chromium through Playwright)."""
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -199,3 +200,16 @@ def test_shipped_browser_traces_match_manifest_and_say_their_origin():
             assert trace.source["licence"] == "MIT" and "synthetic" in trace.source["origin"]
             (again,) = playwright.convert(REPO / trace.source["path"])
             assert again.steps == trace.steps
+
+
+def test_two_driver_lines_arriving_together_are_both_read_at_once():
+    from pytest_agentcgroup.replay.browser import _Lines
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as pipe:
+        os.write(w, b'{"event": "ready"}\n{"event": "step"}\n{"event"')
+        lines = _Lines(pipe)
+        assert lines.next(1.0) == b'{"event": "ready"}\n'
+        assert lines.next(0.0) == b'{"event": "step"}\n'      # already here: no wait, no timeout
+        assert lines.next(0.05) is None                          # half a line: not a line yet
+        os.close(w)
+        assert lines.next(1.0) == b'{"event"' and lines.next(1.0) == b""

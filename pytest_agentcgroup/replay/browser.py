@@ -104,16 +104,17 @@ class BrowserTenant:
         proc = start([sys.executable, "-m", "pytest_agentcgroup.replay.browser_driver"],
                      join=place.join_files() if place else (), env=env, stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=errlog)
+        lines = _Lines(proc.stdout)
         try:
             proc.stdin.write((json.dumps(job) + "\n").encode())
             proc.stdin.flush()
             # The first reply waits for chromium to start, which can take a while on a loaded host.
-            msg = self._read(proc, 60.0 + self.action_timeout_s)
+            msg = self._read(proc, lines, 60.0 + self.action_timeout_s)
             if msg.get("event") == "ready":
                 self.launch_ms = msg["launch_ms"]
                 before = self._sample(place)
                 for key in order:
-                    msg = self._read(proc, self.action_timeout_s * 2 + 10.0)
+                    msg = self._read(proc, lines, self.action_timeout_s * 2 + 10.0)
                     if msg.get("event") not in ("step", "fatal") or (msg.get("trace_id"), msg.get("step_id")) != key:
                         break
                     after = self._sample(place)
@@ -129,7 +130,7 @@ class BrowserTenant:
                     except BrokenPipeError:
                         pass                     # the driver died: the next read says how
                 else:
-                    msg = self._read(proc, 30.0)
+                    msg = self._read(proc, lines, 30.0)
             if msg.get("event") != "done":
                 # The browser died (or never started): the steps it did not reach are recorded as
                 # not executed, with the reason, so no step goes missing from the results.
@@ -147,11 +148,10 @@ class BrowserTenant:
         return results
 
     @staticmethod
-    def _read(proc: subprocess.Popen, timeout_s: float) -> dict:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
-        if not ready:
+    def _read(proc: subprocess.Popen, lines: "_Lines", timeout_s: float) -> dict:
+        line = lines.next(timeout_s)
+        if line is None:
             return {"event": "timeout", "error": f"no reply from the browser driver within {timeout_s:.0f} s"}
-        line = proc.stdout.readline()
         if not line:
             return {"event": "exit", "error": f"the browser driver exited ({proc.wait()})"}
         try:
@@ -215,3 +215,27 @@ class BrowserTenant:
                 pass
         proc.wait()
         proc.stdout.close()
+
+
+class _Lines:
+    """The driver's stdout a line at a time, read with select + os.read on the pipe itself: two
+    lines that arrive together must not wait in a file object's buffer, where select cannot see
+    the second one."""
+
+    def __init__(self, pipe):
+        self.fd, self.buf = pipe.fileno(), b""
+
+    def next(self, timeout_s: float) -> bytes | None:
+        """The next line (b"" at end of output), or None when none came within timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                line, self.buf = self.buf, b""
+                return line
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
