@@ -83,6 +83,14 @@ def test_a_step_over_its_limit_is_oom_killed_inside_the_container(agentcgroup_do
     work.remove()
 
 
+def test_a_script_a_step_writes_runs_as_it_did_where_the_trace_was_recorded(agentcgroup_docker, tree):
+    steps = [bash(i, f"printf '#!/bin/sh\\nexit 7\\n' > {d}/x.sh && chmod +x {d}/x.sh && {d}/x.sh")
+             for i, d in enumerate(("/workspace", "/tmp", "/root"))]
+    work, ex, results, _ = replay_in_docker(agentcgroup_docker, tree, "scripts", steps)
+    assert [r.exit_code for r in results] == [7, 7, 7], results        # 126 where the tmpfs is noexec
+    work.remove()
+
+
 def test_hostile_step_cannot_escape(agentcgroup_docker, tree):
     steps = [bash(0, "mknod /tmp/sda b 8 0"),                 # no mknod capability
              bash(1, "echo x > /etc/owned"),                  # read-only root file system

@@ -83,7 +83,9 @@ class DockerExecutor:
         self.home = first if first and first.startswith("/") and first != "/" else "/workspace"
         self.cwd = self.home
         local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
-        tmpfs = {"/tmp": "", STATE: ""} | ({self.home: "", "/root": ""} if local else {})
+        # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
+        # it must be able to, as it could where the trace was recorded. The state file is only read.
+        tmpfs = {"/tmp": "exec", STATE: ""} | ({self.home: "exec", "/root": "exec"} if local else {})
         self.container = self.engine.client.containers.run(
             image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=local,
             tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], security_opt=["no-new-privileges"],
