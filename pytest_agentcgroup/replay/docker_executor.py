@@ -27,7 +27,8 @@ from pathlib import Path
 
 from ..traces.ir import Step, Trace
 from .docker_engine import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
-from .executors import DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, read_cwd, step_script
+from .executors import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, read_cwd, step_script,
+                        step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
@@ -79,8 +80,7 @@ class DockerExecutor:
 
     def start(self, trace: Trace) -> None:
         image = self.image or self.image_for(trace)
-        first = next((s.args.get("cwd") for s in trace.steps if s.args.get("cwd")), None)
-        self.home = first if first and first.startswith("/") and first != "/" else "/workspace"
+        self.home = trace_home(trace)
         self.cwd = self.home
         local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
         # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
@@ -126,7 +126,5 @@ class DockerExecutor:
         argv = [self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
                 "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
                 "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]
-        timeout = self.step_timeout_s
-        if step.args.get("timeout_ms"):
-            timeout = min(timeout, step.args["timeout_ms"] / 1000.0)
+        timeout = step_timeout(step, self.step_timeout_s)
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": CONTAINER_PATH, "HOME": self.home})

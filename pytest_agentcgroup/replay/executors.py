@@ -95,8 +95,7 @@ class SandboxExecutor:
         self.cwd = self.home
 
     def start(self, trace: Trace) -> None:
-        first = next((s.args.get("cwd") for s in trace.steps if s.args.get("cwd")), None)
-        self.home = first if first and first.startswith("/") and first != "/" else "/workspace"
+        self.home = trace_home(trace)
         self.cwd = self.home
         self.workspace = tempfile.mkdtemp(prefix="agentcgroup-ws-")
         self.state = tempfile.mkdtemp(prefix="agentcgroup-state-")
@@ -127,9 +126,7 @@ class SandboxExecutor:
                 "--bind", self.workspace, self.home, "--bind", self.state, self.STATE,
                 "--chdir", self.home, "--setenv", "HOME", self.home, "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
                 "--", "/bin/sh", "-c", script, "sh", self.cwd, step.command]
-        timeout = self.step_timeout_s
-        if step.args.get("timeout_ms"):
-            timeout = min(timeout, step.args["timeout_ms"] / 1000.0)
+        timeout = step_timeout(step, self.step_timeout_s)
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 
     @staticmethod
@@ -138,6 +135,17 @@ class SandboxExecutor:
         if path.is_symlink():
             return ["--symlink", os.readlink(path), f"/{name}"]
         return ["--ro-bind", str(path), f"/{name}"] if path.exists() else []
+
+
+def trace_home(trace: Trace) -> str:
+    """Where the trace's work happens: its first absolute working directory, else /workspace."""
+    first = next((s.args.get("cwd") for s in trace.steps if s.args.get("cwd")), None)
+    return first if first and first.startswith("/") and first != "/" else "/workspace"
+
+
+def step_timeout(step: Step, default_s: float) -> float:
+    """The executor's step timeout, shortened to the step's own where the trace recorded one."""
+    return min(default_s, step.args["timeout_ms"] / 1000.0) if step.args.get("timeout_ms") else default_s
 
 
 def step_script(tool: str, cwd_file: str) -> str:
