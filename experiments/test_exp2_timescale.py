@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentcgroup.metrics.records import Metric
+
 CONFIG = Path(__file__).with_name("exp2.toml")
 
 WORKER = r"""
@@ -278,7 +280,7 @@ def run_bursts(name, arm, *, thr, workload, park, workers, cfg, uses_thr_mark, c
 
 # what each number of a result row is (extra_info["exp2_columns"]); reactions are kernel-clock
 # differences (actuation - first reclaim), so every percentile of them is derived
-COLUMNS = {m.name: m.describe(None) for m in (
+COLUMNS = {m.name: {k: v for k, v in m.describe(None).items() if k != "value"} for m in (
     Metric("n", "count", "higher", "recorded", "bursts the controller reacted to"),
     Metric("misses", "count", "lower", "recorded", "bursts with no reaction before the burst ended"),
     Metric("lanes", "count", "none", "synthetic", "bursts run concurrently (one cgroup each); from exp2.toml"),
@@ -299,8 +301,8 @@ def _cap_sys_resource() -> bool:
 @pytest.mark.experiment(name="exp2")
 def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_path, capsys):
     from pytest_agentcgroup.bpf import features
-    why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tracefs",
-                           "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:sched/sched_switch")
+    from pytest_agentcgroup.bpf.controller import NEEDS      # the in-kernel arm's, plus the stop timing hook
+    why = features.missing(*NEEDS, "tp:sched/sched_switch")
     if why:
         pytest.skip(why)
     from pytest_agentcgroup.bpf.throttle import ReclaimThrottle

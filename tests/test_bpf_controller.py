@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup.bpf import features
-from pytest_agentcgroup.bpf.controller import Controller, Rules
+from pytest_agentcgroup.bpf.controller import NEEDS, Controller, Rules
 
 MB = 1 << 20
 
@@ -32,7 +32,7 @@ for r in range(int(sys.argv[1])):
 @pytest.fixture
 def run_tree(request):
     """The shared `tree` fixture, once the BPF features these tests need are known to be here."""
-    why = features.missing("root", "bcc", "bpf_syscall", "ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
+    why = features.missing(*NEEDS)
     if why:
         pytest.skip(why)
     yield request.getfixturevalue("tree")

@@ -124,6 +124,14 @@ class Rules:
     def priority(self, kind: str | None) -> str:
         return self.priorities.get(kind or "", self.priorities.get("default", "normal"))
 
+    @property
+    def soft_bytes(self) -> int | None:
+        return int(self.memory_high_mb * MB) if self.memory_high_mb is not None else None
+
+    @property
+    def ceiling_bytes(self) -> int | None:
+        return int(self.memory_max_mb * MB) if self.memory_max_mb is not None else None
+
 
 def missing_features(rules: Rules) -> str | None:
     """None when this host can run these rules, else which kernel feature is missing and why."""
@@ -190,8 +198,7 @@ class Controller:
     # -- steps -----------------------------------------------------------------------------------
     def add_step(self, cg: Cgroup, kind: str | None = None) -> None:
         r = self.rules
-        ceiling = int(r.memory_max_mb * MB) if r.memory_max_mb is not None else None
-        soft = int(r.memory_high_mb * MB) if r.memory_high_mb is not None else None
+        ceiling, soft = r.ceiling_bytes, r.soft_bytes
         if ceiling is not None:
             cg.set_memory_max(ceiling)
         if soft is not None:
@@ -288,7 +295,7 @@ class Controller:
         if step.soft_bytes is None:
             return False
         cap = int((r.memory_high_mb + r.raise_max_mb) * MB)
-        ceiling = int(r.memory_max_mb * MB) if r.memory_max_mb is not None else None
+        ceiling = r.ceiling_bytes
         new = min(step.soft_bytes + int(r.raise_step_mb * MB), cap if ceiling is None else min(cap, ceiling))
         if new > step.soft_bytes:
             step.soft_bytes = new
@@ -314,7 +321,7 @@ class Controller:
         if not step.tripwire:
             return
         step.tripwire = False
-        ceiling = int(self.rules.memory_max_mb * MB) if self.rules.memory_max_mb is not None else None
+        ceiling = self.rules.ceiling_bytes
         step.cg.set_memory_max(ceiling)
         step.cg.set_oom_killer(True)
         if log:
