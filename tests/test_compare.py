@@ -33,8 +33,8 @@ def test_one_more_oom_kill_is_beyond_tolerance_and_named(tmp_path, capsys):
     b = run(tmp_path, "b", oom_kills=lambda arm, i: int(arm == "static-toolcall" and i == 1))
     assert cli.main(["compare", a, b]) == 1
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if "oom_kills" in line and "t/a" in line]
-    assert rows == [["exp1", "t/a", "static-toolcall", "0", "-", "oom_kills", "(count)", "0", "1", "+1", "±0",
-                     "worse"]]
+    assert rows == [["exp1", "t/a", "static-toolcall", "0", "-", "oom_kills", "(count,", "derived)", "0", "1", "+1",
+                     "±0", "worse"]]
     assert cli.main(["compare", b, a]) == 1, "fewer kills is still not reproducible"
     assert cli.main(["compare", b, a, "--only-worse"]) == 0, "fewer kills is no regression"
     assert cli.main(["compare", a, b, "--tol", "oom_kills=1"]) == 0
@@ -118,6 +118,7 @@ def test_json_output(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert {(d["config"], d["metric"], d["a"], d["b"], d["verdict"]) for d in report["differences"]} == {
         ("unlimited", "peak_rss_mb", 5.0, 50.0, "worse"), ("static-toolcall", "peak_rss_mb", 5.0, 50.0, "worse")}
+    assert {(d["unit"], d["provenance"]) for d in report["differences"]} == {("MiB", "derived")}
 
 
 def test_two_real_runs_of_one_study_reproduce(pytester):

@@ -95,6 +95,7 @@ def cmd_compare(args) -> int:
     if _missing_report_extra("compare"):
         return 2
     from .comparison import Tolerance, compare
+    from .frames import COLUMNS
     from .frames import ResultsError
     tolerances = {}
     try:
@@ -111,7 +112,9 @@ def cmd_compare(args) -> int:
         json.dump({"a": str(result.a), "b": str(result.b), "tests": result.tests,
                    "tolerances": {k: str(v) for k, v in result.tolerances.items()},
                    "differences": [{**d.key, "metric": d.metric, "a": d.a, "b": d.b, "delta": d.delta,
-                                    "allowed": d.allowed, "verdict": d.verdict, "beyond": d.beyond}
+                                    "allowed": d.allowed, "verdict": d.verdict, "beyond": d.beyond,
+                                    **({"unit": COLUMNS[d.metric].unit, "provenance": COLUMNS[d.metric].provenance}
+                                       if d.metric in COLUMNS else {})}
                                    for d in result.differences if args.all or d.beyond]}, sys.stdout, indent=1)
         print()
     else:

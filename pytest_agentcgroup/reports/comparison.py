@@ -99,7 +99,7 @@ class Comparison:
         rows = [d for d in self.differences if show_all or d.beyond]
         heads = ["experiment", "trace", "arm", "seed", "params", "metric", "A", "B", "Δ", "allowed", "verdict"]
         cells = [[d.key["experiment"], d.key["trace_id"], d.key["config"], str(d.key["seed"]), d.key["params"] or "-",
-                  d.metric + (f" ({COLUMNS[d.metric].unit})" if d.metric in COLUMNS else ""),
+                  d.metric + (f" ({COLUMNS[d.metric].unit}, {COLUMNS[d.metric].provenance})" if d.metric in COLUMNS else ""),
                   _num(d.a), _num(d.b), _num(d.delta, sign=True), _num(d.allowed, prefix="±"),
                   d.verdict + ("" if d.beyond else " (within)")] for d in rows]
         lines = [f"A = {self.a}", f"B = {self.b}"]
