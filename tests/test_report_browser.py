@@ -8,7 +8,6 @@ import http.server
 import os
 import re
 import shutil
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -19,20 +18,15 @@ pytest.importorskip("pandas", reason="pandas is not installed (the `report` extr
 
 from conftest import step_rec, write_results  # noqa: E402
 
+from pytest_agentcgroup.replay.browser import CHROMIUM, CHROMIUM_ARGS, missing  # noqa: E402
 from pytest_agentcgroup.reports import build_report  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run"]
-
-
 def sync_playwright_or_skip():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright (Python) is not installed: the `report` extra (pip install -e '.[test]')")
-    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        pytest.skip(f"Debian chromium is not installed at {CHROMIUM} (hostsetup.sh package group `browser`)")
+    """Playwright's sync API, or a skip naming what the host lacks (replay/browser.py `missing`)."""
+    why = missing()
+    if why:
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
     return sync_playwright
 
 
@@ -78,7 +72,7 @@ def test_runs_table_sorts_in_chromium(served_report, tmp_path, record_property):
     errors: list[str] = []
     shot = tmp_path / "report-sorted-by-p95.png"
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*FLAGS, marker], headless=True)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, marker], headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -128,11 +122,3 @@ def _cmdline_has(pid: str, token: str) -> bool:
         return token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-
-
-def test_without_chromium_the_skip_names_it(monkeypatch):
-    pytest.importorskip("playwright", reason="playwright (Python) is not installed")
-    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
-    with pytest.raises(pytest.skip.Exception, match="Debian chromium is not installed at /nonexistent/chromium "
-                                                    r"\(hostsetup.sh package group `browser`\)"):
-        sync_playwright_or_skip()
