@@ -131,16 +131,15 @@ do not edit by hand (this README is generated too; the text lives in
 """
 
 
-def build(datasets: Path | None, out: Path) -> list[dict]:
+def build(datasets: Path, out: Path) -> list[dict]:
     root = out / "playwright"
     root.mkdir(parents=True, exist_ok=True)
     entries = []
-    if datasets is not None:
-        for name in DATASET_ZIPS:
-            for trace in playwright.convert(datasets / name):
-                rel = f"playwright/{Path(name).stem}.json"
-                write_trace(trace, out / rel)
-                entries.append(describe(trace, rel, "converted"))
+    for name in DATASET_ZIPS:
+        for trace in playwright.convert(datasets / name):
+            rel = f"playwright/{Path(name).stem}.json"
+            write_trace(trace, out / rel)
+            entries.append(describe(trace, rel, "converted"))
     rec = root / "recorded"
     rec.mkdir(parents=True, exist_ok=True)
     scripted = [scenario_trace(n) for n in SCENARIOS]
@@ -174,7 +173,8 @@ def build(datasets: Path | None, out: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pytest_agentcgroup.replay.browser_record",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("datasets", type=Path, nargs="?", help="the playwright-trace dataset directory (optional)")
+    # required: the manifest's playwright family is rewritten whole, converted traces included
+    ap.add_argument("datasets", type=Path, help="the playwright-trace dataset directory (../shared/datasets/...)")
     ap.add_argument("out", type=Path, help="the trace corpus directory (e.g. traces/)")
     args = ap.parse_args(argv)
     try:
