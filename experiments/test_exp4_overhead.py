@@ -31,12 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.cgroups.arms import ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent
 from pytest_agentcgroup.cgroups.host import _mounts
 from pytest_agentcgroup.metrics.records import percentile
-from pytest_agentcgroup.plugin import setting
 from pytest_agentcgroup.replay.docker_engine import LOCAL_IMAGE, SESSION_LABEL
 from pytest_agentcgroup.replay.executors import ExecutorUnavailable, Launch
 from pytest_agentcgroup.replay.replayer import replay_step
@@ -82,11 +80,10 @@ def _relative(path: Path) -> str:
 class Peers:
     """Each peer: one `/bin/true` step; returns its wall time in ms."""
 
-    def __init__(self, arm, workload, controllers):
+    def __init__(self, pooled: ArmPlacement, unpooled: ArmPlacement, workload):
         self.workload, self.n = workload, itertools.count()
         self.trace = Trace("exp4/true", {"format": "synthetic"}, ())
-        self.pooled = ArmPlacement(arm, workload, controllers, pool=True)
-        self.unpooled = ArmPlacement(arm, workload, controllers)
+        self.pooled, self.unpooled = pooled, unpooled
         self.between: list[float] = []      # the pooled placement's work between steps
         self.executor = TrueExecutor()
 
@@ -178,10 +175,9 @@ def _table(rows: list[tuple[str, list[float]]], bare: float, missing: dict[str, 
     return "\n".join(lines)
 
 
-def test_exp4_step_overhead(request, agentcgroup_tree, workload_cgroup, benchmark, capsys):
-    conf = cfgmod.load(setting(request.config, "config"))
-    arm = conf.arms["static-toolcall"]        # a per-step limit: the cgroup is made and limited per step
-    peers = Peers(arm, workload_cgroup, agentcgroup_tree.controllers)
+def test_exp4_step_overhead(request, agentcgroup_tree, agentcgroup_placement, workload_cgroup, benchmark, capsys):
+    arm = "static-toolcall"                   # a per-step limit: the cgroup is made and limited per step
+    peers = Peers(agentcgroup_placement(arm, pool=True), agentcgroup_placement(arm), workload_cgroup)
     request.addfinalizer(peers.close)
     runs = {"bare": peers.bare, "ours": peers.ours, "ours, no pool": peers.ours_unpooled,
             "shell wrapper": peers.shell_wrapper}
