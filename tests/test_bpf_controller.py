@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS, Controller, Rules
+from pytest_agentcgroup.replay import spawn
 
 MB = 1 << 20
 
@@ -41,9 +41,7 @@ def run_tree(request):
 
 
 def start(cg, rounds):
-    files = cg.join_files()
-    return subprocess.Popen([sys.executable, "-c", ALLOC, str(rounds)],
-                            preexec_fn=lambda: [Path(f).write_text("0") for f in files])
+    return spawn.start([sys.executable, "-c", ALLOC, str(rounds)], join=cg.join_files())
 
 
 def drive(ctl, procs, timeout_s=30):
@@ -137,9 +135,7 @@ for _ in range(int(sys.argv[1]) // 8):
 
 
 def grow(cg, mb):
-    files = cg.join_files()
-    return subprocess.Popen([sys.executable, "-c", GROW, str(mb)],
-                            preexec_fn=lambda: [Path(f).write_text("0") for f in files])
+    return spawn.start([sys.executable, "-c", GROW, str(mb)], join=cg.join_files())
 
 
 def test_low_step_above_its_soft_limit_is_throttled_and_granted_room_not_killed(run_tree):
