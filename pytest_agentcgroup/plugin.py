@@ -188,8 +188,7 @@ class Case:
     @property
     def key(self) -> tuple:
         """The results store's key of this test's records."""
-        return run_key({"experiment": self.experiment.name, "config": self.arm.name, "trace_id": self.trace_id,
-                        "seed": self.seed, "params": self.params})
+        return run_key(self.experiment.name, self.arm.name, self.trace_id, self.seed, self.params)
 
     def __str__(self) -> str:
         return case_id(self.arm.name, self.trace_id) + self.variant.id(self.with_seed)
@@ -493,7 +492,8 @@ def _store(config: pytest.Config) -> ResultsStore:
         out, resume = Path(setting(config, "out")), setting(config, "resume")
         worker = os.environ.get("PYTEST_XDIST_WORKER")
         # Each xdist worker writes its own file (one writer per file); the controller merges them.
-        # On resume a worker reads what is complete from DIR's file (the controller consolidated it).
+        # On resume a worker reads what is complete from DIR's file, which the controller consolidated
+        # at session start (store.begin_session); a serial run's store continues that file.
         earlier = read_records(out / METRICS_FILE) if worker and resume else None
         state.store = ResultsStore(out / worker if worker else out, resume=resume, earlier=earlier)
     return state.store
@@ -523,11 +523,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.isolation is not None:
         state.isolation.close()
         state.isolation = None
+    records = []
     if state.store is not None:
-        state.summaries = state.store.close()
+        state.summaries, records = state.store.close(), state.store.records
     controller = session.config.stash.get(_CONTROLLER, None)
     if controller is not None:
-        state.summaries = controller.finish(session, state.summaries)
+        state.summaries = controller.finish(session, records, state.summaries)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

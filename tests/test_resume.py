@@ -4,6 +4,7 @@ what was missing, and the final metrics.jsonl holds every step once."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -121,7 +122,7 @@ def test_bad_matrix_is_one_clear_message(pytester):
 def test_resume_reads_what_a_killed_parallel_run_left(tmp_path):
     """A parallel run killed before its controller merged: DIR has its old file and worker files,
     one of them cut mid-line. A resumed store sees one version of each test, every step once."""
-    from pytest_agentcgroup.metrics.store import METRICS_FILE, ResultsStore, run_key
+    from pytest_agentcgroup.metrics.store import METRICS_FILE, ResultsStore, begin_session, run_key
 
     def rec(arm, step):
         return json.dumps({"experiment": "exp1", "config": arm, "trace_id": "t/a", "step_id": step,
@@ -132,8 +133,9 @@ def test_resume_reads_what_a_killed_parallel_run_left(tmp_path):
     (tmp_path / "gw0" / METRICS_FILE).write_text(rec("b", 0) + rec("b", 1))           # b redone, complete
     (tmp_path / "gw1").mkdir()
     (tmp_path / "gw1" / METRICS_FILE).write_text(rec("c", 0) + rec("c", 1)[:20])      # c cut mid-line
+    begin_session(tmp_path, resume=True)            # what the controller does before the first test
     store = ResultsStore(tmp_path, resume=True)
-    key = lambda arm: run_key({"experiment": "exp1", "config": arm, "trace_id": "t/a"})  # noqa: E731
+    key = lambda arm: run_key("exp1", arm, "t/a")  # noqa: E731
     assert [store.complete(key(a), 2) for a in "abc"] == [True, True, False]
     store.restart(key("c"))
     store.append(json.loads(rec("c", 0)))
@@ -143,3 +145,48 @@ def test_resume_reads_what_a_killed_parallel_run_left(tmp_path):
     assert Counter((r["config"], r["step_id"]) for r in lines) == Counter(
         {(a, s): 1 for a in "abc" for s in (0, 1)})
     assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE, "summary.json"]
+
+
+def _step(arm, step, latency_ms=1.0):
+    return {"experiment": "exp1", "config": arm, "trace_id": "t/a", "step_id": step, "seed": 0, "params": {},
+            "executed": True, "latency_ms": latency_ms, "mem_high_events": 0, "mem_max_events": 0,
+            "oom_kills": 0, "timed_out": False}
+
+
+def _write(path, records, mtime_ns):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_resume_after_a_serial_run_ignores_older_worker_files(tmp_path):
+    """A parallel run killed, then a full serial run (which rewrote DIR's file), then a resume: the
+    killed run's worker file is older than DIR's file, so the serial run's version of the test wins
+    (it used to be the stale worker's) and the stale worker directory is gone."""
+    from pytest_agentcgroup.metrics.store import METRICS_FILE, ResultsStore, begin_session, run_key
+
+    now = time.time_ns()
+    _write(tmp_path / "gw0" / METRICS_FILE, [_step("a", 0, 999.0), _step("a", 1, 999.0)], now - 60 * 10**9)
+    _write(tmp_path / METRICS_FILE, [_step("a", 0), _step("a", 1)], now)
+    earlier = begin_session(tmp_path, resume=True)
+    assert [r["latency_ms"] for r in earlier] == [1.0, 1.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE, "summary.json"]
+    store = ResultsStore(tmp_path, resume=True)
+    assert store.complete(run_key("exp1", "a", "t/a"), 2)
+    assert [s["latency_p95_ms"] for s in store.close()] == [1.0]
+    assert [r["latency_ms"] for r in _records(tmp_path / METRICS_FILE)] == [1.0, 1.0]
+
+
+def test_a_run_without_resume_removes_leftover_worker_files(tmp_path):
+    """Leftover worker directories go at the start of any run that does not resume (serial too), so
+    a later resume or merge cannot take their records for newer ones."""
+    from pytest_agentcgroup.metrics.store import METRICS_FILE, begin_session, merge_workers
+
+    _write(tmp_path / "gw0" / METRICS_FILE, [_step("a", 0, 999.0)], time.time_ns())
+    assert begin_session(tmp_path, resume=False) == []
+    assert not (tmp_path / "gw0").exists()
+    # A worker file newer than DIR's file (a parallel run killed before its merge) still wins.
+    _write(tmp_path / METRICS_FILE, [_step("a", 0), _step("b", 0)], time.time_ns() - 60 * 10**9)
+    _write(tmp_path / "gw1" / METRICS_FILE, [_step("a", 0, 2.0)], time.time_ns())
+    records, _ = merge_workers(tmp_path, keep=_records(tmp_path / METRICS_FILE))
+    assert [(r["config"], r["latency_ms"]) for r in records] == [("b", 1.0), ("a", 2.0)]

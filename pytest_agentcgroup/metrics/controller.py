@@ -1,7 +1,8 @@
 """The controller's side of a run (the pytest process itself, or xdist's controller when `-n N`):
 what happens once per session, after every test has run, whichever process ran it.
 
-* results: under xdist each worker wrote `DIR/<worker>/metrics.jsonl`; they are merged into
+* results: before any test, DIR is set up once (store.begin_session: on resume consolidated into
+  its one file, otherwise rid of leftover worker directories); under xdist each worker wrote `DIR/<worker>/metrics.jsonl`; they are merged into
   `DIR/metrics.jsonl` + `DIR/summary.json` (on resume, with what earlier runs left there).
 * benchmark JSON: under xdist pytest-benchmark records nothing, so the entries that workers put on
   their test reports (benchjson.REPORT_ATTR) are written here in its schema. Serially
@@ -13,15 +14,13 @@ what happens once per session, after every test has run, whichever process ran i
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from . import benchjson, environment, gate
-from .store import (METRICS_FILE, earlier_results, merge_workers, read_records, summaries as summarize_all,
-                    worker_dirs, write_results)
+from .store import begin_session, merge_workers, worker_dirs
 
 
 @dataclass
@@ -46,19 +45,14 @@ class MetricsController:
     def distributed(self) -> bool:
         return self.config.pluginmanager.has_plugin("dsession")
 
-    # -- before the workers start ----------------------------------------------------------------
+    # -- before the first test (and the workers) start --------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session) -> None:
-        if not self.distributed or self.config.option.collectonly:
+        if self.config.option.collectonly:
             return
-        out = self.s.out
-        if self.s.resume:
-            # Earlier results (also those of workers of a killed parallel run) become DIR's one
-            # file, which the workers read to know what is complete.
-            self.earlier = earlier_results(out)
-            write_results(out, self.earlier)
-        for d in worker_dirs(out):
-            shutil.rmtree(d, ignore_errors=True)
+        # Serial or parallel: earlier results (also those of workers of a killed parallel run)
+        # become DIR's one file, which the tests read to know what is complete.
+        self.earlier = begin_session(self.s.out, resume=self.s.resume)
 
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
@@ -80,17 +74,18 @@ class MetricsController:
         return [i["seed"] for i in infos if "seed" in i]
 
     # -- after the last test ---------------------------------------------------------------------
-    def finish(self, session: pytest.Session, summaries: list[dict]) -> list[dict]:
-        """Called by plugin.py's sessionfinish once the serial store is closed (`summaries` are its
-        summaries; empty under xdist). Returns the run's summaries."""
+    def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict]) -> list[dict]:
+        """Called by plugin.py's sessionfinish once the serial store is closed (`records` are its
+        file's records, `summaries` their summaries; both empty under xdist). Returns the run's
+        summaries."""
         self.summaries = summaries
         if self.distributed and (worker_dirs(self.s.out) or self.earlier):
-            self.summaries = summarize_all(merge_workers(self.s.out, keep=self.earlier))
+            records, self.summaries = merge_workers(self.s.out, keep=self.earlier)
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
         ran = bool(self.summaries)
         if ran and (self.s.baseline or self.s.save_baseline):
-            self._gate(session)
+            self._gate(session, records)
         return self.summaries
 
     def _write_benchmark_json(self, path: Path) -> None:
@@ -102,8 +97,8 @@ class MetricsController:
         benchjson.write(path, benchjson.document(self.entries, machine_info, commit_info))
         self.json_written = path
 
-    def _gate(self, session: pytest.Session) -> None:
-        records = read_records(self.s.out / METRICS_FILE)
+    def _gate(self, session: pytest.Session, records: list[dict]) -> None:
+        """`records`: what DIR/metrics.jsonl now holds."""
         if self.s.save_baseline and session.exitstatus != pytest.ExitCode.OK:
             self.gate_lines.append(f"baseline NOT saved to {self.s.save_baseline}: the run failed "
                                    f"(exit {int(session.exitstatus)}); a baseline is made from a passing run")

@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .records import SUMMARY_METRICS, summarize
-from .store import METRICS_FILE, read_records, run_key
+from .store import METRICS_FILE, read_records, record_key, run_key
 
 SCHEMA = "agentcgroup-baseline/1"
 SHOW = 10                     # new/missing entries listed by name; the rest are counted
@@ -103,19 +103,19 @@ def parse_rules(text: str | list[str]) -> list[Rule]:
 # ---------------------------------------------------------------------------------------------
 # Per-test metrics: a run, a saved run, or a baseline file, all as {key: {metric: value}}
 
-Key = tuple          # (experiment, arm, trace_id, seed, params as sorted JSON) = store.run_key
+Key = tuple          # store.run_key: (experiment, arm, trace_id, seed, params as sorted JSON)
 
 
 def per_test(records: list[dict]) -> dict[Key, dict]:
     groups: dict[Key, list[dict]] = defaultdict(list)
     for r in records:
-        groups[run_key(r)].append(r)
+        groups[record_key(r)].append(r)
     return {k: summarize(recs, k[1]) for k, recs in groups.items()}
 
 
 def _key(obj: dict) -> Key:
-    return (obj.get("experiment"), obj["arm"], obj["trace_id"], obj.get("seed", 0),
-            json.dumps(obj.get("params") or {}, sort_keys=True))
+    """A baseline entry's key (a saved test, or a benchmark's extra_info): its arm is `arm`."""
+    return run_key(obj.get("experiment"), obj["arm"], obj["trace_id"], obj.get("seed", 0), obj.get("params"))
 
 
 def load(path: str | Path) -> dict[Key, dict]:
