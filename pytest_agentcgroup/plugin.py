@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 
 from . import config as cfgmod
+from .bpf.controller import Rules, missing_features, policy_for
+from .bpf.loader import BPFUnavailable
 from .cgroups import CgroupUnavailable, RunTree, detect
 from .cgroups.arms import Arm, ArmPlacement
 from .cgroups.container import cgroup_parent, steps_in_container
@@ -143,7 +145,7 @@ class _State:
     store: ResultsStore | None = None
     summaries: list = field(default_factory=list)
     failures: dict = field(default_factory=dict)
-    policies: dict = field(default_factory=dict)      # arm name -> its session's controller
+    policies: dict = field(default_factory=dict)      # Arm -> its session's controller (policy arms only)
 
     def load_config(self, config: pytest.Config) -> cfgmod.Config:
         if self.experiments is None:
@@ -222,7 +224,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for a in arm_names:
         if a not in conf.arms:
             pytest.fail(f"arm {a!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
-    with_seed = any(v.seed for v in exp.matrix) or len({v.seed for v in exp.matrix}) > 1
+    with_seed = any(v.seed for v in exp.matrix)       # seeds are distinct: more than one means a non-zero one
     cases = []
     for variant, vexp, varms in exp.variants(conf.arms):       # the matrix: seeds x ablations x sizes
         vtraces = trace_ids
@@ -408,8 +410,7 @@ def agentcgroup_policies(request: pytest.FixtureRequest, agentcgroup_tree: RunTr
 def _close_policies(state: _State) -> None:
     while state.policies:
         _, ctl = state.policies.popitem()
-        if ctl is not None:
-            ctl.close()
+        ctl.close()
 
 
 def _arm_policy(config: pytest.Config, arm: Arm):
@@ -419,8 +420,6 @@ def _arm_policy(config: pytest.Config, arm: Arm):
         return None
     policies = config.stash[_STATE].policies
     if arm not in policies:
-        from .bpf.controller import Rules, missing_features, policy_for
-        from .bpf.loader import BPFUnavailable
         why = missing_features(Rules.from_arm(arm))
         if why:
             pytest.skip(f"arm {arm.name} needs eBPF: {why}")
@@ -434,11 +433,13 @@ def _arm_policy(config: pytest.Config, arm: Arm):
 @pytest.fixture
 def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agentcgroup_tree: RunTree,
                           agentcgroup_policies):
-    """Factory: `agentcgroup_placement(arm=None, workload=None, kind_of=None)` -> an ArmPlacement
-    (the replayer's Placement) of `arm` (an Arm or an arm name of the config; default: this test's
-    arm) in `workload` (default: this test's cgroup). A policy arm's controller runs until the end
-    of the test. `kind_of(step)` names what the policy's priorities are keyed by (default: the
-    step's kind, traces/classify.py step_kind)."""
+    """Factory: `agentcgroup_placement(arm=None, workload=None, *, kind_of=None, nest_in=None,
+    pool=False)` -> an ArmPlacement (the replayer's Placement) of `arm` (an Arm or an arm name of
+    the config; default: this test's arm) in `workload` (default: this test's cgroup). A policy
+    arm's controller runs until the end of the test. `kind_of(step)` names what the policy's
+    priorities are keyed by (default: the step's kind, traces/classify.py step_kind); `nest_in()`
+    the cgroup steps are made under instead of the workload (a container's: cgroups/container.py
+    steps_in_container); `pool` makes step cgroups between steps, off their path (cgroups/pool.py)."""
     running = []
 
     def make(arm: Arm | str | None = None, workload=None, *, kind_of=None, nest_in=None, pool=False) -> ArmPlacement:

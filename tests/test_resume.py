@@ -55,8 +55,6 @@ def slow_project(pytester):
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_project, workers):
     host = cgroups_or_skip()
-    if workers:
-        pytest.importorskip("xdist")
     before = _kill_midway(pytester, STEPS + 2)
     first = [r for r in before if r["config"] == ARMS[0]]
 

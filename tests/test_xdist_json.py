@@ -14,7 +14,7 @@ import pytest
 from conftest import EXP_MODULE, cgroups_or_skip, write_study
 from test_plugin import leaked, run_study
 
-pytest.importorskip("xdist")
+import xdist  # noqa: E402,F401  (the `test` extra installs it: missing is a broken set-up, not a skip)
 
 SCHEMA_KEYS = {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
 ENTRY_KEYS = {"group", "name", "fullname", "params", "param", "extra_info", "options", "stats"}
