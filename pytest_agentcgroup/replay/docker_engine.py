@@ -210,7 +210,10 @@ def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str
         # session's own, outside an isolated worker's cpuset), so a relative --cgroup-parent given to
         # a container is relative to this session's cgroups (see cgroups/container.py).
         try:
-            proc = spawn.start([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false"],
+            # cgroupfs driver: on a systemd host with cgroup v2 dockerd would pick systemd's, which
+            # only accepts a `*.slice` cgroup parent, not our relative path (the v1 default already)
+            proc = spawn.start([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false",
+                                "--exec-opt", "native.cgroupdriver=cgroupfs"],
                                join=join, stdout=fh, stderr=subprocess.STDOUT)
         except spawn.SpawnError as exc:
             raise ExecutorUnavailable(f"dockerd: {exc}") from None

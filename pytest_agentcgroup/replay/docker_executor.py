@@ -19,6 +19,11 @@ minus mknod, net_raw, audit_write, setfcap) and no_new_privs; the root file syst
 the local image (the workspace, /tmp and /run are tmpfs), writable for SWE-rebench images (their
 repository lives in it). The container is removed when the trace ends, and the engine removes every
 container of the session at its end (also after a failure or Ctrl-C).
+
+Not as strict as `docker run`/`docker exec`: a step entered with nsenter gets no seccomp filter
+(Docker applies its default profile only to what runc starts), and it runs as root of the host's
+user namespace, with the capabilities above. The sandbox executor (bubblewrap, no capabilities at
+all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations
 
