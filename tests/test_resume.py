@@ -181,8 +181,10 @@ def test_a_run_without_resume_removes_leftover_worker_files(tmp_path):
     from pytest_agentcgroup.metrics.store import METRICS_FILE, begin_session, merge_workers
 
     _write(tmp_path / "gw0" / METRICS_FILE, [_step("a", 0, 999.0)], time.time_ns())
+    _write(tmp_path / METRICS_FILE, [_step("b", 0, 999.0)], time.time_ns())    # an older run's, whole
     assert begin_session(tmp_path, resume=False) == []
     assert not (tmp_path / "gw0").exists()
+    assert not (tmp_path / METRICS_FILE).exists()      # a parallel run killed midway leaves none to resume
     # A worker file newer than DIR's file (a parallel run killed before its merge) still wins.
     _write(tmp_path / METRICS_FILE, [_step("a", 0), _step("b", 0)], time.time_ns() - 60 * 10**9)
     _write(tmp_path / "gw1" / METRICS_FILE, [_step("a", 0, 2.0)], time.time_ns())

@@ -9,8 +9,8 @@ One writer per file: a serial run writes `DIR/metrics.jsonl`; each xdist worker 
 A test's results are identified by its `run_key`: experiment, arm (`config`), trace, seed and
 matrix params. Once per session, before any test, the controller calls `begin_session`: on resume
 it consolidates DIR (its file plus what workers of a killed parallel run left) into DIR's one file;
-otherwise it removes leftover worker directories, so a later merge or resume never takes their
-stale records for this run's. With `resume=True` the store keeps what an earlier run wrote:
+otherwise it removes what an earlier run left (worker directories, DIR's own files), so a later
+merge or resume never takes stale records for this run's. With `resume=True` the store keeps what an earlier run wrote:
 `complete(key, n)` says whether a test's steps are all there already, and `restart(key)` drops a
 test's partial lines before it is replayed again, so the final file holds every step once.
 """
@@ -133,7 +133,12 @@ def begin_session(out: Path, *, resume: bool) -> list[dict]:
     know what is complete. Otherwise leftover worker directories are removed: this run must not
     find them later (a resume or a merge would take their stale records for newer ones)."""
     if not resume:
+        # A new run's results start empty, also under xdist, where DIR's own file is written only at
+        # the end: a parallel run killed midway must not leave an older run's file for a resume to
+        # take as this run's.
         _remove_worker_dirs(out)
+        for name in (METRICS_FILE, SUMMARY_FILE):
+            (out / name).unlink(missing_ok=True)
         return []
     if not out.is_dir():
         return []
