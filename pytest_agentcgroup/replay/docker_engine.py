@@ -149,9 +149,10 @@ class DockerEngine:
                 raise ExecutorUnavailable(f"debootstrap of bookworm from {mirror} failed (exit {rc}):\n{tail}")
             tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
             try:
-                self.client.images.import_image(src=tar.stdout, repository=name.split(":")[0],
-                                                tag=name.split(":")[1] if ":" in name else "latest",
-                                                changes=['CMD ["/bin/sh"]'])
+                # the low-level API: the SDK's high-level `images` collection has no import
+                self.client.api.import_image(src=tar.stdout, stream_src=True, repository=name.split(":")[0],
+                                             tag=name.split(":")[1] if ":" in name else "latest",
+                                             changes=['CMD ["/bin/sh"]'])
             finally:
                 tar.stdout.close()
                 tar.wait()
