@@ -12,8 +12,11 @@
 set -u
 
 # ---- package groups: add a group with one line ------------------------------
+# Debian's architecture name (amd64, arm64, ...): the kernel-header packages and directories carry it.
+ARCH=$(dpkg --print-architecture 2>/dev/null) || ARCH=
+# python3-venv: `python3 -m venv` needs ensurepip, which Debian ships separately.
 declare -A GROUPS_PKGS=(
-  [core]="bubblewrap bpftool python3-bpfcc linux-headers-amd64 cgroup-tools stress-ng hyperfine"
+  [core]="python3-venv bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
 )
@@ -72,14 +75,24 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # ---- /lib/modules/$(uname -r)/{build,source} -> Debian headers -----------------
-# The running kernel may be custom; bcc only needs *some* headers for
-# tracepoint/cgroup programs, so point at the newest installed Debian ones.
+# A stock Debian kernel's own headers when installed; else (a custom kernel) the newest installed
+# Debian ones of this architecture's plain flavour (not -cloud-/-rt-): bcc only needs *some* headers
+# for our tracepoint/cgroup programs, which read no kernel structs.
 moddir=/lib/modules/$(uname -r)
 if [ ! -e "$moddir/build" ] || [ ! -e "$moddir/source" ]; then
-  hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1)
-  common=${hdr%-amd64}-common
-  if [ -z "$hdr" ] || [ ! -d "$common" ]; then
+  hdr=
+  if [ -d "/usr/src/linux-headers-$(uname -r)" ]; then
+    hdr=/usr/src/linux-headers-$(uname -r)
+  elif [ -n "$ARCH" ]; then
+    hdr=$(ls -d /usr/src/linux-headers-*[0-9]-"$ARCH" 2>/dev/null | sort -V | tail -n 1)
+  fi
+  # Debian's flavour headers name their common half in their Makefile ("include .../Makefile")
+  common=$(sed -n 's|^include \(/.*-common\)/Makefile$|\1|p' "$hdr/Makefile" 2>/dev/null | head -n 1)
+  [ -n "$common" ] || common=${hdr%-"$ARCH"}-common
+  if [ -z "$hdr" ]; then
     : # no headers installed: already reported as a missing package above
+  elif [ ! -d "$common" ]; then
+    say "kernel headers $hdr have no $common beside them (bcc tests will skip)"
   elif ! is_root; then
     say "missing $moddir/build and source links to $hdr (need root; bcc tests will skip)"
   else

@@ -23,10 +23,11 @@ import signal
 from contextlib import contextmanager
 from pathlib import Path
 
+from .syscall import bpf
+
 PREFIX = "agcg_"                    # every program function is named agcg_*
 BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 
-_SYS_BPF = 321                      # x86_64
 _BPF_LINK_CREATE = 28
 _ATTACH_TYPES = {"cgroup_inet_egress": 1, "cgroup_inet_ingress": 0}
 
@@ -57,17 +58,14 @@ class _LinkCreateAttr(ctypes.Structure):
                 ("_pad", ctypes.c_uint8 * 112)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 def link_create(prog_fd: int, target_fd: int, attach_type: str) -> int:
     attr = _LinkCreateAttr(prog_fd=prog_fd, target_fd=target_fd,
                            attach_type=_ATTACH_TYPES[attach_type], flags=0)
-    fd = _libc.syscall(_SYS_BPF, _BPF_LINK_CREATE, ctypes.byref(attr), ctypes.sizeof(attr))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"BPF_LINK_CREATE ({attach_type}): {os.strerror(err)}")
-    return fd
+    try:
+        return bpf(_BPF_LINK_CREATE, attr)
+    except OSError as exc:
+        raise OSError(exc.errno, f"BPF_LINK_CREATE ({attach_type}): {exc.strerror}") from None
 
 
 class Loaded:
