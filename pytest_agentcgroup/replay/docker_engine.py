@@ -12,8 +12,8 @@ removes our own, and `acquire()` removes those of sessions that no longer exist 
 SIGKILL).
 
 `ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
-bookworm minbase root file system with python3, made by `debootstrap` and `docker import`ed, so no
-image registry is needed. It is built once and then reused (~1 min to build).
+bookworm minbase root file system with python3, made by `debootstrap` from the Debian mirror the
+host's apt uses (apt_sources.py) and `docker import`ed, so no image registry is needed. It is built once and then reused (~1 min to build).
 """
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Sequence
 
 from . import spawn
+from .apt_sources import NoDebianMirror, debian_mirror
 from .executors import ExecutorUnavailable
 
 LOCAL_IMAGE = "agentcgroup/bookworm-python:1"
 SESSION_LABEL = "agentcgroup.session"
 STATE_DIR = Path("/run/agentcgroup-dockerd")
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
 
 
 def session_tag(pid: int | None = None) -> str | None:
@@ -131,14 +131,20 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return False
 
-    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str = DEBIAN_MIRROR) -> str:
-        """The local bookworm+python3 image, built with debootstrap + docker import when missing."""
+    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str | None = None) -> str:
+        """The local bookworm+python3 image, built with debootstrap + docker import when missing,
+        from `mirror` or else the Debian mirror the host's apt is configured with."""
         if self.has_image(name):
             return name
         debootstrap = shutil.which("debootstrap")
         if not debootstrap:
             raise ExecutorUnavailable(f"image {name} is missing and building it needs debootstrap "
                                       "(Debian package debootstrap; `make setup` installs it)")
+        if mirror is None:
+            try:
+                mirror = debian_mirror("bookworm")
+            except NoDebianMirror as exc:
+                raise ExecutorUnavailable(f"image {name} is missing and cannot be built: {exc}") from None
         with tempfile.TemporaryDirectory(prefix="agentcgroup-rootfs-") as tmp:
             rootfs, log = Path(tmp) / "rootfs", Path(tmp) / "debootstrap.log"
             with open(log, "w") as fh:
