@@ -1,4 +1,4 @@
-"""Load one of the repository's BPF programs (bpf/*.bpf.c) with bcc, and always unload it.
+"""Load one of our BPF programs (pytest_agentcgroup/bpf/programs/*.bpf.c) with bcc, and always unload it.
 
     with load("memcg_observer", cflags=["-DAGCG_PGFAULT"]) as prog:
         prog.attach_tracepoint("vmscan:mm_vmscan_memcg_reclaim_begin", "agcg_obs_rcl_beg")
@@ -26,7 +26,8 @@ from pathlib import Path
 from .syscall import bpf
 
 PREFIX = "agcg_"                    # every program function is named agcg_*
-BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+# the C sources ship inside the package (package data), so an installed wheel finds them too
+BPF_DIR = Path(__file__).resolve().with_name("programs")
 
 _BPF_LINK_CREATE = 28
 _ATTACH_TYPES = {"cgroup_inet_egress": 1, "cgroup_inet_ingress": 0}
