@@ -31,7 +31,10 @@ from . import spawn
 from .apt_sources import NoDebianMirror, debian_mirror
 from .executors import ExecutorUnavailable
 
-LOCAL_IMAGE = "agentcgroup/bookworm-python:1"
+# Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
+# all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
+IMAGE_NAMESPACE = "agentcgroup/"
+LOCAL_IMAGE = os.environ.get("AGENTCGROUP_LOCAL_IMAGE") or "agentcgroup/bookworm-python:1"
 SESSION_LABEL = "agentcgroup.session"
 STATE_DIR = Path("/run/agentcgroup-dockerd")
 
@@ -131,6 +134,28 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return False
 
+    def project_images(self) -> list[str]:
+        """The tags of every image this project made (named agentcgroup/...) present in the engine."""
+        return sorted(t for img in self.client.images.list() for t in img.tags if t.startswith(IMAGE_NAMESPACE))
+
+    def remove_images(self, names: Sequence[str] | None = None) -> list[str]:
+        """Remove the named images (default: `project_images()` and LOCAL_IMAGE); those absent are skipped. Returns
+        the tags removed. An image a container still uses is not forced away: ExecutorUnavailable
+        names it and the container."""
+        import docker
+        removed = []
+        if names is None:
+            names = sorted(set(self.project_images()) | {LOCAL_IMAGE})
+        for name in names:
+            try:
+                self.client.images.remove(name, noprune=False)
+                removed.append(name)
+            except docker.errors.ImageNotFound:
+                pass
+            except docker.errors.APIError as exc:     # 409: a container (running or not) uses it
+                raise ExecutorUnavailable(f"cannot remove image {name}: {exc.explanation or exc}") from None
+        return removed
+
     def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str | None = None) -> str:
         """The local bookworm+python3 image, built with debootstrap + docker import when missing,
         from `mirror` or else the Debian mirror the host's apt is configured with."""
@@ -165,6 +190,30 @@ class DockerEngine:
         if not self.has_image(name):
             raise ExecutorUnavailable(f"docker import of the bookworm root file system did not produce {name}")
         return name
+
+
+def remove_project_images(names: Sequence[str] | None = None, *, state_dir: Path = STATE_DIR) -> list[str]:
+    """`remove_images(names)` in an engine acquired for it: dockerd is started when none answers and
+    stopped again after (unless another session uses it). Without dockerd installed there can be no
+    image to remove: returns []."""
+    if shutil.which("dockerd") is None and _connect_quietly() is None:
+        return []
+    engine = DockerEngine.acquire(state_dir=state_dir)
+    try:
+        return engine.remove_images(names)
+    finally:
+        engine.release(state_dir=state_dir)
+
+
+def _connect_quietly():
+    try:
+        import docker
+    except ImportError:
+        return None
+    client = _connect(docker)
+    if client is not None:
+        client.close()
+    return client
 
 
 def swerebench_image(instance_id: str) -> str:
