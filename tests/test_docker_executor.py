@@ -3,7 +3,11 @@ container's namespaces but in its own cgroup nested under the container's, which
 limits it; nothing (container, cgroup) is left behind. Skips naming the reason without an engine."""
 from __future__ import annotations
 
+import io
 import os
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import DockerEngine, DockerExecutor, ExecutorUnavailable, replay
-from pytest_agentcgroup.replay.docker_engine import swerebench_image
+from pytest_agentcgroup.replay.docker_engine import SESSION_LABEL, swerebench_image
 from pytest_agentcgroup.traces.ir import Step, Trace
 
 from conftest import EXP_MODULE
@@ -109,7 +113,65 @@ def test_no_engine_is_a_clear_skip_reason(monkeypatch):
 
 
 def test_swerebench_image_name():
+    # x86_64 is part of SWE-rebench's own image names (its images are built for x86_64 only)
     assert swerebench_image("pydicom__pydicom-2065") == "swerebench/sweb.eval.x86_64.pydicom_1776_pydicom-2065"
+
+
+# -- removing the project's images (`agentcgroup images clean`, run by .ci/run before the tests) ----
+
+def tiny_image(engine, name: str) -> None:
+    """An image of one file, imported in a second: a stand-in for the local image, which takes
+    minutes to build and which other sessions may be using."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("marker")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"x\n"))
+    repo, _, tag = name.partition(":")
+    engine.client.api.import_image_from_data(buf.getvalue(), repository=repo, tag=tag)
+    assert engine.has_image(name)
+
+
+def images_clean(*names: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "pytest_agentcgroup.cli", "images", "clean"]
+    for name in names:
+        argv += ["--image", name]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def test_images_clean_removes_a_project_image_and_is_silent_when_none_is_left(agentcgroup_docker):
+    engine = agentcgroup_docker
+    ours, other = f"agentcgroup/clean-test:{os.getpid()}", f"agentcgroup-not-ours/clean-test:{os.getpid()}"
+    tiny_image(engine, ours)
+    tiny_image(engine, other)
+    try:
+        # the default set: every agentcgroup/... tag, nothing else
+        assert ours in engine.project_images() and other not in engine.project_images()
+        first = images_clean(ours)
+        assert (first.returncode, first.stdout, first.stderr) == (0, f"removed image {ours}\n", "")
+        assert not engine.has_image(ours)
+        again = images_clean(ours)
+        assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+        assert engine.has_image(other)
+    finally:
+        for name in (ours, other):
+            if engine.has_image(name):
+                engine.client.images.remove(name)
+
+
+def test_images_clean_refuses_an_image_a_container_uses_naming_it(agentcgroup_docker):
+    engine = agentcgroup_docker
+    name = f"agentcgroup/clean-test-used:{os.getpid()}"
+    tiny_image(engine, name)
+    box = engine.client.containers.create(name, ["/marker"], labels={SESSION_LABEL: engine.tag})
+    try:
+        out = images_clean(name)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert f"cannot remove image {name}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert engine.has_image(name)
+    finally:
+        box.remove(force=True)
+        engine.client.images.remove(name)
 
 
 def test_plugin_runs_an_experiment_with_the_docker_executor(pytester, study, agentcgroup_docker):
