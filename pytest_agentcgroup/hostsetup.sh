@@ -14,9 +14,8 @@ set -u
 # ---- package groups: add a group with one line ------------------------------
 # Debian's architecture name (amd64, arm64, ...): the kernel-header packages and directories carry it.
 ARCH=$(dpkg --print-architecture 2>/dev/null) || ARCH=
-# python3-venv: `python3 -m venv` needs ensurepip, which Debian ships separately.
 declare -A GROUPS_PKGS=(
-  [core]="python3-venv bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
+  [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
 )
@@ -35,7 +34,9 @@ cd "$ROOT" || die "cannot cd to $ROOT"
 [ -f pyproject.toml ] || die "$ROOT has no pyproject.toml (set AGENTCGROUP_ROOT)"
 
 # ---- system packages -------------------------------------------------------
-wanted=()
+# whatever the groups: the venv is required, and `python3 -m venv` needs ensurepip, which Debian
+# ships separately
+wanted=(python3-venv)
 for g in ${*:-${AGENTCGROUP_GROUPS:-core docker browser}}; do
   for g2 in ${g//,/ }; do
     [ -n "${GROUPS_PKGS[$g2]+x}" ] || die "unknown package group '$g2' (known: ${!GROUPS_PKGS[*]})"
