@@ -13,7 +13,9 @@ SIGKILL).
 
 `ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
 bookworm minbase root file system with python3, made by `debootstrap` from the Debian mirror the
-host's apt uses (apt_sources.py) and `docker import`ed, so no image registry is needed. It is built once and then reused (~1 min to build).
+host's apt uses (apt_sources.py) and `docker import`ed, so no image registry is needed. It is built
+once and then reused (1-5 min to build). `remove_project_images()` removes it and every other
+agentcgroup/... image (`agentcgroup images clean`, run by CI so that every run builds it anew).
 """
 from __future__ import annotations
 
@@ -139,16 +141,16 @@ class DockerEngine:
         return sorted(t for img in self.client.images.list() for t in img.tags if t.startswith(IMAGE_NAMESPACE))
 
     def remove_images(self, names: Sequence[str] | None = None) -> list[str]:
-        """Remove the named images (default: `project_images()` and LOCAL_IMAGE); those absent are skipped. Returns
-        the tags removed. An image a container still uses is not forced away: ExecutorUnavailable
-        names it and the container."""
+        """Remove the named images (default: `project_images()` and LOCAL_IMAGE); those absent are
+        skipped. Returns the tags removed. An image a container still uses is not forced away:
+        ExecutorUnavailable names it and the container."""
         import docker
         removed = []
         if names is None:
             names = sorted(set(self.project_images()) | {LOCAL_IMAGE})
         for name in names:
             try:
-                self.client.images.remove(name, noprune=False)
+                self.client.images.remove(name)
                 removed.append(name)
             except docker.errors.ImageNotFound:
                 pass
