@@ -3,11 +3,14 @@ container's namespaces but in its own cgroup nested under the container's, which
 limits it; nothing (container, cgroup) is left behind. Skips naming the reason without an engine."""
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import DockerEngine, DockerExecutor, ExecutorUnavailable, replay
-from pytest_agentcgroup.replay.docker_engine import SESSION_LABEL, swerebench_image
+from pytest_agentcgroup.replay.docker_engine import SESSION_LABEL, image_lock_file, swerebench_image
 from pytest_agentcgroup.traces.ir import Step, Trace
 
 from conftest import EXP_MODULE
@@ -137,6 +140,37 @@ def images_clean(*names: str) -> subprocess.CompletedProcess:
     for name in names:
         argv += ["--image", name]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def test_a_build_waits_for_the_one_under_way_and_takes_its_image(agentcgroup_docker):
+    """Two sessions finding the image missing build it once: the second waits on the build lock and
+    then finds the first one's image (a build of its own would fail at once: its mirror is bogus)."""
+    engine = agentcgroup_docker
+    name = f"agentcgroup/build-lock-test:{os.getpid()}"
+    fd = os.open(engine.state_dir / image_lock_file(name), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)                       # another session's build under way
+    got: dict = {}
+
+    def second_session():
+        try:
+            got["image"] = engine.ensure_image(name, mirror="file:///nonexistent-mirror")
+        except Exception as exc:
+            got["error"] = exc
+    waiter = threading.Thread(target=second_session)
+    try:
+        waiter.start()
+        time.sleep(1.0)
+        assert waiter.is_alive() and not got, got       # waiting, not building
+        tiny_image(engine, name)                         # the other build's result
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    try:
+        waiter.join(60)
+        assert got == {"image": name}
+    finally:
+        if engine.has_image(name):
+            engine.client.images.remove(name)
 
 
 def test_images_clean_removes_a_project_image_and_is_silent_when_none_is_left(agentcgroup_docker):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,9 +57,10 @@ def _alive(tag: str) -> bool:
 class DockerEngine:
     """A connected Docker SDK client plus what we must undo when done."""
 
-    def __init__(self, client):
+    def __init__(self, client, state_dir: Path = STATE_DIR):
         self.client = client
         self.tag = session_tag()
+        self.state_dir = state_dir
 
     # -- acquire / release -----------------------------------------------------------------------
     @classmethod
@@ -80,7 +82,7 @@ class DockerEngine:
                     raise ExecutorUnavailable("no Docker engine is reachable (DOCKER_HOST or /var/run/docker.sock)")
                 _start_dockerd(docker, state_dir, timeout_s, join)
                 client = _connect(docker)
-            engine = cls(client)
+            engine = cls(client, state_dir)
             (state_dir / "users").mkdir(parents=True, exist_ok=True)
             (state_dir / "users" / engine.tag).touch()
         try:
@@ -163,6 +165,14 @@ class DockerEngine:
         from `mirror` or else the Debian mirror the host's apt is configured with."""
         if self.has_image(name):
             return name
+        # One build per image at a time: sessions (xdist workers) that find it missing together
+        # wait for the first one's build instead of each running debootstrap and importing a copy.
+        with _Lock(self.state_dir, image_lock_file(name)):
+            if self.has_image(name):
+                return name
+            return self._build_image(name, mirror)
+
+    def _build_image(self, name: str, mirror: str | None) -> str:
         debootstrap = shutil.which("debootstrap")
         if not debootstrap:
             raise ExecutorUnavailable(f"image {name} is missing and building it needs debootstrap "
@@ -192,6 +202,11 @@ class DockerEngine:
         if not self.has_image(name):
             raise ExecutorUnavailable(f"docker import of the bookworm root file system did not produce {name}")
         return name
+
+
+def image_lock_file(name: str) -> str:
+    """The lock file (in the state directory) a build of image `name` holds."""
+    return "image-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".lock"
 
 
 def remove_project_images(names: Sequence[str] | None = None, *, state_dir: Path = STATE_DIR) -> list[str]:
@@ -227,15 +242,16 @@ def swerebench_image(instance_id: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 class _Lock:
-    """An exclusive flock on STATE_DIR/lock: one session at a time starts, joins or stops dockerd."""
+    """An exclusive flock on STATE_DIR/lock: one session at a time starts, joins or stops dockerd
+    (or, on another file, builds an image)."""
 
-    def __init__(self, state_dir: Path):
-        self.state_dir = state_dir
+    def __init__(self, state_dir: Path, filename: str = "lock"):
+        self.state_dir, self.filename = state_dir, filename
 
     def __enter__(self):
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self.fd = os.open(self.state_dir / self.filename, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except PermissionError:
             raise ExecutorUnavailable(f"cannot write {self.state_dir} (starting or sharing dockerd needs root)") from None
         fcntl.flock(self.fd, fcntl.LOCK_EX)
