@@ -78,7 +78,10 @@ ASSETS = Path(importlib.util.find_spec("pytest_agentcgroup.reports.html").origin
 names = sorted(p.name[:-len(".bpf.c")] for p in loader.BPF_DIR.glob("*.bpf.c"))
 print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "names": names,
                   "paths": [str(loader.source_path(n)) for n in names],
-                  "emulator": EMULATOR, "assets": sorted(os.listdir(ASSETS))}))
+                  "emulator": EMULATOR, "assets": sorted(os.listdir(ASSETS)),
+                  # started as `python -m ...` in a tenant's cgroup (replay/browser.py)
+                  "modules": [importlib.util.find_spec(f"pytest_agentcgroup.replay.{m}").origin
+                              for m in ("browser_driver", "webapp", "emulator")]}))
 """
 
 
@@ -90,6 +93,7 @@ def test_the_installed_package_finds_its_programs_and_the_emulator_in_itself(ins
     assert all(Path(p).is_file() and Path(p).is_relative_to(pkg) for p in got["paths"]), got["paths"]
     assert Path(got["emulator"]).is_relative_to(pkg)
     assert got["assets"] == ["report.css", "sortable.js"]
+    assert all(Path(m).is_relative_to(pkg) for m in got["modules"]), got["modules"]
     # the emulator runs from there, as the emulate executor starts it (a 1 MB, 10 ms step)
     _run([py, "-I", "-S", got["emulator"], str(1 << 20), "0", "0", "0", "10", tmp_path], cwd=tmp_path)
 
