@@ -182,10 +182,10 @@ def test_images_clean_removes_a_project_image_and_is_silent_when_none_is_left(ag
         # the default set: every agentcgroup/... tag, nothing else
         assert ours in engine.project_images() and other not in engine.project_images()
         first = images_clean(ours)
-        assert (first.returncode, first.stdout, first.stderr) == (0, f"removed image {ours}\n", "")
+        assert (first.returncode, first.stdout, first.stderr) == (0, f"removed image {ours}\n", ""), first.stderr
         assert not engine.has_image(ours)
         again = images_clean(ours)
-        assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+        assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), again.stderr
         assert engine.has_image(other)
     finally:
         for name in (ours, other):

@@ -140,7 +140,10 @@ class DockerEngine:
 
     def project_images(self) -> list[str]:
         """The tags of every image this project made (named agentcgroup/...) present in the engine."""
-        return sorted(t for img in self.client.images.list() for t in img.tags if t.startswith(IMAGE_NAMESPACE))
+        # one listing call: the SDK's images.list() then inspects each image, and one that another
+        # session removes meanwhile would raise NotFound
+        return sorted(t for img in self.client.api.images() for t in img.get("RepoTags") or ()
+                      if t.startswith(IMAGE_NAMESPACE))
 
     def remove_images(self, names: Sequence[str] | None = None) -> list[str]:
         """Remove the named images (default: `project_images()` and LOCAL_IMAGE); those absent are
