@@ -218,9 +218,12 @@ def remove_project_images(names: Sequence[str] | None = None, *, state_dir: Path
     image to remove: returns []."""
     if shutil.which("dockerd") is None and _connect_quietly() is None:
         return []
-    engine = DockerEngine.acquire(state_dir=state_dir)
+    engine = DockerEngine.acquire(state_dir=state_dir)     # says so when the Docker SDK is missing
+    import docker
     try:
         return engine.remove_images(names)
+    except docker.errors.DockerException as exc:       # the engine failing under us: said, not a traceback
+        raise ExecutorUnavailable(f"docker: {exc}") from None
     finally:
         engine.release(state_dir=state_dir)
 
