@@ -71,6 +71,15 @@ if [ ${#missing[@]} -gt 0 ]; then
         fi
       done
     fi
+    # docker.io's postinst starts the system's docker.service (on systemd: its cgroup driver, its
+    # containers under system.slice), and a running engine is the one sessions use, but the docker
+    # executor needs a dockerd started from the session (cgroups/container.py). A docker.io we have
+    # just installed is there for us: keep its service from running (`systemctl enable --now
+    # docker` undoes it).
+    if [[ " ${missing[*]} " == *" docker.io "* ]] && [ -d /run/systemd/system ] &&
+       systemctl disable --now docker.service docker.socket >>"$apt_log" 2>&1; then
+      say "stopped and disabled the docker.service that installing docker.io started (sessions start their own dockerd)"
+    fi
     rm -f "$apt_log"
   fi
 fi
