@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup test run baseline report clean
+.PHONY: setup test run baseline report clean clean-images
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -30,3 +30,8 @@ report: setup
 
 clean:
 	rm -rf .venv results report
+
+# the Docker images the project built (agentcgroup/...), so that the next run builds them from nothing;
+# starts dockerd for it when none answers (and stops it again); silent when there is nothing to remove
+clean-images: setup
+	@$(PY) -m pytest_agentcgroup.cli images clean

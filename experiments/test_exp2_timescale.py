@@ -6,7 +6,7 @@ Controllers (settings in experiments/exp2.toml):
   ebpf_ringbuf  the eBPF program posts a ring-buffer event; user space sends SIGSTOP
   ebpf_kernel   the eBPF program sends SIGSTOP itself (bpf_send_signal)
 Pressure onset = the first memcg reclaim in the burst cgroup, stamped in the kernel (bpf_ktime_get_ns,
-CLOCK_MONOTONIC) by bpf/reclaim_throttle.bpf.c for every controller; actuation = SIGSTOP sent
+CLOCK_MONOTONIC) by bpf/programs/reclaim_throttle.bpf.c for every controller; actuation = SIGSTOP sent
 (user space: time.monotonic_ns() after kill(); in-kernel: bpf_ktime_get_ns() after bpf_send_signal).
 A co-located probe process (sleep 1 ms, measure lateness) runs throughout; its p99 per controller
 phase is reported too.

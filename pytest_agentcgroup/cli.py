@@ -7,6 +7,7 @@
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol METRIC=SPEC]... [--only-worse] [--all] [--json]
+    agentcgroup images clean [--image NAME]...
 
 Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
 0 everything worked; 1 bad input (a file or record that did not convert or validate,
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select(tsub)
     from .reports import commands as report_commands
     report_commands.add_parsers(sub)
+    _add_images(sub)
     return p
 
 
@@ -144,6 +146,36 @@ def cmd_fetch(args) -> int:
 def _add_select(tsub) -> None:
     from .traces import select as S
     S.add_parser(tsub)
+
+
+def _add_images(sub) -> None:
+    images = sub.add_parser("images", help="the Docker images this project builds",
+                            description="The Docker images this project builds (named agentcgroup/...).")
+    isub = images.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
+    isub.required = True
+    c = isub.add_parser(
+        "clean", help="remove the project's Docker images, so that the next run builds them again",
+        description="Remove the Docker images this project built (every agentcgroup/... tag, and the "
+                    "local image), so that the next run builds them from nothing. dockerd is started "
+                    "for it when no engine answers, and stopped again after. Prints each image "
+                    "removed; silent when there is none. Exit 1 when the engine cannot be reached or "
+                    "started, or an image is still used by a container.")
+    c.add_argument("--image", action="append", metavar="NAME",
+                   help="remove only this image (repeatable), e.g. a throw-away tag")
+    c.set_defaults(func=cmd_images_clean)
+
+
+def cmd_images_clean(args) -> int:
+    from .replay.docker_engine import remove_project_images
+    from .replay.executors import ExecutorUnavailable
+    try:
+        removed = remove_project_images(args.image)
+    except ExecutorUnavailable as exc:
+        print(f"agentcgroup images clean: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for name in removed:
+        print(f"removed image {name}")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

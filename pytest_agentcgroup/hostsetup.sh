@@ -12,8 +12,10 @@
 set -u
 
 # ---- package groups: add a group with one line ------------------------------
+# Debian's architecture name (amd64, arm64, ...): the kernel-header packages and directories carry it.
+ARCH=$(dpkg --print-architecture 2>/dev/null) || ARCH=
 declare -A GROUPS_PKGS=(
-  [core]="bubblewrap bpftool python3-bpfcc linux-headers-amd64 cgroup-tools stress-ng hyperfine"
+  [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
 )
@@ -32,7 +34,9 @@ cd "$ROOT" || die "cannot cd to $ROOT"
 [ -f pyproject.toml ] || die "$ROOT has no pyproject.toml (set AGENTCGROUP_ROOT)"
 
 # ---- system packages -------------------------------------------------------
-wanted=()
+# whatever the groups: the venv is required, and `python3 -m venv` needs ensurepip, which Debian
+# ships separately
+wanted=(python3-venv)
 for g in ${*:-${AGENTCGROUP_GROUPS:-core docker browser}}; do
   for g2 in ${g//,/ }; do
     [ -n "${GROUPS_PKGS[$g2]+x}" ] || die "unknown package group '$g2' (known: ${!GROUPS_PKGS[*]})"
@@ -67,19 +71,38 @@ if [ ${#missing[@]} -gt 0 ]; then
         fi
       done
     fi
+    # docker.io's postinst starts the system's docker.service (on systemd: its cgroup driver, its
+    # containers under system.slice), and a running engine is the one sessions use, but the docker
+    # executor needs a dockerd started from the session (cgroups/container.py). A docker.io we have
+    # just installed is there for us: keep its service from running (`systemctl enable --now
+    # docker` undoes it).
+    if [[ " ${missing[*]} " == *" docker.io "* ]] && [ -d /run/systemd/system ] &&
+       systemctl disable --now docker.service docker.socket >>"$apt_log" 2>&1; then
+      say "stopped and disabled the docker.service that installing docker.io started (sessions start their own dockerd)"
+    fi
     rm -f "$apt_log"
   fi
 fi
 
 # ---- /lib/modules/$(uname -r)/{build,source} -> Debian headers -----------------
-# The running kernel may be custom; bcc only needs *some* headers for
-# tracepoint/cgroup programs, so point at the newest installed Debian ones.
+# A stock Debian kernel's own headers when installed; else (a custom kernel) the newest installed
+# Debian ones of this architecture's plain flavour (not -cloud-/-rt-): bcc only needs *some* headers
+# for our tracepoint/cgroup programs, which read no kernel structs.
 moddir=/lib/modules/$(uname -r)
 if [ ! -e "$moddir/build" ] || [ ! -e "$moddir/source" ]; then
-  hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1)
-  common=${hdr%-amd64}-common
-  if [ -z "$hdr" ] || [ ! -d "$common" ]; then
+  hdr=
+  if [ -d "/usr/src/linux-headers-$(uname -r)" ]; then
+    hdr=/usr/src/linux-headers-$(uname -r)
+  elif [ -n "$ARCH" ]; then
+    hdr=$(ls -d /usr/src/linux-headers-*[0-9]-"$ARCH" 2>/dev/null | sort -V | tail -n 1)
+  fi
+  # Debian's flavour headers name their common half in their Makefile ("include .../Makefile")
+  common=$(sed -n 's|^include \(/.*-common\)/Makefile$|\1|p' "$hdr/Makefile" 2>/dev/null | head -n 1)
+  [ -n "$common" ] || common=${hdr%-"$ARCH"}-common
+  if [ -z "$hdr" ]; then
     : # no headers installed: already reported as a missing package above
+  elif [ ! -d "$common" ]; then
+    say "kernel headers $hdr have no $common beside them (bcc tests will skip)"
   elif ! is_root; then
     say "missing $moddir/build and source links to $hdr (need root; bcc tests will skip)"
   else

@@ -1,3 +1,5 @@
+import pytest
+
 from pytest_agentcgroup.bpf import features
 
 EXPECTED = {"root", "bcc", "bpf_syscall", "btf", "ringbuf", "tracefs", "cgroup_attach", "bpf_lsm",
@@ -11,3 +13,52 @@ def test_probe_reports_every_feature_with_a_reason():
         assert isinstance(ok, bool) and why, name
     assert features.missing("no-such-feature") == "no-such-feature: unknown feature"
     print(features.report())
+
+
+# -- the bpf() syscall number per architecture ------------------------------------------------
+
+def _c_library_nr_bpf() -> int | None:
+    """SYS_bpf as the host's C library headers give it for the native ABI (the C preprocessor
+    expands it), or None without a compiler or headers."""
+    import shutil
+    import subprocess
+    cc = shutil.which("cc") or shutil.which("cpp")
+    if cc is None:
+        return None
+    out = subprocess.run([cc, "-E", "-P", "-"], input="#include <sys/syscall.h>\nSYS_bpf\n",
+                         capture_output=True, text=True)
+    last = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
+    return int(last[0]) if last and last[0].strip().isdigit() else None
+
+
+def test_the_bpf_syscall_number_is_the_one_the_hosts_c_library_gives():
+    import platform
+    from pytest_agentcgroup.bpf.syscall import nr_bpf
+    expected = _c_library_nr_bpf()
+    if expected is None:
+        pytest.skip("cannot expand SYS_bpf: no C compiler (cc) or no <sys/syscall.h> (libc6-dev, linux-libc-dev)")
+    assert nr_bpf() == expected, f"{platform.machine()}: NR_BPF says {nr_bpf()}, <sys/syscall.h> {expected}"
+
+
+def test_the_bpf_syscall_is_really_bpf_on_this_kernel():
+    """An unknown bpf command is EINVAL from bpf() itself; a wrong syscall number would be ENOSYS or
+    some other call's answer."""
+    import ctypes
+    import errno
+    from pytest_agentcgroup.bpf.syscall import bpf
+
+    class Attr(ctypes.Structure):
+        _fields_ = [("_pad", ctypes.c_uint8 * 128)]
+    with pytest.raises(OSError) as err:
+        bpf(0x7FFF, Attr())
+    if err.value.errno == errno.EPERM:
+        pytest.skip("bpf() refused with EPERM (needs root / CAP_BPF)")
+    assert err.value.errno == errno.EINVAL, err.value
+
+
+def test_an_architecture_without_a_number_is_a_clear_error():
+    from pytest_agentcgroup.bpf.syscall import NR_BPF, UnknownArchitecture, nr_bpf
+    assert nr_bpf("aarch64") == 280 and nr_bpf("x86_64") == 321
+    assert len(set(NR_BPF.values())) > 1            # really per architecture
+    with pytest.raises(UnknownArchitecture, match="'mips64'.*NR_BPF"):
+        nr_bpf("mips64")

@@ -44,6 +44,8 @@ def run_tree(request):
 
 @pytest.mark.parametrize("page_faults", [False, True], ids=["default", "with_page_faults"])
 def test_bpf_observer_overhead(run_tree, request, page_faults):
+    if page_faults and (why := features.missing("tp:exceptions/page_fault_user")):
+        pytest.skip(why)                                    # an x86-only tracepoint
     from pytest_agentcgroup.bpf.loader import our_programs
     from pytest_agentcgroup.bpf.observer import MemcgObserver
     cg = run_tree.workload("overhead")

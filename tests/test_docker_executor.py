@@ -3,7 +3,14 @@ container's namespaces but in its own cgroup nested under the container's, which
 limits it; nothing (container, cgroup) is left behind. Skips naming the reason without an engine."""
 from __future__ import annotations
 
+import fcntl
+import io
 import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +19,7 @@ from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import DockerEngine, DockerExecutor, ExecutorUnavailable, replay
-from pytest_agentcgroup.replay.docker_engine import swerebench_image
+from pytest_agentcgroup.replay.docker_engine import SESSION_LABEL, image_lock_file, swerebench_image
 from pytest_agentcgroup.traces.ir import Step, Trace
 
 from conftest import EXP_MODULE
@@ -109,7 +116,96 @@ def test_no_engine_is_a_clear_skip_reason(monkeypatch):
 
 
 def test_swerebench_image_name():
+    # x86_64 is part of SWE-rebench's own image names (its images are built for x86_64 only)
     assert swerebench_image("pydicom__pydicom-2065") == "swerebench/sweb.eval.x86_64.pydicom_1776_pydicom-2065"
+
+
+# -- removing the project's images (`agentcgroup images clean`, run by .ci/run before the tests) ----
+
+def tiny_image(engine, name: str) -> None:
+    """An image of one file, imported in a second: a stand-in for the local image, which takes
+    minutes to build and which other sessions may be using."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("marker")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"x\n"))
+    repo, _, tag = name.partition(":")
+    engine.client.api.import_image_from_data(buf.getvalue(), repository=repo, tag=tag)
+    assert engine.has_image(name)
+
+
+def images_clean(*names: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "pytest_agentcgroup.cli", "images", "clean"]
+    for name in names:
+        argv += ["--image", name]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def test_a_build_waits_for_the_one_under_way_and_takes_its_image(agentcgroup_docker):
+    """Two sessions finding the image missing build it once: the second waits on the build lock and
+    then finds the first one's image (a build of its own would fail at once: its mirror is bogus)."""
+    engine = agentcgroup_docker
+    name = f"agentcgroup/build-lock-test:{os.getpid()}"
+    fd = os.open(engine.state_dir / image_lock_file(name), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)                       # another session's build under way
+    got: dict = {}
+
+    def second_session():
+        try:
+            got["image"] = engine.ensure_image(name, mirror="file:///nonexistent-mirror")
+        except Exception as exc:
+            got["error"] = exc
+    waiter = threading.Thread(target=second_session)
+    try:
+        waiter.start()
+        time.sleep(1.0)
+        assert waiter.is_alive() and not got, got       # waiting, not building
+        tiny_image(engine, name)                         # the other build's result
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    try:
+        waiter.join(60)
+        assert got == {"image": name}
+    finally:
+        if engine.has_image(name):
+            engine.client.images.remove(name)
+
+
+def test_images_clean_removes_a_project_image_and_is_silent_when_none_is_left(agentcgroup_docker):
+    engine = agentcgroup_docker
+    ours, other = f"agentcgroup/clean-test:{os.getpid()}", f"agentcgroup-not-ours/clean-test:{os.getpid()}"
+    tiny_image(engine, ours)
+    tiny_image(engine, other)
+    try:
+        # the default set: every agentcgroup/... tag, nothing else
+        assert ours in engine.project_images() and other not in engine.project_images()
+        first = images_clean(ours)
+        assert (first.returncode, first.stdout, first.stderr) == (0, f"removed image {ours}\n", ""), first.stderr
+        assert not engine.has_image(ours)
+        again = images_clean(ours)
+        assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), again.stderr
+        assert engine.has_image(other)
+    finally:
+        for name in (ours, other):
+            if engine.has_image(name):
+                engine.client.images.remove(name)
+
+
+def test_images_clean_refuses_an_image_a_container_uses_naming_it(agentcgroup_docker):
+    engine = agentcgroup_docker
+    name = f"agentcgroup/clean-test-used:{os.getpid()}"
+    tiny_image(engine, name)
+    box = engine.client.containers.create(name, ["/marker"], labels={SESSION_LABEL: engine.tag})
+    try:
+        out = images_clean(name)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert f"cannot remove image {name}" in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert engine.has_image(name)
+    finally:
+        box.remove(force=True)
+        engine.client.images.remove(name)
 
 
 def test_plugin_runs_an_experiment_with_the_docker_executor(pytester, study, agentcgroup_docker):

@@ -87,3 +87,69 @@ def test_bcc_tracepoint_attaches_and_detaches():
     ours = set(json.loads(out.stdout.strip().splitlines()[-1])) - before
     assert ours, "no new tracepoint program was loaded while attached"
     assert not (ours & _prog_ids()), "eBPF program still loaded after cleanup"
+
+
+# -- kernel-header links, on a stand-in /usr/src and /lib/modules ------------------------------
+
+def _arch() -> str:
+    if shutil.which("dpkg") is None:
+        pytest.skip("not a Debian host (no dpkg)")
+    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _headers(src: Path, name: str, common: str | None) -> Path:
+    d = src / name
+    d.mkdir(parents=True)
+    if common:
+        (src / common).mkdir(exist_ok=True)
+        (d / "Makefile").write_text(f"include {src / common}/Makefile\n")
+    return d
+
+
+def _run_header_links(tmp: Path, src: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """hostsetup.sh with /usr/src and /lib/modules/$(uname -r) moved under tmp (everything else as
+    on the host: packages and venv are already there, so only the header step acts)."""
+    if os.geteuid() != 0:
+        pytest.skip("hostsetup.sh makes the header links only as root")
+    moddir = tmp / "modules"
+    text = SCRIPT.read_text()
+    assert "moddir=/lib/modules/$(uname -r)\n" in text and "/usr/src/linux-headers-" in text
+    text = text.replace("moddir=/lib/modules/$(uname -r)\n", f"moddir={moddir}\n")
+    text = text.replace("/usr/src/linux-headers-", f"{src}/linux-headers-")
+    script = tmp / "hostsetup.sh"
+    script.write_text(text)
+    out = subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "AGENTCGROUP_ROOT": str(ROOT)})
+    return out, moddir
+
+
+def test_header_links_take_the_newest_plain_flavour_of_this_architecture(tmp_path):
+    arch = _arch()
+    src = tmp_path / "src"
+    _headers(src, f"linux-headers-6.1.0-9-{arch}", "linux-headers-6.1.0-9-common")
+    newest = _headers(src, f"linux-headers-6.1.0-12-{arch}", "linux-headers-6.1.0-12-common")
+    _headers(src, f"linux-headers-6.1.0-13-cloud-{arch}", "linux-headers-6.1.0-13-common")   # not plain
+    _headers(src, "linux-headers-6.1.0-14-otherarch", "linux-headers-6.1.0-14-common")       # not ours
+    out, moddir = _run_header_links(tmp_path, src)
+    assert out.returncode == 0 and out.stdout == "", (out.stdout, out.stderr)
+    assert os.readlink(moddir / "build") == str(newest)
+    assert os.readlink(moddir / "source") == str(src / "linux-headers-6.1.0-12-common")
+
+
+def test_header_links_prefer_the_running_kernels_own_headers(tmp_path):
+    arch = _arch()
+    src = tmp_path / "src"
+    _headers(src, f"linux-headers-9.9.9-1-{arch}", "linux-headers-9.9.9-1-common")
+    own = _headers(src, f"linux-headers-{os.uname().release}", "linux-headers-own-common")
+    out, moddir = _run_header_links(tmp_path, src)
+    assert out.returncode == 0 and out.stdout == "", (out.stdout, out.stderr)
+    assert os.readlink(moddir / "build") == str(own)
+    assert os.readlink(moddir / "source") == str(src / "linux-headers-own-common")
+
+
+def test_the_kernel_headers_package_is_this_architectures():
+    arch = _arch()
+    text = SCRIPT.read_text()
+    assert "linux-headers-$ARCH" in text and "linux-headers-amd64" not in text
+    assert subprocess.run(["apt-cache", "show", f"linux-headers-{arch}"], capture_output=True).returncode == 0, \
+        f"apt knows no linux-headers-{arch}"

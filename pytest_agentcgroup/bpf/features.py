@@ -14,12 +14,13 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from .syscall import UnknownArchitecture, bpf
+
 BTF = Path("/sys/kernel/btf/vmlinux")
 TRACEFS = Path("/sys/kernel/tracing")
 LSM_FILE = Path("/sys/kernel/security/lsm")
 SCHED_EXT = Path("/sys/kernel/sched_ext")
 
-_SYS_BPF = 321
 _BPF_MAP_CREATE = 0
 _BPF_MAP_TYPE_ARRAY = 2
 _BPF_MAP_TYPE_RINGBUF = 27
@@ -32,11 +33,13 @@ class _MapAttr(ctypes.Structure):
 
 
 def _map_create(map_type: int, key: int, value: int, entries: int) -> tuple[bool, str]:
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = _MapAttr(map_type=map_type, key_size=key, value_size=value, max_entries=entries)
-    fd = libc.syscall(_SYS_BPF, _BPF_MAP_CREATE, ctypes.byref(attr), ctypes.sizeof(attr))
-    if fd < 0:
-        err = ctypes.get_errno()
+    try:
+        fd = bpf(_BPF_MAP_CREATE, attr)
+    except UnknownArchitecture as exc:
+        return False, str(exc)
+    except OSError as exc:
+        err = exc.errno
         return False, f"bpf(BPF_MAP_CREATE) failed: {errno.errorcode.get(err, err)} ({os.strerror(err)})"
     os.close(fd)
     return True, "bpf(BPF_MAP_CREATE) works"

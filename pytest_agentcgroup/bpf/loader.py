@@ -1,4 +1,4 @@
-"""Load one of the repository's BPF programs (bpf/*.bpf.c) with bcc, and always unload it.
+"""Load one of our BPF programs (pytest_agentcgroup/bpf/programs/*.bpf.c) with bcc, and always unload it.
 
     with load("memcg_observer", cflags=["-DAGCG_PGFAULT"]) as prog:
         prog.attach_tracepoint("vmscan:mm_vmscan_memcg_reclaim_begin", "agcg_obs_rcl_beg")
@@ -23,10 +23,12 @@ import signal
 from contextlib import contextmanager
 from pathlib import Path
 
-PREFIX = "agcg_"                    # every program function is named agcg_*
-BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
+from .syscall import bpf
 
-_SYS_BPF = 321                      # x86_64
+PREFIX = "agcg_"                    # every program function is named agcg_*
+# the C sources ship inside the package (package data), so an installed wheel finds them too
+BPF_DIR = Path(__file__).resolve().with_name("programs")
+
 _BPF_LINK_CREATE = 28
 _ATTACH_TYPES = {"cgroup_inet_egress": 1, "cgroup_inet_ingress": 0}
 
@@ -57,17 +59,14 @@ class _LinkCreateAttr(ctypes.Structure):
                 ("_pad", ctypes.c_uint8 * 112)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
 
 def link_create(prog_fd: int, target_fd: int, attach_type: str) -> int:
     attr = _LinkCreateAttr(prog_fd=prog_fd, target_fd=target_fd,
                            attach_type=_ATTACH_TYPES[attach_type], flags=0)
-    fd = _libc.syscall(_SYS_BPF, _BPF_LINK_CREATE, ctypes.byref(attr), ctypes.sizeof(attr))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"BPF_LINK_CREATE ({attach_type}): {os.strerror(err)}")
-    return fd
+    try:
+        return bpf(_BPF_LINK_CREATE, attr)
+    except OSError as exc:
+        raise OSError(exc.errno, f"BPF_LINK_CREATE ({attach_type}): {exc.strerror}") from None
 
 
 class Loaded:

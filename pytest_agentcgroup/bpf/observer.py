@@ -1,4 +1,4 @@
-"""The memcg observer (bpf/memcg_observer.bpf.c): per-cgroup reclaim, OOM, page-fault and
+"""The memcg observer (bpf/programs/memcg_observer.bpf.c): per-cgroup reclaim, OOM, page-fault and
 run-queue-latency counts, and reclaim/OOM events with kernel timestamps.
 
     with MemcgObserver() as obs:
@@ -14,7 +14,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field, fields
 
-from .loader import Loaded
+from . import features
+from .loader import BPFUnavailable, Loaded
 
 EVENT_KINDS = {1: "reclaim_begin", 2: "reclaim_end", 3: "oom_victim"}
 
@@ -73,6 +74,9 @@ class MemcgObserver:
         # page-fault counting is opt-in: a program on every user fault cost ~10 % on a
         # fault-heavy microbenchmark here (tests/test_bpf_overhead.py); the rest costs ~1-2 %
         self.page_faults, self.runq = page_faults, runq
+        if page_faults and (why := features.missing("tp:exceptions/page_fault_user")):
+            raise BPFUnavailable(f"page-fault counting needs the exceptions:page_fault_user tracepoint, "
+                                 f"which only x86 kernels have ({why})")
         self.prog = Loaded("memcg_observer", cflags=["-DAGCG_PGFAULT"] if page_faults else [])
         self.events: list[ObserverEvent] = []
         try:

@@ -12,13 +12,16 @@ removes our own, and `acquire()` removes those of sessions that no longer exist 
 SIGKILL).
 
 `ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
-bookworm minbase root file system with python3, made by `debootstrap` and `docker import`ed, so no
-image registry is needed. It is built once and then reused (~1 min to build).
+bookworm minbase root file system with python3, made by `debootstrap` from the Debian mirror the
+host's apt uses (apt_sources.py) and `docker import`ed, so no image registry is needed. It is built
+once and then reused (1-5 min to build). `remove_project_images()` removes it and every other
+agentcgroup/... image (`agentcgroup images clean`, run by CI so that every run builds it anew).
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,12 +31,15 @@ from pathlib import Path
 from typing import Sequence
 
 from . import spawn
+from .apt_sources import NoDebianMirror, debian_mirror
 from .executors import ExecutorUnavailable
 
-LOCAL_IMAGE = "agentcgroup/bookworm-python:1"
+# Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
+# all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
+IMAGE_NAMESPACE = "agentcgroup/"
+LOCAL_IMAGE = os.environ.get("AGENTCGROUP_LOCAL_IMAGE") or "agentcgroup/bookworm-python:1"
 SESSION_LABEL = "agentcgroup.session"
 STATE_DIR = Path("/run/agentcgroup-dockerd")
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
 
 
 def session_tag(pid: int | None = None) -> str | None:
@@ -51,9 +57,10 @@ def _alive(tag: str) -> bool:
 class DockerEngine:
     """A connected Docker SDK client plus what we must undo when done."""
 
-    def __init__(self, client):
+    def __init__(self, client, state_dir: Path = STATE_DIR):
         self.client = client
         self.tag = session_tag()
+        self.state_dir = state_dir
 
     # -- acquire / release -----------------------------------------------------------------------
     @classmethod
@@ -75,7 +82,7 @@ class DockerEngine:
                     raise ExecutorUnavailable("no Docker engine is reachable (DOCKER_HOST or /var/run/docker.sock)")
                 _start_dockerd(docker, state_dir, timeout_s, join)
                 client = _connect(docker)
-            engine = cls(client)
+            engine = cls(client, state_dir)
             (state_dir / "users").mkdir(parents=True, exist_ok=True)
             (state_dir / "users" / engine.tag).touch()
         try:
@@ -131,14 +138,53 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return False
 
-    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str = DEBIAN_MIRROR) -> str:
-        """The local bookworm+python3 image, built with debootstrap + docker import when missing."""
+    def project_images(self) -> list[str]:
+        """The tags of every image this project made (named agentcgroup/...) present in the engine."""
+        # one listing call: the SDK's images.list() then inspects each image, and one that another
+        # session removes meanwhile would raise NotFound
+        return sorted(t for img in self.client.api.images() for t in img.get("RepoTags") or ()
+                      if t.startswith(IMAGE_NAMESPACE))
+
+    def remove_images(self, names: Sequence[str] | None = None) -> list[str]:
+        """Remove the named images (default: `project_images()` and LOCAL_IMAGE); those absent are
+        skipped. Returns the tags removed. An image a container still uses is not forced away:
+        ExecutorUnavailable names it and the container."""
+        import docker
+        removed = []
+        if names is None:
+            names = sorted(set(self.project_images()) | {LOCAL_IMAGE})
+        for name in names:
+            try:
+                self.client.images.remove(name)
+                removed.append(name)
+            except docker.errors.ImageNotFound:
+                pass
+            except docker.errors.APIError as exc:     # 409: a container (running or not) uses it
+                raise ExecutorUnavailable(f"cannot remove image {name}: {exc.explanation or exc}") from None
+        return removed
+
+    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str | None = None) -> str:
+        """The local bookworm+python3 image, built with debootstrap + docker import when missing,
+        from `mirror` or else the Debian mirror the host's apt is configured with."""
         if self.has_image(name):
             return name
+        # One build per image at a time: sessions (xdist workers) that find it missing together
+        # wait for the first one's build instead of each running debootstrap and importing a copy.
+        with _Lock(self.state_dir, image_lock_file(name)):
+            if self.has_image(name):
+                return name
+            return self._build_image(name, mirror)
+
+    def _build_image(self, name: str, mirror: str | None) -> str:
         debootstrap = shutil.which("debootstrap")
         if not debootstrap:
             raise ExecutorUnavailable(f"image {name} is missing and building it needs debootstrap "
                                       "(Debian package debootstrap; `make setup` installs it)")
+        if mirror is None:
+            try:
+                mirror = debian_mirror("bookworm")
+            except NoDebianMirror as exc:
+                raise ExecutorUnavailable(f"image {name} is missing and cannot be built: {exc}") from None
         with tempfile.TemporaryDirectory(prefix="agentcgroup-rootfs-") as tmp:
             rootfs, log = Path(tmp) / "rootfs", Path(tmp) / "debootstrap.log"
             with open(log, "w") as fh:
@@ -161,6 +207,38 @@ class DockerEngine:
         return name
 
 
+def image_lock_file(name: str) -> str:
+    """The lock file (in the state directory) a build of image `name` holds."""
+    return "image-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".lock"
+
+
+def remove_project_images(names: Sequence[str] | None = None, *, state_dir: Path = STATE_DIR) -> list[str]:
+    """`remove_images(names)` in an engine acquired for it: dockerd is started when none answers and
+    stopped again after (unless another session uses it). Without dockerd installed there can be no
+    image to remove: returns []."""
+    if shutil.which("dockerd") is None and _connect_quietly() is None:
+        return []
+    engine = DockerEngine.acquire(state_dir=state_dir)     # says so when the Docker SDK is missing
+    import docker
+    try:
+        return engine.remove_images(names)
+    except docker.errors.DockerException as exc:       # the engine failing under us: said, not a traceback
+        raise ExecutorUnavailable(f"docker: {exc}") from None
+    finally:
+        engine.release(state_dir=state_dir)
+
+
+def _connect_quietly():
+    try:
+        import docker
+    except ImportError:
+        return None
+    client = _connect(docker)
+    if client is not None:
+        client.close()
+    return client
+
+
 def swerebench_image(instance_id: str) -> str:
     """SWE-rebench's image name for an instance id `<org>__<repo>-<n>`."""
     org, _, rest = instance_id.partition("__")
@@ -170,15 +248,16 @@ def swerebench_image(instance_id: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 class _Lock:
-    """An exclusive flock on STATE_DIR/lock: one session at a time starts, joins or stops dockerd."""
+    """An exclusive flock on STATE_DIR/lock: one session at a time starts, joins or stops dockerd
+    (or, on another file, builds an image)."""
 
-    def __init__(self, state_dir: Path):
-        self.state_dir = state_dir
+    def __init__(self, state_dir: Path, filename: str = "lock"):
+        self.state_dir, self.filename = state_dir, filename
 
     def __enter__(self):
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self.fd = os.open(self.state_dir / self.filename, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except PermissionError:
             raise ExecutorUnavailable(f"cannot write {self.state_dir} (starting or sharing dockerd needs root)") from None
         fcntl.flock(self.fd, fcntl.LOCK_EX)

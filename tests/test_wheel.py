@@ -1,0 +1,135 @@
+"""A non-editable install works: the wheel built from this tree, installed into a fresh venv (not
+seeing this checkout, nor Debian's dist-packages), carries every file the package reads at run time
+— the eBPF C sources, the emulator script, hostsetup.sh, the report assets — and from there bcc
+compiles and the kernel loads the eBPF programs.
+
+The wheel is built from a copy of the tree (an in-tree build would leave build/ behind and race a
+concurrent one); pip's cache is the host's, so only the first run downloads anything.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "pytest_agentcgroup"
+SYS_BCC = Path("/usr/lib/python3/dist-packages/bcc")
+_SKIP_DIRS = {".venv", ".git", "build", "dist", "results", "report", "__pycache__", ".pytest_cache",
+              ".hypothesis", ".benchmarks"}
+
+
+def _run(argv, **kw) -> subprocess.CompletedProcess:
+    out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=600, **kw)
+    assert out.returncode == 0, f"{' '.join(map(str, argv))} exited {out.returncode}:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+def data_files(package_dir: Path) -> set[str]:
+    """Every file of the package that is not Python source (what package data must carry)."""
+    return {str(p.relative_to(package_dir)) for p in package_dir.rglob("*")
+            if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(venv python, the installed package directory) of a wheel built from a copy of this tree."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in _SKIP_DIRS or n.endswith(".egg-info")])
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
+          "-w", tmp / "dist", src])
+    wheels = list((tmp / "dist").glob("pytest_agentcgroup-*.whl"))
+    assert len(wheels) == 1, wheels
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", venv])          # no --system-site-packages
+    py = venv / "bin" / "python"
+    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
+    where = _run([py, "-I", "-c", f"import {PACKAGE}, os; print(os.path.dirname({PACKAGE}.__file__))"],
+                 cwd=tmp).stdout.strip()
+    assert Path(where).is_relative_to(venv), f"{PACKAGE} imported from {where}, not from the venv {venv}"
+    return py, Path(where)
+
+
+def test_every_data_file_of_the_package_is_in_the_installed_wheel(installed):
+    _, pkg = installed
+    expected = data_files(ROOT / PACKAGE)
+    # the files the code is known to read at run time, so that an empty `expected` cannot pass
+    assert {"hostsetup.sh", "reports/assets/report.css", "reports/assets/sortable.js",
+            "bpf/programs/common.h", "bpf/programs/memcg_observer.bpf.c",
+            "bpf/programs/reclaim_throttle.bpf.c", "bpf/programs/egress_policy.bpf.c"} <= expected
+    missing = expected - data_files(pkg)
+    assert not missing, f"not in the wheel (pyproject.toml [tool.setuptools.package-data]): {sorted(missing)}"
+
+
+_RESOLVE = """
+import importlib.util, json, os
+from pathlib import Path
+from pytest_agentcgroup.bpf import loader
+from pytest_agentcgroup.replay.executors import EMULATOR
+# reports.html needs the `report` extra (matplotlib) to import: its ASSETS, found as it finds them
+ASSETS = Path(importlib.util.find_spec("pytest_agentcgroup.reports.html").origin).with_name("assets")
+names = sorted(p.name[:-len(".bpf.c")] for p in loader.BPF_DIR.glob("*.bpf.c"))
+print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "names": names,
+                  "paths": [str(loader.source_path(n)) for n in names],
+                  "emulator": EMULATOR, "assets": sorted(os.listdir(ASSETS)),
+                  # started as `python -m ...` in a tenant's cgroup (replay/browser.py)
+                  "modules": [importlib.util.find_spec(f"pytest_agentcgroup.replay.{m}").origin
+                              for m in ("browser_driver", "webapp", "emulator")]}))
+"""
+
+
+def test_the_installed_package_finds_its_programs_and_the_emulator_in_itself(installed, tmp_path):
+    py, pkg = installed
+    got = json.loads(_run([py, "-I", "-c", _RESOLVE], cwd=tmp_path).stdout)
+    assert Path(got["bpf_dir"]).is_relative_to(pkg)
+    assert got["names"] == sorted(p.name[:-len(".bpf.c")] for p in (ROOT / PACKAGE / "bpf" / "programs").glob("*.bpf.c"))
+    assert all(Path(p).is_file() and Path(p).is_relative_to(pkg) for p in got["paths"]), got["paths"]
+    assert Path(got["emulator"]).is_relative_to(pkg)
+    assert got["assets"] == ["report.css", "sortable.js"]
+    assert all(Path(m).is_relative_to(pkg) for m in got["modules"]), got["modules"]
+    # the emulator runs from there, as the emulate executor starts it (a 1 MB, 10 ms step)
+    _run([py, "-I", "-S", got["emulator"], str(1 << 20), "0", "0", "0", "10", tmp_path], cwd=tmp_path)
+
+
+_LOAD = """
+import json
+import bcc
+from pytest_agentcgroup.bpf.loader import load
+# each program compiled by bcc from the installed sources (common.h included), one function of each
+# loaded into the kernel (the verifier), nothing attached
+loaded = {}
+for name, fn, kind in [("memcg_observer", "agcg_obs_rcl_beg", bcc.BPF.TRACEPOINT),
+                       ("reclaim_throttle", "agcg_thr_reclaim", bcc.BPF.TRACEPOINT),
+                       ("egress_policy", "agcg_egress", bcc.BPF.CGROUP_SKB)]:
+    with load(name) as prog:
+        loaded[name] = prog.bpf.load_func(fn.encode(), kind).fd >= 0
+        loaded[name + ":path"] = str(prog.path)
+print(json.dumps(loaded))
+"""
+
+
+def test_the_installed_package_compiles_and_loads_its_ebpf_programs(installed, tmp_path):
+    py, pkg = installed
+    if os.geteuid() != 0:
+        pytest.skip("loading eBPF programs needs root")
+    if not SYS_BCC.is_dir():
+        pytest.skip(f"bcc is not installed ({SYS_BCC}; Debian package python3-bpfcc)")
+    # bcc alone from Debian, the way hostsetup.sh links it (not all of dist-packages)
+    venv = py.parent.parent
+    link = venv / "system-bcc"
+    link.mkdir(exist_ok=True)
+    if not (link / "bcc").exists():
+        (link / "bcc").symlink_to(SYS_BCC)
+    site = _run([py, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    Path(site, "system-bcc.pth").write_text(f"{link}\n")
+    got = json.loads(_run([py, "-I", "-c", textwrap.dedent(_LOAD)], cwd=tmp_path).stdout.strip().splitlines()[-1])
+    for name in ("memcg_observer", "reclaim_throttle", "egress_policy"):
+        assert got[name] is True, got
+        assert Path(got[name + ":path"]).is_relative_to(pkg), got
