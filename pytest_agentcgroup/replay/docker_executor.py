@@ -80,7 +80,8 @@ class DockerExecutor:
     name = "docker"
 
     def __init__(self, engine: DockerEngine | None, *, cgroup_parent: str | None, image: str | None = None,
-                 step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None):
+                 step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None,
+                 tmpfs_mb: dict[str, int] | None = None):
         if engine is None:
             raise ExecutorUnavailable("the docker executor needs a Docker engine (DockerEngine.acquire())")
         if not cgroup_parent:
@@ -91,6 +92,7 @@ class DockerExecutor:
             raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
         self.engine, self.image, self.cgroup_parent = engine, image, cgroup_parent
         self.step_timeout_s, self.pids_limit = step_timeout_s, pids_limit
+        self.tmpfs_mb = TMPFS_MB | (tmpfs_mb or {})      # keys as in TMPFS_MB
         self.container = None
         self.init_pid: int | None = None
         self.home = self.cwd = "/workspace"
@@ -108,8 +110,9 @@ class DockerExecutor:
         local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
         # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
         # it must be able to, as it could where the trace was recorded. The state file is only read.
-        tmpfs = {"/tmp": f"exec,size={TMPFS_MB['/tmp']}m", STATE: f"size={TMPFS_MB[STATE]}m"} | (
-            {self.home: f"exec,size={TMPFS_MB['home']}m", "/root": f"exec,size={TMPFS_MB['/root']}m"} if local else {})
+        mb = self.tmpfs_mb
+        tmpfs = {"/tmp": f"exec,size={mb['/tmp']}m", STATE: f"size={mb[STATE]}m"} | (
+            {self.home: f"exec,size={mb['home']}m", "/root": f"exec,size={mb['/root']}m"} if local else {})
         self.container = self.engine.client.containers.run(
             image, INIT, detach=True, network_mode="none", read_only=local,
             tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], security_opt=["no-new-privileges"],
