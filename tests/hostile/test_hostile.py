@@ -132,6 +132,15 @@ def test_write_proc_sys(hostile):
             SYSCTL.write_text(before)
 
 
+def test_no_user_namespace_and_no_mounts(hostile):
+    # a user namespace is the usual door to capabilities (and kernel bugs) without privilege
+    probe = ("unshare -Ur true 2>/dev/null && exit 42; mkdir -p /tmp/p; "
+             "mount -t proc proc /tmp/p 2>/dev/null && exit 42; mount -t tmpfs none /tmp/p 2>/dev/null && exit 42; "
+             f"mount -t sysfs none /tmp/p 2>/dev/null && exit 42; exit {CONTAINED}")
+    (r,) = hostile.run("nsmount", [bash(0, probe)])
+    assert r.executed and r.exit_code == CONTAINED, r
+
+
 # Try to reach the step's own cgroup files: a freshly mounted cgroupfs of each kind (its root is
 # the step's own cgroup where the cgroup namespace is unshared) and whatever /sys/fs/cgroup shows.
 CGROUP_FILES = ("mkdir -p /tmp/cgm /tmp/cgp /tmp/cg2; mount -t cgroup -o memory none /tmp/cgm 2>/dev/null; "
@@ -140,7 +149,10 @@ CGROUP_FILES = ("mkdir -p /tmp/cgm /tmp/cgp /tmp/cg2; mount -t cgroup -o memory 
 
 
 def test_mount_cgroupfs_raise_own_limits_then_allocate_past_the_arm(hostile):
-    raise_limits = ("for f in $(files memory.limit_in_bytes; files memory.memsw.limit_in_bytes); do echo -1 > $f; done 2>/dev/null; "
+    # also from a user + cgroup namespace of its own, where mounting cgroup2 needs no host capability
+    in_userns = ("unshare -Urmc sh -c 'mkdir -p /tmp/cgu && mount -t cgroup2 none /tmp/cgu && "
+                 "for f in memory.max memory.high pids.max; do echo max > /tmp/cgu/$f; done' 2>/dev/null; ")
+    raise_limits = in_userns + ("for f in $(files memory.limit_in_bytes; files memory.memsw.limit_in_bytes); do echo -1 > $f; done 2>/dev/null; "
                     "for f in $(files memory.max; files memory.high; files pids.max); do echo max > $f; done 2>/dev/null; ")
     (r,) = hostile.run("cgroupfs", [bash(0, CGROUP_FILES + raise_limits + ALLOC_1G)],
                        Arm("mem256", memory_max_mb=256, pids_max=64))
