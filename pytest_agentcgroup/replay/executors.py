@@ -1,6 +1,8 @@
 """How a step becomes a process: `emulate` reproduces its resource profile, `sandbox` runs its real
-command under bubblewrap. Both return an argv (or None for a step that executes nothing) and keep
-the per-trace state an agent's runtime keeps between tool calls.
+command under bubblewrap, as an unprivileged user. Both return an argv (or None for a step that
+executes nothing) and keep the per-trace state an agent's runtime keeps between tool calls; a step
+that cannot run as recorded (over-long command, unclean cwd) raises StepRefused, which the replayer
+records as the step's error.
 """
 from __future__ import annotations
 
