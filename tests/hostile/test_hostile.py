@@ -326,8 +326,11 @@ def test_filling_the_disk_and_gigabytes_to_a_file_end_in_enospc(hostile):
 
 # -- input that cannot be run as recorded --------------------------------------------------------
 
-def test_a_command_too_long_to_run_is_refused_with_the_reason(hostile):
-    results = hostile.run("longcmd", [bash(0, "true # " + "x" * (50 << 20)), bash(1, "exit 0")])
+@pytest.mark.parametrize("size", [200 << 10, 50 << 20], ids=["200KiB", "50MiB"])
+def test_a_command_too_long_to_run_is_refused_with_the_reason(hostile, size):
+    # 200 KiB: under the total argv limit (ARG_MAX) but over one string's (MAX_ARG_STRLEN), where
+    # the exec inside the executor's wrapper failed (exit 126); 50 MiB: over both (E2BIG at spawn)
+    results = hostile.run("longcmd", [bash(0, "true # " + "x" * size), bash(1, "exit 0")])
     r = results[0]
     assert not r.executed and r.exit_code is None, r
     assert "MAX_ARG_STRLEN" in r.error and "not executed" in r.error, r.error
