@@ -148,3 +148,24 @@ def test_read_cwd_refuses_what_a_hostile_step_can_leave_in_its_place(tmp_path):
     assert read_cwd(f) is None and not f.is_symlink()
     f.write_text("/" + "a" * 10_000)                                  # no directory a shell printed
     assert read_cwd(f) is None and not f.exists()
+
+
+def test_unclean_working_directories_are_refused_not_interpreted():
+    from pytest_agentcgroup.replay.executors import StepRefused, clean_path, step_cwd, trace_home
+    assert clean_path("/testbed/pkg") == "/testbed/pkg" and clean_path("/") == "/"
+    for bad in ("/../../..", "/a/./b", "/a//b", "//a", "/a/", "rel/dir", "/a\nb", "/a\0b", "/" + "a" * 5000, 7, None):
+        assert clean_path(bad) is None, bad
+    # the home (a mount point, Docker's working_dir) is the first clean cwd, never an unclean one
+    assert trace_home(trace_of(bash(0, "x", cwd="/../../.."), bash(1, "x", cwd="/srv/app"))) == "/srv/app"
+    assert trace_home(trace_of(bash(0, "x", cwd="/"))) == "/workspace"
+    with pytest.raises(StepRefused, match=r"step 0: args.cwd '/\.\./\.\./\.\.' is not a clean absolute path"):
+        step_cwd(bash(0, "x", cwd="/../../.."))
+
+
+def test_a_command_no_program_can_be_given_is_refused_with_the_reason():
+    from pytest_agentcgroup.replay.executors import MAX_ARG_STRLEN, StepRefused, check_command
+    check_command(bash(0, "x" * (MAX_ARG_STRLEN - 1)))                  # the longest that still runs
+    with pytest.raises(StepRefused, match="MAX_ARG_STRLEN"):
+        check_command(bash(0, "x" * MAX_ARG_STRLEN))
+    with pytest.raises(StepRefused, match="NUL byte"):
+        check_command(bash(0, "echo a\0b"))

@@ -2,9 +2,9 @@
 from .browser import BrowserTenant
 from .docker_engine import DockerEngine
 from .docker_executor import DockerExecutor
-from .executors import EmulateExecutor, ExecutorUnavailable, SandboxExecutor, make_executor
+from .executors import EmulateExecutor, ExecutorUnavailable, SandboxExecutor, StepRefused, make_executor
 from .replayer import Placement, StepResult, replay
 
 __all__ = ["EmulateExecutor", "SandboxExecutor", "DockerExecutor", "DockerEngine", "BrowserTenant",
-           "ExecutorUnavailable", "make_executor",
+           "ExecutorUnavailable", "StepRefused", "make_executor",
            "Placement", "StepResult", "replay"]

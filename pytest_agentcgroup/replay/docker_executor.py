@@ -1,7 +1,8 @@
 """The `docker` executor: a trace's steps run inside one container per trace, each step in its own
 cgroup nested under the container's.
 
-The container (Docker SDK, a real dockerd) runs only a long-lived init, `sleep infinity`. Each step
+The container (Docker SDK, a real dockerd) runs only a long-lived init (INIT: a shell that reaps
+every process orphaned into the container and never exits). Each step
 is `nsenter -t <init> -m -u -i -n -p -w -- setpriv ... sh -c CMD`, started by our spawn, which joins
 the step's cgroups *before* it execs: the step runs in the container's namespaces (its root file
 system, no network, its PID namespace) but in a cgroup of its own, so every tool call is limited
@@ -15,10 +16,18 @@ cgroups: this module knows paths only as strings.
 
 Steps are hostile (commands from public datasets): no network (`network_mode="none"`), no
 capabilities for the init, each step with a reduced capability bounding set (Docker's default set
-minus mknod, net_raw, audit_write, setfcap) and no_new_privs; the root file system is read-only for
-the local image (the workspace, /tmp and /run are tmpfs), writable for SWE-rebench images (their
-repository lives in it). The container is removed when the trace ends, and the engine removes every
-container of the session at its end (also after a failure or Ctrl-C).
+minus mknod, net_raw, audit_write, setfcap; no sys_admin: no mount, no cgroupfs) and no_new_privs;
+/sys and the container's cgroupfs are read-only. The root file system is read-only for the local
+image, whose writable places are tmpfs with a size (TMPFS_MB: the workspace 1 GiB, /tmp 512 MiB,
+/root 256 MiB, the state dir 1 MiB), so a step that fills them gets ENOSPC and the memory they hold
+(charged to the container's cgroup once a step's cgroup is gone) is bounded; for SWE-rebench images
+it is writable (their repository lives in it) and bounded by nothing but the host's disk. Orphans a
+step leaves are killed with its cgroup and reaped by INIT; `kill -9 -1` from a step reaches every
+process of the container but INIT (pid 1 ignores it), so the next step still runs. A working
+directory that is not a clean absolute path, and a command too long to pass to a program (over
+128 KiB), are refused with the reason in the step's record (executors.StepRefused). The container
+is removed when the trace ends, and the engine removes every container of the session at its end
+(also after a failure or Ctrl-C).
 
 Not as strict as `docker run`/`docker exec`: a step entered with nsenter gets no seccomp filter
 (Docker applies its default profile only to what runc starts), and it runs as root of the host's
@@ -32,14 +41,23 @@ from pathlib import Path
 
 from ..traces.ir import Step, Trace
 from .docker_engine import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
-from .executors import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, read_cwd, step_script,
-                        step_timeout, trace_home)
+from .executors import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, check_command, read_cwd,
+                        step_cwd, step_script, step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
     "net_bind_service", "sys_chroot"))
 STATE = "/run/agentcgroup"          # tmpfs in the container: where a step's shell leaves its cwd
+# tmpfs sizes (MiB) of the container's writable places; "home" is the trace's working directory
+TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 1}
+# pid 1 of the container. It must reap (an orphan a step leaves is re-parented to it, and a zombie
+# holds its pid, counted by pids.max, until reaped) and must never exit: `kill -9 -1` from a step
+# kills every process of the PID namespace but pid 1, so Docker's own init (tini, `init=True`),
+# which exits when its one child does, would take the container down with it. dash's `wait`
+# blocks in wait3(), which reaps any child, re-parented orphans included; the sleep it waits on is
+# restarted when a step kills it. Needs only /bin/sh and sleep, which every image has.
+INIT = ["/bin/sh", "-c", "trap '' HUP INT TERM; while :; do sleep 2147483647 & wait; done"]
 
 
 def instance_id(trace: Trace) -> str | None:
@@ -62,7 +80,8 @@ class DockerExecutor:
     name = "docker"
 
     def __init__(self, engine: DockerEngine | None, *, cgroup_parent: str | None, image: str | None = None,
-                 step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None):
+                 step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None,
+                 tmpfs_mb: dict[str, int] | None = None):
         if engine is None:
             raise ExecutorUnavailable("the docker executor needs a Docker engine (DockerEngine.acquire())")
         if not cgroup_parent:
@@ -73,6 +92,7 @@ class DockerExecutor:
             raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
         self.engine, self.image, self.cgroup_parent = engine, image, cgroup_parent
         self.step_timeout_s, self.pids_limit = step_timeout_s, pids_limit
+        self.tmpfs_mb = TMPFS_MB | (tmpfs_mb or {})      # keys as in TMPFS_MB
         self.container = None
         self.init_pid: int | None = None
         self.home = self.cwd = "/workspace"
@@ -90,9 +110,11 @@ class DockerExecutor:
         local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
         # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
         # it must be able to, as it could where the trace was recorded. The state file is only read.
-        tmpfs = {"/tmp": "exec", STATE: ""} | ({self.home: "exec", "/root": "exec"} if local else {})
+        mb = self.tmpfs_mb
+        tmpfs = {"/tmp": f"exec,size={mb['/tmp']}m", STATE: f"size={mb[STATE]}m"} | (
+            {self.home: f"exec,size={mb['home']}m", "/root": f"exec,size={mb['/root']}m"} if local else {})
         self.container = self.engine.client.containers.run(
-            image, ["sleep", "infinity"], detach=True, network_mode="none", read_only=local,
+            image, INIT, detach=True, network_mode="none", read_only=local,
             tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], security_opt=["no-new-privileges"],
             labels={SESSION_LABEL: self.engine.tag, "agentcgroup.trace": trace.trace_id[:200]},
             cgroup_parent=self.cgroup_parent, pids_limit=self.pids_limit, init=False, stop_signal="SIGKILL")
@@ -126,8 +148,9 @@ class DockerExecutor:
             return None
         if self.init_pid is None:
             raise RuntimeError("DockerExecutor.launch() before start()")
+        check_command(step)
         if step.args.get("cwd"):
-            self.cwd = step.args["cwd"]
+            self.cwd = step_cwd(step)
         argv = [self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
                 "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
                 "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]

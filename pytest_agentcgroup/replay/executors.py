@@ -1,12 +1,16 @@
 """How a step becomes a process: `emulate` reproduces its resource profile, `sandbox` runs its real
-command under bubblewrap. Both return an argv (or None for a step that executes nothing) and keep
-the per-trace state an agent's runtime keeps between tool calls.
+command under bubblewrap, as an unprivileged user. Both return an argv (or None for a step that
+executes nothing) and keep the per-trace state an agent's runtime keeps between tool calls; a step
+that cannot run as recorded (over-long command, unclean cwd) raises StepRefused, which the replayer
+records as the step's error.
 """
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -21,6 +25,12 @@ DEFAULT_TIMEOUT_S = 120.0
 
 class ExecutorUnavailable(RuntimeError):
     """The executor cannot run on this host; the message names what is missing."""
+
+
+class StepRefused(ValueError):
+    """This step cannot be run as recorded (e.g. a command longer than the kernel passes to a
+    program, a working directory that is not a clean absolute path); the replayer records the
+    message as the step's error, with the step not executed."""
 
 
 @dataclass
@@ -72,40 +82,95 @@ class EmulateExecutor:
 
 
 class SandboxExecutor:
-    """The step's real command under bubblewrap.
+    """The step's real command under bubblewrap, as an unprivileged user.
 
-    Commands come from public datasets, so they are hostile by default: read-only system
-    directories (/usr, /etc), a fresh /tmp, a per-trace writable workspace mounted at the trace's
-    working directory, no network (own network namespace with loopback only), own PID namespace,
-    the session's own process group, killed with its parent, and a per-step timeout. The working
-    directory carries across steps as in an agent's persistent shell: each step starts where the
-    previous one ended (`cd` included).
+    Commands come from public datasets, so they are hostile by default:
+    - started as root, bwrap runs as `nobody` (setpriv: real and effective uid/gid 65534, no
+      supplementary groups, empty capability sets and bounding set, no_new_privs) — the step has no
+      capability anywhere, so it cannot remount the read-only /usr and /etc, mount a cgroupfs or
+      proc, or write /proc/sys; it sees no /sys at all, and cannot make user namespaces of its own.
+      The join into the step's cgroups happens before that, as root (spawn.py), so the step starts
+      inside them and cannot leave them (no cgroupfs it could write). Without root, bwrap runs as
+      the calling user (no capabilities either), but the workspace is then an unbounded directory;
+    - the per-trace workspace (mounted at the trace's working directory) and the state directory
+      live in one tmpfs of `workspace_mb` (default 1 GiB) that we mount per trace, so a step that
+      fills it gets ENOSPC and nothing reaches the host's disk; its pages are charged to the memory
+      cgroup of the step that wrote them. /tmp is a fresh tmpfs of `tmp_mb` (default 256 MiB);
+    - no network (own network namespace with loopback only), own PID namespace (`kill -9 -1`
+      reaches only the step's own processes), the session's own process group, killed with its
+      parent, and a per-step timeout.
+    The working directory carries across steps as in an agent's persistent shell: each step starts
+    where the previous one ended (`cd` included).
     """
     name = "sandbox"
     STATE = "/.agentcgroup-state"
+    # `nobody` needs no set-up on any Debian host or VM (base-passwd), owns no files on a normal
+    # host, and the step sees none of the host's files anyway (only read-only /usr and /etc);
+    # its own PID namespace keeps it from signalling other processes of that user.
+    STEP_USER = "nobody"
 
-    def __init__(self, *, step_timeout_s: float = DEFAULT_TIMEOUT_S, bwrap: str | None = None):
+    def __init__(self, *, step_timeout_s: float = DEFAULT_TIMEOUT_S, bwrap: str | None = None,
+                 workspace_mb: int = 1024, tmp_mb: int = 256):
         self.bwrap = bwrap or shutil.which("bwrap")
         if not self.bwrap:
             raise ExecutorUnavailable("the sandbox executor needs bubblewrap (`bwrap`), which is not installed "
                                       "(Debian package bubblewrap; `make setup` installs it)")
         self.step_timeout_s = step_timeout_s
-        self.workspace = self.state = None
+        self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
+        # as root: drop to STEP_USER (and bound the workspace); as anyone else: bwrap as that user
+        self.as_root = os.geteuid() == 0
+        self.setpriv = shutil.which("setpriv") if self.as_root else None
+        if self.as_root and not self.setpriv:
+            raise ExecutorUnavailable("the sandbox executor, run as root, needs setpriv (Debian package "
+                                      "util-linux) to start bwrap as an unprivileged user")
+        try:
+            entry = pwd.getpwnam(self.STEP_USER)
+            self.step_uid, self.step_gid = entry.pw_uid, entry.pw_gid
+        except KeyError:
+            self.step_uid = self.step_gid = 65534      # the kernel's overflow id, what nobody is on Debian
+        self.base = self.workspace = self.state = None
+        self.bounded = False            # True: workspace + state dir are our size-limited tmpfs
         self.home = "/workspace"
         self.cwd = self.home
 
     def start(self, trace: Trace) -> None:
         self.home = trace_home(trace)
         self.cwd = self.home
-        self.workspace = tempfile.mkdtemp(prefix="agentcgroup-ws-")
-        self.state = tempfile.mkdtemp(prefix="agentcgroup-state-")
+        self.base = tempfile.mkdtemp(prefix="agentcgroup-sbx-")
+        if self.as_root:
+            # bwrap, as STEP_USER, must traverse base to bind ws and state: 0711, nothing listable
+            os.chmod(self.base, 0o711)
+            opts = f"size={int(self.workspace_mb)}m,mode=0711,nosuid,nodev"
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "agentcgroup-ws", self.base],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                os.rmdir(self.base)
+                self.base = None
+                raise ExecutorUnavailable(f"the sandbox executor cannot mount its size-limited workspace "
+                                          f"(tmpfs, {opts}): {done.stderr.strip() or done.returncode}")
+            self.bounded = True
+        self.workspace, self.state = os.path.join(self.base, "ws"), os.path.join(self.base, "state")
+        for d in (self.workspace, self.state):
+            os.mkdir(d, 0o700)
+            if self.as_root:
+                os.chown(d, self.step_uid, self.step_gid)
 
     def stop(self) -> None:
         self._sync_cwd()
-        for d in (self.workspace, self.state):
-            if d:
-                shutil.rmtree(d, ignore_errors=True)
-        self.workspace = self.state = None
+        base, self.base, self.workspace, self.state = self.base, None, None, None
+        if base is None:
+            return
+        if self.bounded:
+            # The step's processes are gone (killed with their cgroup); detach anyway, so that
+            # nothing a step left behind can keep the mount (and its memory) from going.
+            subprocess.run(["umount", "--lazy", base], capture_output=True)
+            self.bounded = False
+            try:
+                os.rmdir(base)
+            except OSError:
+                pass
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
     def _sync_cwd(self) -> None:
         # The wrapper writes the shell's final directory here; a killed step leaves the old one.
@@ -116,13 +181,17 @@ class SandboxExecutor:
         self._sync_cwd()
         if step.tool not in EXECUTING_TOOLS:
             return None
+        check_command(step)
         if step.args.get("cwd"):
-            self.cwd = step.args["cwd"]
+            self.cwd = step_cwd(step)
         script = step_script(step.tool, f"{self.STATE}/cwd")
-        argv = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+        drop = ([self.setpriv, f"--reuid={self.step_uid}", f"--regid={self.step_gid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if self.as_root else [])
+        argv = [*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+                "--die-with-parent", "--new-session",
                 "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
                 *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
-                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                "--proc", "/proc", "--dev", "/dev", "--size", str(int(self.tmp_mb) * 1024 * 1024), "--tmpfs", "/tmp",
                 "--bind", self.workspace, self.home, "--bind", self.state, self.STATE,
                 "--chdir", self.home, "--setenv", "HOME", self.home, "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
                 "--", "/bin/sh", "-c", script, "sh", self.cwd, step.command]
@@ -137,10 +206,53 @@ class SandboxExecutor:
         return ["--ro-bind", str(path), f"/{name}"] if path.exists() else []
 
 
+PATH_MAX = 4096
+# The kernel copies at most MAX_ARG_STRLEN bytes (32 pages, NUL included) of any one argv string
+# into a new program; the command is one (the shell's `-c` argument), so longer cannot start.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def clean_path(path) -> str | None:
+    """`path` if it is a clean absolute path (no `.`/`..`/`//` parts, no NUL or newline, at most
+    PATH_MAX bytes), else None. A trace's cwd reaches bwrap and Docker's API as a mount point and a
+    working directory: anything else there is refused rather than interpreted."""
+    if (not isinstance(path, str) or not path.startswith("/") or "\0" in path or "\n" in path
+            or len(path.encode("utf-8", "surrogateescape")) > PATH_MAX or os.path.normpath(path) != path
+            or path.startswith("//")):
+        return None
+    return path
+
+
 def trace_home(trace: Trace) -> str:
-    """Where the trace's work happens: its first absolute working directory, else /workspace."""
-    first = next((s.args.get("cwd") for s in trace.steps if s.args.get("cwd")), None)
-    return first if first and first.startswith("/") and first != "/" else "/workspace"
+    """Where the trace's work happens: its first clean absolute working directory (not `/`), else
+    /workspace. A step whose own cwd is not clean is refused when it is launched (step_cwd)."""
+    first = next((c for c in (s.args.get("cwd") for s in trace.steps) if clean_path(c) not in (None, "/")), None)
+    return first or "/workspace"
+
+
+def step_cwd(step: Step) -> str:
+    """The step's recorded working directory, or StepRefused naming why it cannot be used."""
+    cwd = step.args["cwd"]
+    if clean_path(cwd) is None:
+        shown = repr(cwd) if len(repr(cwd)) <= 80 else repr(cwd)[:77] + "..."
+        raise StepRefused(f"step {step.step_id}: args.cwd {shown} is not a clean absolute path "
+                          "(absolute, no '.'/'..'/'//' parts, no NUL or newline, at most 4096 bytes)")
+    return cwd
+
+
+def check_command(step: Step) -> None:
+    """StepRefused for a command no program could be started with (too long for one argv string, or
+    containing a NUL byte), instead of a start that fails somewhere inside (exit 126, E2BIG)."""
+    cmd = step.command
+    if not isinstance(cmd, str):
+        raise StepRefused(f"step {step.step_id}: {step.tool} step without a command string")
+    size = len(cmd.encode("utf-8", "surrogateescape")) + 1
+    if size > MAX_ARG_STRLEN:
+        raise StepRefused(f"step {step.step_id}: command of {size - 1} bytes is longer than the kernel passes "
+                          f"to a program in one argument (MAX_ARG_STRLEN {MAX_ARG_STRLEN} bytes with its NUL); "
+                          "not executed")
+    if "\0" in cmd:
+        raise StepRefused(f"step {step.step_id}: command contains a NUL byte, which no argv can carry; not executed")
 
 
 def step_timeout(step: Step, default_s: float) -> float:
@@ -158,7 +270,7 @@ def step_script(tool: str, cwd_file: str) -> str:
     return body + f'; rc=$?; pwd > {cwd_file}; exit $rc'
 
 
-CWD_MAX_BYTES = 4096        # PATH_MAX: more is not a directory a shell printed
+CWD_MAX_BYTES = PATH_MAX    # more is not a directory a shell printed
 
 
 def read_cwd(cwd_file: Path) -> str | None:

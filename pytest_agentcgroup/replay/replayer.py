@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
 from ..traces.ir import Step, Trace
+from .executors import StepRefused
 from .spawn import SpawnError, run
 
 
@@ -63,10 +64,14 @@ def replay(trace: Trace, executor, placement: Placement, *,
 
 
 def replay_step(trace: Trace, step: Step, executor, placement: Placement) -> StepResult:
-    launch = executor.launch(step)
     cmd = step.command if step.command is not None else (step.args.get("method") or step.native_tool)
     base = dict(trace_id=trace.trace_id, step_id=step.step_id, tool=step.tool, cmd=cmd,
                 profile_source=step.profile.provenance() if executor.name == "emulate" else "none")
+    try:
+        launch = executor.launch(step)
+    except StepRefused as exc:          # cannot run as recorded: said in the record, not executed
+        return StepResult(**base, executed=False, latency_ms=None, exit_code=None, signal=None,
+                          timed_out=False, error=str(exc))
     if launch is None:
         return StepResult(**base, executed=False, latency_ms=None, exit_code=None, signal=None, timed_out=False)
     join = placement.begin_step(step)
