@@ -86,7 +86,7 @@ def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy
     ebpf_or_skip()
     result = run_study(pytester, "-k", "agentcgroup or bpf-soft", "--benchmark-json", "bench.json")
     result.assert_outcomes(passed=2)
-    lines = [json.loads(x) for x in (pytester.path / "out" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
     big = {r["config"]: r for r in lines if r["step_id"] == 1}
     # above the 128 MiB soft limit: throttled in the kernel and granted room, not killed ...
     assert big["agentcgroup"]["throttles"] >= 1 and big["agentcgroup"]["oom_kills"] == 0
@@ -151,7 +151,7 @@ def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, pol
     cgroups_or_skip()
     ebpf_or_skip()
     run_study(pytester, "-k", "agentcgroup").assert_outcomes(passed=1)
-    metrics = pytester.path / "out" / "metrics.jsonl"
+    metrics = pytester.path / "out" / "latest" / "metrics.jsonl"
     # an interrupted earlier run: its last step's line never made it to the file
     earlier = metrics.read_text().splitlines()[:-1]
     metrics.write_text("\n".join(earlier) + "\n")
