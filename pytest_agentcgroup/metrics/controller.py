@@ -46,6 +46,13 @@ class ControllerSettings:
 class MetricsController:
     def __init__(self, config: pytest.Config, settings: ControllerSettings):
         self.config, self.s = config, settings
+        if settings.baseline and Path(settings.baseline).is_dir():
+            # A results directory or `latest` means the newest run NOW: by the end of the session
+            # this run is the newest one, and must not be compared with itself.
+            try:
+                settings.baseline = str(store.resolve_run(settings.baseline).resolve())
+            except store.NoRun:
+                pass                           # gate.load names the problem when the gate runs
         self.entries: list[dict] = []          # benchmark entries from worker reports
         self.earlier: list[dict] = []          # resume: what the continued run held before
         self.run: Path | None = None           # the run directory, once chosen

@@ -214,8 +214,8 @@ def begin_session(run: Path) -> list[dict]:
     of workers of a parallel run killed before its controller could merge them); returns those
     records, which tests read to know what is complete. A new run needs no set-up: its directory
     is new."""
-    if not run.is_dir():
-        return []
+    if not worker_dirs(run):             # nothing to consolidate: the run is read, not rewritten
+        return read_records(run / METRICS_FILE)
     return merge_workers(run, keep=read_records(run / METRICS_FILE))[0]
 
 
