@@ -195,3 +195,29 @@ def test_placements_built_by_a_test_share_the_arms_controller(pytester, policy_p
     result = run_study(pytester, "test_tenants.py")
     result.assert_outcomes(passed=1)
     assert left_behind(pytester, host) == []
+
+
+# the plugin's bcc loader reads the programs from a directory where reclaim_throttle does not compile
+BROKEN_PROGRAM = """
+from pathlib import Path
+import pytest_agentcgroup.bpf.loader as loader
+broken = Path(__file__).parent / "broken-bpf"
+broken.mkdir(exist_ok=True)
+(broken / "reclaim_throttle.bpf.c").write_text("int agcg_thr_reclaim(void *ctx) { return not_declared_here; }\\n")
+loader.BPF_DIR = broken
+"""
+
+
+def test_a_policy_program_that_does_not_compile_fails_the_arm_never_skips(pytester, policy_project):
+    """A missing kernel feature skips; our own program failing to build is an error of every test
+    of the arm, naming the program and what clang said (compiled once, not per test)."""
+    cgroups_or_skip()
+    ebpf_or_skip()
+    pytester.makeconftest(REPORT_HELD + BROKEN_PROGRAM)
+    with open(pytester.path / "study.toml", "a") as f:       # a second trace x arm of the same arm
+        f.write('\n[experiments.exp1.matrix]\nseeds = [0, 1]\n')
+    result = run_study(pytester, "--agentcgroup-arms", "agentcgroup", "-rs")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*arm agentcgroup: cannot compile reclaim_throttle.bpf.c*",
+                                 "*use of undeclared identifier 'not_declared_here'*"])
+    assert "skipped" not in result.stdout.str().splitlines()[-1]

@@ -83,7 +83,15 @@ class MetricsController:
         `latest` at it. Returns (run, continues)."""
         run = self.choose_run()
         if not self.opened:
-            run.mkdir(parents=True, exist_ok=True)
+            if self.continues:
+                run.mkdir(parents=True, exist_ok=True)
+            else:
+                while True:                    # another session took this number meanwhile: the next
+                    try:
+                        run.mkdir(parents=True)
+                        break
+                    except FileExistsError:
+                        run = self.run = store.new_run(self.s.out)
             store.point_latest(run)
             self.opened = True
         return run, self.continues
