@@ -151,8 +151,10 @@ def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, pol
     cgroups_or_skip()
     ebpf_or_skip()
     run_study(pytester, "-k", "agentcgroup").assert_outcomes(passed=1)
-    metrics = pytester.path / "out" / "latest" / "metrics.jsonl"
-    # an interrupted earlier run: its last step's line never made it to the file
+    run = (pytester.path / "out" / "latest").resolve()
+    metrics = run / "metrics.jsonl"
+    # an interrupted earlier run: its last step's line never made it to the file, nor its end
+    (run / "complete.json").unlink()
     earlier = metrics.read_text().splitlines()[:-1]
     metrics.write_text("\n".join(earlier) + "\n")
     pytester.makeconftest(REPORT_HELD + textwrap.dedent("""
@@ -162,6 +164,7 @@ def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, pol
     """))
     run_study(pytester, "-k", "agentcgroup", "--agentcgroup-resume").assert_outcomes(skipped=1)
     assert metrics.read_text().splitlines() == earlier
+    assert (pytester.path / "out" / "latest").resolve() == run, "the resume continued the run, made no other"
 
 
 TENANTS = '''
