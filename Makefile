@@ -24,7 +24,8 @@ baseline: setup
 	@$(PY) -m pytest experiments -q --benchmark-columns=median --agentcgroup-out results --agentcgroup-save-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
-# the HTML report of results/ (make run): report/index.html, runs.csv, figures
+# the HTML report of the newest run in results/ (make run; `results` means its newest run):
+# report/index.html, runs.csv, figures
 report: setup
 	@$(PY) -m pytest_agentcgroup.cli report results -o report --config experiments/agentcgroup.toml
 

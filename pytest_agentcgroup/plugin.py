@@ -29,13 +29,14 @@ import pytest
 
 from . import config as cfgmod
 from .bpf.controller import Rules, missing_features, policy_for
-from .bpf.loader import BPFUnavailable
+from .bpf.loader import BPFBuildError, BPFUnavailable
 from .cgroups import CgroupUnavailable, RunTree, detect
 from .cgroups.arms import Arm, ArmPlacement
 from .cgroups.container import cgroup_parent, steps_in_container
 from .cgroups.isolate import WorkerIsolation
 from .metrics import benchjson, budgets, gate
-from .metrics.controller import ControllerSettings, MetricsController
+from .metrics.controller import (REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, ControllerSettings,
+                                 MetricsController)
 from .metrics.records import SUMMARY_METRICS, step_record, summarize
 from .metrics.store import METRICS_FILE, ResultsStore, read_records, run_key
 from .replay import ExecutorUnavailable, make_executor, replay
@@ -47,17 +48,19 @@ from .traces.ir import Trace, TraceError
 # name -> (help, default, type, marker keyword or None)
 SETTINGS = {
     "config": ("experiment configuration file (TOML: arms, experiments, budgets)", "experiments/agentcgroup.toml", str, None),
-    "out": ("results directory: metrics.jsonl (a line per step) and summary.json", "results", str, None),
+    "out": ("results directory: each run writes its own NNNN_<time>/ (metrics.jsonl, a line per step, and "
+            "summary.json); `latest` points at the newest", "results", str, None),
     "traces": ("trace corpus directory (holding manifest.json); default: the config file's `traces`", None, str, None),
     "subset": ("manifest subset or comma-separated trace ids to replay, for every experiment", None, str, "subset"),
     "arms": ("comma-separated arm names to run, for every experiment", None, str, "arms"),
     "executor": ("how steps run: emulate (reproduce the recorded profile), sandbox (real command under bubblewrap) or docker (real command in a container)", None, str, None),
     "time_scale": ("multiply recorded durations by this factor when replaying", None, float, None),
     "step_timeout": ("per-step timeout in seconds", None, float, None),
-    "resume": ("skip every trace x arm (x seed x params) already complete in the results directory; "
-               "redo partial ones", False, bool, None),
+    "resume": ("continue the newest run when it did not finish: skip every trace x arm (x seed x params) "
+               "already complete in it, redo partial ones (a finished newest run: start a new run)", False, bool, None),
     "isolate": ("under xdist, give each worker a disjoint cpuset and an equal share of the memory", False, bool, None),
-    "baseline": ("regression gate: compare this run with a baseline (file or results directory); "
+    "baseline": ("regression gate: compare this run with a baseline (file, run directory, or results "
+                 "directory = its newest run); "
                  "a regression fails the run", None, str, None),
     "gate_rules": ("regression gate rules, METRIC=+N|+X%|+X%+N|exact, comma-separated", gate.DEFAULT_RULES, str, None),
     "save_baseline": ("write this run's results as a baseline file", None, str, None),
@@ -146,6 +149,7 @@ class _State:
     summaries: list = field(default_factory=list)
     failures: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)      # Arm -> its session's controller (policy arms only)
+    policy_errors: dict = field(default_factory=dict)  # Arm -> why its eBPF program failed to build
 
     def load_config(self, config: pytest.Config) -> cfgmod.Config:
         if self.experiments is None:
@@ -352,7 +356,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     # complete result is kept, a policy arm this host cannot run skips (its earlier lines kept too).
     resume = setting(config, "resume")
     if resume and store.complete(case.key, len(steps)):
-        pytest.skip(f"resume: {case} is already complete in {Path(setting(config, 'out')) / METRICS_FILE}")
+        pytest.skip(f"resume: {case} is already complete in {store.path}")
     _arm_policy(config, case.arm)
     docker = {}
     if executor_name == "docker":
@@ -386,6 +390,19 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
                    on_step=on_step)
         except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
             pytest.skip(str(exc))
+        except Exception as exc:                # the executor crashed: the test fails, its records are kept
+            done = {r["step_id"] for r in records}
+            at = next((s.step_id for s in agentcgroup_trace.steps if s.step_id not in done), None)
+            exc.add_note(f"agentcgroup: the {executor_name} executor crashed replaying {case.trace_id} under arm "
+                         f"{case.arm.name}" + (f" at step {at}" if at is not None else " after its last step")
+                         + f"; {len(records)} step record(s) kept in {store.path}")
+            raise
+        bad = budgets.harness_failures(records, executor_name)
+        if bad:                                 # whatever the arm's budget says: nothing passes silently
+            lines = "\n  ".join(bad)
+            pytest.fail(f"{case.experiment.name} under arm {case.arm.name}: {len(bad)} step(s) did not run "
+                        f"as replayed ({executor_name} executor; records kept in {store.path}):\n  {lines}",
+                        pytrace=False)
         return Outcome(case, records)
     return run
 
@@ -419,14 +436,20 @@ def _arm_policy(config: pytest.Config, arm: Arm):
     if arm.policy is None:
         return None
     policies = config.stash[_STATE].policies
+    errors = config.stash[_STATE].policy_errors
+    if arm in errors:                          # compiled once per session: later tests fail the same way
+        pytest.fail(errors[arm], pytrace=False)
     if arm not in policies:
         why = missing_features(Rules.from_arm(arm))
         if why:
             pytest.skip(f"arm {arm.name} needs eBPF: {why}")
         try:
             policies[arm] = policy_for(arm)
-        except BPFUnavailable as exc:
+        except BPFUnavailable as exc:          # a missing kernel feature or privilege: not ours to fix
             pytest.skip(f"arm {arm.name} needs eBPF: {exc}")
+        except BPFBuildError as exc:           # our program is broken: that is a failure, never a skip
+            errors[arm] = f"arm {arm.name}: {exc}"
+            pytest.fail(errors[arm], pytrace=False)
     return policies[arm]
 
 
@@ -488,15 +511,21 @@ def agentcgroup_run(request: pytest.FixtureRequest, agentcgroup_replayer, agentc
 
 
 def _store(config: pytest.Config) -> ResultsStore:
+    """This process's results store, made when the first experiment test needs it: only then is
+    the run directory made (store.py), so a session without experiments writes nothing."""
     state = config.stash[_STATE]
     if state.store is None:
-        out, resume = Path(setting(config, "out")), setting(config, "resume")
         worker = os.environ.get("PYTEST_XDIST_WORKER")
-        # Each xdist worker writes its own file (one writer per file); the controller merges them.
-        # On resume a worker reads what is complete from DIR's file, which the controller consolidated
-        # at session start (store.begin_session); a serial run's store continues that file.
-        earlier = read_records(out / METRICS_FILE) if worker and resume else None
-        state.store = ResultsStore(out / worker if worker else out, resume=resume, earlier=earlier)
+        if worker:
+            # The controller chose the run (workerinput); each worker writes its own file (one
+            # writer per file) and the controller merges them. A continued run's file was
+            # consolidated by the controller before the workers started; a worker only reads it.
+            run, continues = Path(config.workerinput[WORKERINPUT_RUN]), config.workerinput[WORKERINPUT_CONTINUES]
+            earlier = read_records(run / METRICS_FILE) if continues else None
+            state.store = ResultsStore(run / worker, resume=continues, earlier=earlier)
+        else:
+            run, continues = config.stash[_CONTROLLER].open_run()
+            state.store = ResultsStore(run, resume=continues)
     return state.store
 
 
@@ -504,6 +533,8 @@ def _store(config: pytest.Config) -> ResultsStore:
 def pytest_runtest_makereport(item: pytest.Item, call):
     """Under xdist, a benchmark's entry travels to the controller on the call report."""
     report = yield
+    if "PYTEST_XDIST_WORKER" in os.environ and "agentcgroup_case" in getattr(item, "fixturenames", ()):
+        setattr(report, REPORT_EXPERIMENT, True)     # the controller points results/latest at the run
     fixture = getattr(item, "funcargs", {}).get("benchmark")
     if call.when == "call" and "PYTEST_XDIST_WORKER" in os.environ and getattr(fixture, "_mode", None) \
             and not fixture.has_error:
@@ -539,4 +570,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.write_sep("=", "agentcgroup summary")
     for line in format_summary(state.summaries).splitlines():
         terminalreporter.write_line(line)
-    terminalreporter.write_line(f"results: {setting(config, 'out')} (metrics.jsonl, summary.json)")
+    controller = config.stash.get(_CONTROLLER, None)
+    run = controller.run if controller is not None else None
+    terminalreporter.write_line(f"results: {run or setting(config, 'out')} (metrics.jsonl, summary.json)")

@@ -221,3 +221,32 @@ def test_throttle_stops_low_priority_allocator(run_tree):
         q = run([sys.executable, "-c", ALLOCATOR], join=normal.join_files(), timeout_s=30)
         assert q.exit_code == 0 and normal.counters().peak_bytes >= 60 * MB    # it did hit the limit
         assert all(e.cgroup_id != normal.id for e in thr.poll(0))
+
+
+# -- a broken program fails, it is not a missing feature ------------------------------------------
+
+def test_a_program_that_does_not_compile_is_a_build_error_naming_the_compilers_message(tmp_path):
+    """A real bcc compile of a deliberately broken program: BPFBuildError (never BPFUnavailable,
+    which tests and arms skip on) naming the program and clang's diagnostic."""
+    need("root", "bcc")
+    from pytest_agentcgroup.bpf.loader import BPFBuildError, BPFUnavailable, load
+    src = tmp_path / "broken.bpf.c"
+    src.write_text("int agcg_broken(void *ctx) { return undeclared_thing + 1; }\n")
+    with pytest.raises(BPFBuildError) as info:
+        with load(str(src)):
+            pass
+    assert not isinstance(info.value, BPFUnavailable)
+    assert "broken.bpf.c" in str(info.value)
+    assert "use of undeclared identifier 'undeclared_thing'" in str(info.value)
+
+
+def test_a_program_the_verifier_rejects_is_a_build_error_with_the_verifiers_log(tmp_path):
+    need("root", "bcc", "bpf_syscall", "tracefs")
+    from pytest_agentcgroup.bpf.loader import BPFBuildError, load
+    src = tmp_path / "unsafe.bpf.c"
+    src.write_text("int agcg_unsafe(void *ctx) { int *p = (int *)0x1234; return *p; }\n")
+    with pytest.raises(BPFBuildError) as info:
+        with load(str(src)) as prog:
+            prog.attach_tracepoint("sched:sched_switch", "agcg_unsafe")
+    assert "agcg_unsafe of unsafe.bpf.c" in str(info.value)
+    assert "invalid mem access" in str(info.value)          # the verifier's own words

@@ -69,7 +69,7 @@ def test_converted_traces_replay_in_exp1_under_every_arm(pytester, converted_stu
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
                                            "--agentcgroup-out", "out", timeout=600)
     result.assert_outcomes(passed=len(traces) * len(ARMS))
-    lines = [json.loads(x) for x in (pytester.path / "out" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
     got = {(r["config"], r["trace_id"], r["step_id"]) for r in lines}
     want = {(arm, t.trace_id, s.step_id) for arm in ARMS for t in traces for s in t.steps}
     assert len(lines) == len(want) and got == want

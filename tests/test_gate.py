@@ -154,3 +154,16 @@ def test_a_failing_run_saves_no_baseline(pytester, project):
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*baseline NOT saved to *baseline.json: the run failed (exit 1)*"])
     assert not (pytester.path / "baseline.json").exists()
+
+
+def test_a_results_directory_as_baseline_is_its_newest_run(tmp_path):
+    from pytest_agentcgroup.metrics import gate
+    results = tmp_path / "results"
+    for name, oom in (("0001_20261123T190000", 0), ("0002_20261123T193000", 1)):
+        (results / name).mkdir(parents=True)
+        (results / name / "metrics.jsonl").write_text(json.dumps(_rec("static", "t/a", 0, oom=oom)) + "\n")
+    (tmp_path / "empty").mkdir()
+    assert [m["oom_kills"] for m in gate.load(results).values()] == [1]
+    assert [m["oom_kills"] for m in gate.load(results / "0001_20261123T190000").values()] == [0]
+    with pytest.raises(gate.GateError, match="baseline .*empty: .*not a results directory"):
+        gate.load(tmp_path / "empty")

@@ -73,7 +73,7 @@ def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester,
     assert oom["source"].startswith("sum of oom_kills")
     assert by_arm["static-toolcall"]["name"] == "test_exp1[static-toolcall:oom-once]"
 
-    lines = [json.loads(x) for x in (pytester.path / "out" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 4 * 4
     design = {"trace_id", "step_id", "tool", "cmd", "latency_ms", "cpu_ms", "max_rss_mb", "mem_high_events",
               "config", "mem_max_events", "oom_kills", "exit_code", "profile_source"}
@@ -81,7 +81,7 @@ def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester,
     killed = [(r["config"], r["step_id"]) for r in lines if r["oom_kills"]]
     assert sorted(killed) == [("static-env", 1), ("static-toolcall", 1)]
     assert all(r["signal"] == 9 for r in lines if r["oom_kills"]), "the kernel count and the exit signal disagree"
-    summary = {s["config"]: s for s in json.loads((pytester.path / "out" / "summary.json").read_text())}
+    summary = {s["config"]: s for s in json.loads((pytester.path / "out" / "latest" / "summary.json").read_text())}
     assert summary["static-toolcall"]["oom_kills"] == 1 and summary["unlimited"]["oom_kills"] == 0
     assert summary["static-high"]["mem_high_events_total"] >= 1 and summary["static-high"]["oom_kills"] == 0
     for key in ("config", "traces", "total_steps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
@@ -157,7 +157,7 @@ def test_ctrl_c_leaves_no_cgroup(pytester, slow_project):
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
     assert our_cgroups(host, proc.pid) == [], out
     # every step that finished before the interrupt is on disk
-    assert (pytester.path / "out" / "metrics.jsonl").exists()
+    assert (pytester.path / "out" / "latest" / "metrics.jsonl").exists()
 
 
 def test_kill_9_leftovers_are_removed_by_the_next_run(pytester, slow_project):

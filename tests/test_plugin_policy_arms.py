@@ -86,7 +86,7 @@ def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy
     ebpf_or_skip()
     result = run_study(pytester, "-k", "agentcgroup or bpf-soft", "--benchmark-json", "bench.json")
     result.assert_outcomes(passed=2)
-    lines = [json.loads(x) for x in (pytester.path / "out" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
     big = {r["config"]: r for r in lines if r["step_id"] == 1}
     # above the 128 MiB soft limit: throttled in the kernel and granted room, not killed ...
     assert big["agentcgroup"]["throttles"] >= 1 and big["agentcgroup"]["oom_kills"] == 0
@@ -151,8 +151,10 @@ def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, pol
     cgroups_or_skip()
     ebpf_or_skip()
     run_study(pytester, "-k", "agentcgroup").assert_outcomes(passed=1)
-    metrics = pytester.path / "out" / "metrics.jsonl"
-    # an interrupted earlier run: its last step's line never made it to the file
+    run = (pytester.path / "out" / "latest").resolve()
+    metrics = run / "metrics.jsonl"
+    # an interrupted earlier run: its last step's line never made it to the file, nor its end
+    (run / "complete.json").unlink()
     earlier = metrics.read_text().splitlines()[:-1]
     metrics.write_text("\n".join(earlier) + "\n")
     pytester.makeconftest(REPORT_HELD + textwrap.dedent("""
@@ -162,6 +164,7 @@ def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, pol
     """))
     run_study(pytester, "-k", "agentcgroup", "--agentcgroup-resume").assert_outcomes(skipped=1)
     assert metrics.read_text().splitlines() == earlier
+    assert (pytester.path / "out" / "latest").resolve() == run, "the resume continued the run, made no other"
 
 
 TENANTS = '''
@@ -195,3 +198,29 @@ def test_placements_built_by_a_test_share_the_arms_controller(pytester, policy_p
     result = run_study(pytester, "test_tenants.py")
     result.assert_outcomes(passed=1)
     assert left_behind(pytester, host) == []
+
+
+# the plugin's bcc loader reads the programs from a directory where reclaim_throttle does not compile
+BROKEN_PROGRAM = """
+from pathlib import Path
+import pytest_agentcgroup.bpf.loader as loader
+broken = Path(__file__).parent / "broken-bpf"
+broken.mkdir(exist_ok=True)
+(broken / "reclaim_throttle.bpf.c").write_text("int agcg_thr_reclaim(void *ctx) { return not_declared_here; }\\n")
+loader.BPF_DIR = broken
+"""
+
+
+def test_a_policy_program_that_does_not_compile_fails_the_arm_never_skips(pytester, policy_project):
+    """A missing kernel feature skips; our own program failing to build is an error of every test
+    of the arm, naming the program and what clang said (compiled once, not per test)."""
+    cgroups_or_skip()
+    ebpf_or_skip()
+    pytester.makeconftest(REPORT_HELD + BROKEN_PROGRAM)
+    with open(pytester.path / "study.toml", "a") as f:       # a second trace x arm of the same arm
+        f.write('\n[experiments.exp1.matrix]\nseeds = [0, 1]\n')
+    result = run_study(pytester, "--agentcgroup-arms", "agentcgroup", "-rs")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*arm agentcgroup: cannot compile reclaim_throttle.bpf.c*",
+                                 "*use of undeclared identifier 'not_declared_here'*"])
+    assert "skipped" not in result.stdout.str().splitlines()[-1]

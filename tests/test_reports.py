@@ -213,3 +213,20 @@ def test_build_report_escapes_hostile_trace_ids(tmp_path):
     index = build_report(write_results(tmp_path / "r", [step_rec(trace_id=hostile)]), tmp_path / "out")
     page = index.read_text()
     assert hostile not in page and "&lt;img src=x" in page
+
+
+def test_a_results_directory_means_its_newest_run_and_a_run_directory_itself(tmp_path, capsys):
+    results = tmp_path / "results"
+    first = write_results(results / "0001_20261123T190000", [step_rec(config="unlimited")])
+    second = write_results(results / "0002_20261123T193000", [step_rec(config="static-high")])
+    os.symlink(second.name, results / "latest")
+    assert set(load(results).tests["config"]) == {"static-high"}
+    assert set(load(results / "latest").tests["config"]) == {"static-high"}
+    assert set(load(first).tests["config"]) == {"unlimited"}
+    both = load([first, results / "latest"]).tests
+    assert sorted(both["config"]) == ["static-high", "unlimited"] and both["run"].nunique() == 2
+    assert cli.main(["compare", str(first), str(results)]) == 1             # different tests: beyond tolerance
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultsError, match="no run directories"):
+        load(tmp_path / "empty")
+    capsys.readouterr()

@@ -26,7 +26,7 @@ def _records(path):
 
 def _kill_midway(pytester, lines_before_kill: int):
     """Start the study serially and SIGKILL pytest once `lines_before_kill` steps are on disk."""
-    metrics = pytester.path / "out" / "metrics.jsonl"
+    metrics = pytester.path / "out" / "latest" / "metrics.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentcgroup-config",
                              "study.toml", "--agentcgroup-out", "out", "-q"], cwd=pytester.path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -58,23 +58,31 @@ def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_proje
     before = _kill_midway(pytester, STEPS + 2)
     first = [r for r in before if r["config"] == ARMS[0]]
 
+    runs = sorted(p.name for p in (pytester.path / "out").iterdir())
+    assert len(runs) == 2 and runs[0].startswith("0001_") and runs[1] == "latest", runs
     rerun = run_study(pytester, "--agentcgroup-resume", "-rs", *workers)
     rerun.assert_outcomes(passed=3, skipped=1)
     rerun.stdout.fnmatch_lines([f"*resume: {ARMS[0]}:oom-once is already complete in *metrics.jsonl*"])
     out = pytester.path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "summary.json"]
-    after = _records(out / "metrics.jsonl")
+    assert sorted(p.name for p in out.iterdir()) == runs, "the resume continued the killed run, made no other"
+    run = out / runs[0]
+    assert sorted(p.name for p in run.iterdir()) == ["complete.json", "metrics.jsonl", "summary.json"]
+    after = _records(run / "metrics.jsonl")
     steps = Counter((r["config"], r["step_id"]) for r in after)
     assert steps == Counter({(a, s): 1 for a in ARMS for s in range(STEPS)}), steps
     assert [r for r in after if r["config"] == ARMS[0]] == first, "a complete test was replayed again"
     assert all(r["seed"] == 0 and r["params"] == {} for r in after)
-    summary = {s["config"]: s for s in json.loads((out / "summary.json").read_text())}
+    summary = {s["config"]: s for s in json.loads((run / "summary.json").read_text())}
     assert set(summary) == set(ARMS) and all(s["total_steps"] == STEPS for s in summary.values())
     assert summary["static-toolcall"]["oom_kills"] == 1
-    # resuming a complete directory runs nothing; without --agentcgroup-resume a run starts afresh
+    # the run is finished now: a further resume starts a new run, and the finished one stays as it was
+    kept = (run / "metrics.jsonl").read_bytes()
     again = run_study(pytester, "--agentcgroup-resume", *workers)
-    again.assert_outcomes(skipped=4)
-    assert Counter((r["config"], r["step_id"]) for r in _records(out / "metrics.jsonl")) == steps
+    again.assert_outcomes(passed=4)
+    newer = sorted(p.name for p in out.iterdir())
+    assert len(newer) == 3 and newer[1].startswith("0002_") and (out / "latest").resolve() == (out / newer[1]).resolve()
+    assert (run / "metrics.jsonl").read_bytes() == kept
+    assert Counter((r["config"], r["step_id"]) for r in _records(out / newer[1] / "metrics.jsonl")) == steps
     assert leaked(host) == []
 
 
@@ -99,11 +107,11 @@ def test_matrix_axes_are_test_ids_and_record_fields(pytester):
 
     result = run_study(pytester, "-k", "static-toolcall and seed1")
     result.assert_outcomes(passed=2)
-    recs = _records(pytester.path / "out" / "metrics.jsonl")
+    recs = _records(pytester.path / "out" / "latest" / "metrics.jsonl")
     assert {(r["seed"], r["params"]["ablation"], r["params"]["size"]) for r in recs} == {
         (1, "half-limit", "fast"), (1, "as-is", "fast")}
     assert all(r["replayed_duration_ms"] in (None, 0.0, 100.0) for r in recs)     # size=fast: time_scale 0.5
-    summary = json.loads((pytester.path / "out" / "summary.json").read_text())
+    summary = json.loads((pytester.path / "out" / "latest" / "summary.json").read_text())
     assert sorted((s["seed"], s["params"]["ablation"]) for s in summary) == [(1, "as-is"), (1, "half-limit")]
 
 
@@ -131,7 +139,7 @@ def test_resume_reads_what_a_killed_parallel_run_left(tmp_path):
     (tmp_path / "gw0" / METRICS_FILE).write_text(rec("b", 0) + rec("b", 1))           # b redone, complete
     (tmp_path / "gw1").mkdir()
     (tmp_path / "gw1" / METRICS_FILE).write_text(rec("c", 0) + rec("c", 1)[:20])      # c cut mid-line
-    begin_session(tmp_path, resume=True)            # what the controller does before the first test
+    begin_session(tmp_path)                         # what the controller does before the first test
     store = ResultsStore(tmp_path, resume=True)
     key = lambda arm: run_key("exp1", arm, "t/a")  # noqa: E731
     assert [store.complete(key(a), 2) for a in "abc"] == [True, True, False]
@@ -166,7 +174,7 @@ def test_resume_after_a_serial_run_ignores_older_worker_files(tmp_path):
     now = time.time_ns()
     _write(tmp_path / "gw0" / METRICS_FILE, [_step("a", 0, 999.0), _step("a", 1, 999.0)], now - 60 * 10**9)
     _write(tmp_path / METRICS_FILE, [_step("a", 0), _step("a", 1)], now)
-    earlier = begin_session(tmp_path, resume=True)
+    earlier = begin_session(tmp_path)
     assert [r["latency_ms"] for r in earlier] == [1.0, 1.0]
     assert sorted(p.name for p in tmp_path.iterdir()) == [METRICS_FILE, "summary.json"]
     store = ResultsStore(tmp_path, resume=True)
@@ -175,18 +183,36 @@ def test_resume_after_a_serial_run_ignores_older_worker_files(tmp_path):
     assert [r["latency_ms"] for r in _records(tmp_path / METRICS_FILE)] == [1.0, 1.0]
 
 
-def test_a_run_without_resume_removes_leftover_worker_files(tmp_path):
-    """Leftover worker directories go at the start of any run that does not resume (serial too), so
-    a later resume or merge cannot take their records for newer ones."""
-    from pytest_agentcgroup.metrics.store import METRICS_FILE, begin_session, merge_workers
+def test_a_worker_file_newer_than_the_runs_file_wins_the_merge(tmp_path):
+    """A parallel run killed before its merge: its worker file is newer than the run's own file, so
+    its version of a test replaces the older one."""
+    from pytest_agentcgroup.metrics.store import METRICS_FILE, merge_workers
 
-    _write(tmp_path / "gw0" / METRICS_FILE, [_step("a", 0, 999.0)], time.time_ns())
-    _write(tmp_path / METRICS_FILE, [_step("b", 0, 999.0)], time.time_ns())    # an older run's, whole
-    assert begin_session(tmp_path, resume=False) == []
-    assert not (tmp_path / "gw0").exists()
-    assert not (tmp_path / METRICS_FILE).exists()      # a parallel run killed midway leaves none to resume
-    # A worker file newer than DIR's file (a parallel run killed before its merge) still wins.
     _write(tmp_path / METRICS_FILE, [_step("a", 0), _step("b", 0)], time.time_ns() - 60 * 10**9)
     _write(tmp_path / "gw1" / METRICS_FILE, [_step("a", 0, 2.0)], time.time_ns())
     records, _ = merge_workers(tmp_path, keep=_records(tmp_path / METRICS_FILE))
     assert [(r["config"], r["latency_ms"]) for r in records] == [("b", 1.0), ("a", 2.0)]
+
+
+def test_runs_are_numbered_resume_takes_only_an_unfinished_newest_run(tmp_path):
+    from pytest_agentcgroup.metrics import store
+
+    assert store.runs(tmp_path / "absent") == [] and store.unfinished_run(tmp_path) is None
+    first = store.new_run(tmp_path)
+    assert first.name.startswith("0001_") and not first.exists()      # choosing makes nothing
+    first.mkdir()
+    _write(first / store.METRICS_FILE, [_step("a", 0)], time.time_ns())
+    assert store.unfinished_run(tmp_path) == first                     # no complete.json: unfinished
+    store.mark_finished(first, 0)
+    assert store.unfinished_run(tmp_path) is None
+    second = store.new_run(tmp_path)
+    assert second.name.startswith("0002_")
+    _write(second / "gw0" / store.METRICS_FILE, [_step("a", 0)], time.time_ns())    # a parallel run's
+    store.point_latest(second)
+    assert (tmp_path / "latest").resolve() == second.resolve()
+    assert store.resolve_run(tmp_path) == second                      # the results dir: its newest run
+    assert store.resolve_run(tmp_path / "latest") == tmp_path / "latest"    # the link is a run dir
+    assert store.resolve_run(first) == first
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(store.NoRun, match="not a results directory"):
+        store.resolve_run(tmp_path / "empty")

@@ -30,7 +30,7 @@ def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pyte
     host = cgroups_or_skip()
     serial = run_study(pytester, "--benchmark-json", "serial.json")
     serial.assert_outcomes(passed=4)
-    serial_results = sorted((pytester.path / "out" / "metrics.jsonl").read_text().splitlines())
+    serial_results = sorted((pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines())
     parallel = run_study(pytester, "-n", "2", "--benchmark-json", "parallel.json")
     parallel.assert_outcomes(passed=4)
     parallel.stdout.fnmatch_lines(["*agentcgroup summary*", "*static-toolcall*1*",
@@ -57,9 +57,12 @@ def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pyte
         assert s["extra_info"]["oom_kills"] == p["extra_info"]["oom_kills"]
         assert p["params"] == {"agentcgroup_case": p["param"]}
 
-    # one results directory, as after a serial run: no worker directories, every step once
-    out = pytester.path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "summary.json"]
+    # one run directory, as after a serial run: no worker directories, every step once; the serial
+    # run before it is kept
+    assert len([p for p in (pytester.path / "out").iterdir() if p.name != "latest"]) == 2
+    out = (pytester.path / "out" / "latest").resolve()
+    assert out.name.startswith("0002_")
+    assert sorted(p.name for p in out.iterdir()) == ["complete.json", "metrics.jsonl", "summary.json"]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == len(serial_results) == 16
     strip = lambda recs: sorted((r["config"], r["step_id"], r["oom_kills"]) for r in map(json.loads, recs))  # noqa: E731

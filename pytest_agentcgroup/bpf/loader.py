@@ -18,6 +18,8 @@ need an external loader (see controller.ExternalLoader).
 from __future__ import annotations
 
 import ctypes
+import errno
+import io
 import os
 import signal
 from contextlib import contextmanager
@@ -34,7 +36,28 @@ _ATTACH_TYPES = {"cgroup_inet_egress": 1, "cgroup_inet_ingress": 0}
 
 
 class BPFUnavailable(RuntimeError):
-    """bcc or the kernel cannot load this program; the message says what is missing."""
+    """bcc or the kernel cannot load this program for want of a feature or privilege (no bcc, no
+    BPF syscall, lockdown's EPERM, a missing tracepoint); the message says what is missing. Tests
+    skip on it."""
+
+
+class BPFBuildError(RuntimeError):
+    """Our program is at fault: the compiler rejected it, or the kernel's verifier did. Not a
+    missing feature, so never a skip: the message names the program and what the compiler or
+    kernel said."""
+
+
+# errnos of a load that mean "this host does not allow or offer it", not "the program is wrong"
+_UNAVAILABLE_ERRORS = (os.strerror(errno.EPERM), os.strerror(errno.ENOSYS), os.strerror(errno.EOPNOTSUPP),
+                       os.strerror(errno.ENOENT))
+
+
+def _load_failure(what: str, exc: Exception) -> RuntimeError:
+    """BPFUnavailable when bcc's message carries an errno of a missing feature or privilege, else
+    BPFBuildError (the verifier's EACCES/EINVAL: the program is wrong)."""
+    text = str(exc)
+    cls = BPFUnavailable if any(e in text for e in _UNAVAILABLE_ERRORS) else BPFBuildError
+    return cls(f"{what}: {text}")
 
 
 def import_bcc():
@@ -46,8 +69,12 @@ def import_bcc():
                              "(installs python3-bpfcc and links it into the venv)") from None
 
 
-def source_path(name: str) -> Path:
-    path = BPF_DIR / (name if name.endswith(".bpf.c") else f"{name}.bpf.c")
+def source_path(name: str | os.PathLike) -> Path:
+    """bpf/<name>.bpf.c of the repository; a path to a .bpf.c file is taken as it is."""
+    if os.path.isabs(name):
+        path = Path(name)
+    else:
+        path = BPF_DIR / (name if str(name).endswith(".bpf.c") else f"{name}.bpf.c")
     if not path.exists():
         raise FileNotFoundError(f"no BPF program {path}")
     return path
@@ -76,11 +103,20 @@ class Loaded:
         bcc = import_bcc()
         self.name = name
         self.path = source_path(name)
-        try:
-            self.bpf = bcc.BPF(src_file=str(self.path).encode(),
-                               cflags=[f"-I{BPF_DIR}", "-Wno-unused-function", *cflags])
-        except Exception as exc:
-            raise BPFUnavailable(f"cannot compile/load {self.path.name}: {exc}") from None
+        # clang prints its diagnostics on fd 2 and bcc raises only "Failed to compile": capture
+        # them, so that a build error names what the compiler said.
+        with _stderr_captured() as diagnostics:
+            try:
+                self.bpf = bcc.BPF(src_file=str(self.path).encode(),
+                                   cflags=[f"-I{BPF_DIR}", "-Wno-unused-function", *cflags])
+                failure = None
+            except Exception as exc:
+                failure = exc
+        if failure is not None:
+            said = diagnostics.getvalue().strip()
+            if "Failed to compile" in str(failure):
+                raise BPFBuildError(f"cannot compile {self.path.name}: {failure}" + (f"\n{said}" if said else "")) from None
+            raise _load_failure(f"cannot load {self.path.name}", failure) from None
         self._links: list[int] = []
         self._cgroup_fds: list[int] = []
         self._tracepoints: list[tuple[str, str]] = []
@@ -92,14 +128,31 @@ class Loaded:
 
     def attach_tracepoint(self, tp: str, fn_name: str) -> None:
         assert fn_name.startswith(PREFIX), fn_name
-        self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=fn_name.encode())
+        self._load_func(fn_name, import_bcc().BPF.TRACEPOINT)
+        try:
+            self.bpf.attach_tracepoint(tp=tp.encode(), fn_name=fn_name.encode())
+        except Exception as exc:          # no such tracepoint on this kernel, or no tracefs
+            raise BPFUnavailable(f"cannot attach {fn_name} of {self.path.name} to tracepoint {tp}: {exc}") from None
         self._tracepoints.append((tp, fn_name))
+
+    def _load_func(self, fn_name: str, prog_type):
+        """Load one function; the verifier's log (printed by libbpf on fd 2) joins a build error."""
+        with _stderr_captured() as log:
+            try:
+                return self.bpf.load_func(fn_name.encode(), prog_type)
+            except Exception as exc:       # the verifier's verdict, or a load the host refuses
+                failure = exc
+        err = _load_failure(f"cannot load {fn_name} of {self.path.name}", failure)
+        said = log.getvalue().strip()
+        if isinstance(err, BPFBuildError) and said:
+            err = BPFBuildError(f"{err}\n{said[-2000:]}")
+        raise err from None
 
     def attach_cgroup(self, fn_name: str, cgroup_dir: str | os.PathLike,
                       attach_type: str = "cgroup_inet_egress") -> None:
         assert fn_name.startswith(PREFIX), fn_name
         bcc = import_bcc()
-        fn = self.bpf.load_func(fn_name.encode(), bcc.BPF.CGROUP_SKB)
+        fn = self._load_func(fn_name, bcc.BPF.CGROUP_SKB)
         cg_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self._cgroup_fds.append(cg_fd)
         self._links.append(link_create(fn.fd, cg_fd, attach_type))
@@ -150,6 +203,27 @@ class Loaded:
             self.close()
         except Exception:
             pass
+
+
+@contextmanager
+def _stderr_captured():
+    """What is written to file descriptor 2 meanwhile (clang writes there, not to sys.stderr);
+    passed on to the real stderr afterwards too, so nothing is hidden."""
+    buf = io.StringIO()
+    import tempfile
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield buf
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            data = tmp.read().decode("utf-8", "replace")
+            buf.write(data)
+            if data:
+                os.write(2, data.encode())
 
 
 @contextmanager

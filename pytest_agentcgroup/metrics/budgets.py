@@ -129,3 +129,38 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
             out.append(Violation(trace_id, worst["step_id"], "latency_overhead_p95_ms", round(p95, 1),
                                  f"<= {budget['latency_overhead_p95_ms']} ms"))
     return out
+
+
+def _explained(r: dict) -> str | None:
+    """What accounts for a step's abnormal end, if anything the run counted does."""
+    if r.get("oom_kills", 0) > 0:
+        return "OOM kill"
+    if r.get("timed_out"):
+        return "timeout"
+    if r.get("policy_kills", 0) > 0:
+        return "policy kill"
+    return None
+
+
+def harness_failures(records: list[dict], executor: str) -> list[str]:
+    """Steps that did not run as the replay asked, whatever the arm's budget says; each line names
+    trace, step and what happened. Empty: every step ran as asked.
+
+    * a step that could not be started (its record has `error`), under every executor;
+    * `emulate`: the emulator is ours and exits 0 when it has reproduced the profile, so a non-zero
+      exit or a signal fails unless an OOM kill the kernel counted, the step's timeout or a kill by
+      the policy controller explains it;
+    * `sandbox`/`docker`: a real command's own exit status is the command's outcome (a trace's
+      failing `pytest` fails again), not the harness's, so only a step that could not start fails.
+    """
+    out = []
+    for r in records:
+        where = f"{r['trace_id']} step {r['step_id']} ({r.get('tool')}: {str(r.get('cmd'))[:80]!r})"
+        if r.get("error"):
+            out.append(f"{where}: could not be started: {r['error']}")
+        elif executor == "emulate" and r.get("executed") and (r.get("exit_code") or r.get("signal")) \
+                and _explained(r) is None:
+            how = f"signal {r['signal']}" if r.get("signal") else f"exit code {r['exit_code']}"
+            out.append(f"{where}: the emulator ended with {how}, and no OOM kill, timeout or policy kill "
+                       "was counted that would explain it")
+    return out

@@ -1,9 +1,15 @@
 """The controller's side of a run (the pytest process itself, or xdist's controller when `-n N`):
 what happens once per session, after every test has run, whichever process ran it.
 
-* results: before any test, DIR is set up once (store.begin_session: on resume consolidated into
-  its one file, otherwise rid of leftover worker directories); under xdist each worker wrote `DIR/<worker>/metrics.jsonl`; they are merged into
-  `DIR/metrics.jsonl` + `DIR/summary.json` (on resume, with what earlier runs left there).
+* results: the run directory (store.py: `results/NNNN_<time>/`, or on resume the unfinished run
+  it continues) is chosen once, here. Serially it is made when the first experiment test asks for
+  its store (`open_run`), so a session without experiments leaves the results directory as it was.
+  Under xdist the controller cannot know before the workers collect whether any test is an
+  experiment, so it only chooses the path and hands it to every worker (`workerinput`); the first
+  worker that writes makes it. Only a resume consolidates, before the workers start, the unfinished
+  run it continues (store.begin_session): that run is what was asked for. At the end the workers'
+  `RUN/<worker>/metrics.jsonl` are merged into `RUN/metrics.jsonl` + `RUN/summary.json`, the run
+  is marked finished (not after Ctrl-C) and `results/latest` points at it.
 * benchmark JSON: under xdist pytest-benchmark records nothing, so the entries that workers put on
   their test reports (benchjson.REPORT_ATTR) are written here in its schema. Serially
   pytest-benchmark writes the file and the hooks below add to it: params as test ids, and the
@@ -20,7 +26,12 @@ from pathlib import Path
 import pytest
 
 from . import benchjson, environment, gate
+from . import store
 from .store import begin_session, merge_workers, worker_dirs
+
+WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
+WORKERINPUT_CONTINUES = "agentcgroup_continues"
+REPORT_EXPERIMENT = "agentcgroup_experiment"  # a worker's report of an experiment test carries it
 
 
 @dataclass
@@ -35,8 +46,18 @@ class ControllerSettings:
 class MetricsController:
     def __init__(self, config: pytest.Config, settings: ControllerSettings):
         self.config, self.s = config, settings
+        if settings.baseline and Path(settings.baseline).is_dir():
+            # A results directory or `latest` means the newest run NOW: by the end of the session
+            # this run is the newest one, and must not be compared with itself.
+            try:
+                settings.baseline = str(store.resolve_run(settings.baseline).resolve())
+            except store.NoRun:
+                pass                           # gate.load names the problem when the gate runs
         self.entries: list[dict] = []          # benchmark entries from worker reports
-        self.earlier: list[dict] = []          # resume: what DIR held before this run
+        self.earlier: list[dict] = []          # resume: what the continued run held before
+        self.run: Path | None = None           # the run directory, once chosen
+        self.continues = False                 # the run is an unfinished earlier one (resume)
+        self.opened = False                    # serial: an experiment asked for the run
         self.summaries: list[dict] = []
         self.gate_lines: list[str] = []
         self.json_written: Path | None = None
@@ -45,20 +66,51 @@ class MetricsController:
     def distributed(self) -> bool:
         return self.config.pluginmanager.has_plugin("dsession")
 
-    # -- before the first test (and the workers) start --------------------------------------------
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self, session) -> None:
-        if self.config.option.collectonly:
-            return
-        # Serial or parallel: earlier results (also those of workers of a killed parallel run)
-        # become DIR's one file, which the tests read to know what is complete.
-        self.earlier = begin_session(self.s.out, resume=self.s.resume)
+    # -- the run directory -------------------------------------------------------------------------
+    def choose_run(self) -> Path:
+        """Once per session: the unfinished newest run on resume (consolidated now), else a new
+        run's path. Nothing is made for a new run."""
+        if self.run is None:
+            found = store.unfinished_run(self.s.out) if self.s.resume else None
+            self.continues = found is not None
+            self.run = found if found is not None else store.new_run(self.s.out)
+            if self.continues:
+                self.earlier = begin_session(self.run)
+        return self.run
+
+    def open_run(self) -> tuple[Path, bool]:
+        """Serial: the first experiment test is about to write; make its run directory and point
+        `latest` at it. Returns (run, continues)."""
+        run = self.choose_run()
+        if not self.opened:
+            if self.continues:
+                run.mkdir(parents=True, exist_ok=True)
+            else:
+                while True:                    # another session took this number meanwhile: the next
+                    try:
+                        run.mkdir(parents=True)
+                        break
+                    except FileExistsError:
+                        run = self.run = store.new_run(self.s.out)
+            store.point_latest(run)
+            self.opened = True
+        return run, self.continues
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """xdist: every worker gets the one run directory chosen here."""
+        node.workerinput[WORKERINPUT_RUN] = str(self.choose_run())
+        node.workerinput[WORKERINPUT_CONTINUES] = self.continues
 
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
         entry = getattr(report, benchjson.REPORT_ATTR, None)
         if entry is not None and report.when == "call":
             self.entries.append(entry)
+        if getattr(report, REPORT_EXPERIMENT, False) and not self.opened and self.run is not None \
+                and self.run.is_dir():
+            store.point_latest(self.run)          # a worker made the run: readers find it now
+            self.opened = True
 
     # -- pytest-benchmark hooks (serial runs: it writes the file, we add to it) -------------------
     def pytest_benchmark_update_machine_info(self, config, machine_info) -> None:
@@ -79,10 +131,17 @@ class MetricsController:
         file's records, `summaries` their summaries; both empty under xdist). Returns the run's
         summaries."""
         self.summaries = summaries
-        if self.distributed and (worker_dirs(self.s.out) or self.earlier):
-            records, self.summaries = merge_workers(self.s.out, keep=self.earlier)
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
+        run = self.run
+        used = run is not None and (self.opened or bool(worker_dirs(run)))
+        if not used:                           # no experiment wrote: the results directory is untouched
+            return self.summaries
+        if self.distributed:
+            records, self.summaries = merge_workers(run, keep=self.earlier)
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            store.mark_finished(run, int(session.exitstatus))
+        store.point_latest(run)
         ran = bool(self.summaries)
         if ran and (self.s.baseline or self.s.save_baseline):
             self._gate(session, records)
@@ -98,13 +157,13 @@ class MetricsController:
         self.json_written = path
 
     def _gate(self, session: pytest.Session, records: list[dict]) -> None:
-        """`records`: what DIR/metrics.jsonl now holds."""
+        """`records`: what RUN/metrics.jsonl now holds."""
         if self.s.save_baseline and session.exitstatus != pytest.ExitCode.OK:
             self.gate_lines.append(f"baseline NOT saved to {self.s.save_baseline}: the run failed "
                                    f"(exit {int(session.exitstatus)}); a baseline is made from a passing run")
         elif self.s.save_baseline:
             try:
-                n = gate.save(records, self.s.save_baseline, note=f"saved from {os.path.relpath(self.s.out)}")
+                n = gate.save(records, self.s.save_baseline, note=f"saved from {os.path.relpath(self.run)}")
                 self.gate_lines.append(f"baseline saved: {self.s.save_baseline} ({n} trace x arm)")
             except gate.GateError as exc:
                 self.gate_lines.append(f"GATE ERROR: {exc}")

@@ -17,8 +17,9 @@ rules as unchecked. A trace × arm in this run but not in the baseline is report
 `new`, one in the baseline but not in this run as `missing`; neither fails the gate (a `-k`
 selection or a newly added arm must not fail it; regenerate the baseline to cover them).
 
-A baseline is a file written by `save()` (schema `agentcgroup-baseline/1`), a results directory
-or its metrics.jsonl (a saved run), or a pytest-benchmark JSON written by this plugin.
+A baseline is a file written by `save()` (schema `agentcgroup-baseline/1`), a run directory or its
+metrics.jsonl (a saved run), a results directory (its newest run, as `results/latest`), or a
+pytest-benchmark JSON written by this plugin.
 """
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .records import SUMMARY_METRICS, summarize
-from .store import METRICS_FILE, read_records, record_key, run_key
+from .store import METRICS_FILE, NoRun, read_records, record_key, resolve_run, run_key
 
 SCHEMA = "agentcgroup-baseline/1"
 SHOW = 10                     # new/missing entries listed by name; the rest are counted
 DEFAULT_RULES = "oom_kills=+0,timeouts=+0,mem_high_events_total=+2,latency_p95_ms=+100%+500"
+# What ran is gated exactly: a step that stops (or starts) executing changes what the run measured.
+DEFAULT_RULES += ",executed_steps=exact,unstarted_steps=+0"
 _TOLERANCE = re.compile(r"^\+(?:(?P<pct>\d+(?:\.\d+)?)%)?(?:\+?(?P<abs>\d+(?:\.\d+)?))?$")
 
 
@@ -119,9 +122,13 @@ def _key(obj: dict) -> Key:
 
 
 def load(path: str | Path) -> dict[Key, dict]:
+    """A baseline: a file, a run directory, or a results directory (= its newest run; `latest`)."""
     path = Path(path)
     if path.is_dir():
-        path = path / METRICS_FILE
+        try:
+            path = resolve_run(path) / METRICS_FILE
+        except NoRun as exc:
+            raise GateError(f"baseline {exc}") from None
     if not path.exists():
         raise GateError(f"baseline {path}: no such file (regenerate it: see README, 'Regression gate')")
     if path.suffix == ".jsonl":

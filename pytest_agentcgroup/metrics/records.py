@@ -60,6 +60,10 @@ METRICS = {m.name: m for m in (
     Metric("policy_kills_total", "count", "lower", "derived", "sum of policy_kills"),
     Metric("pids_max_events_total", "count", "lower", "derived", "sum of pids_max_events"),
     Metric("total_steps", "count", "none", "derived", "steps replayed"),
+    Metric("executed_steps", "count", "none", "derived",
+           "steps whose process ran (records with executed true); a change means the replay did other work"),
+    Metric("unstarted_steps", "count", "lower", "derived",
+           "steps that should have run but could not be started (records with an error)"),
 )}
 
 
@@ -113,6 +117,7 @@ def summarize(records: list[dict], config: str) -> dict:
         "traces": len({r["trace_id"] for r in records}),
         "total_steps": len(records),
         "executed_steps": sum(1 for r in records if r["executed"]),
+        "unstarted_steps": sum(1 for r in records if r.get("error")),
         "latency_p50_ms": _round(percentile(lat, 50)),
         "latency_p95_ms": _round(percentile(lat, 95)),
         "latency_p99_ms": _round(percentile(lat, 99)),

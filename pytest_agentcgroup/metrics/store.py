@@ -1,32 +1,114 @@
-"""The results directory: metrics.jsonl (a line per step, flushed as each step ends, so a killed
-run keeps every step it finished) and summary.json (one object per experiment × config × seed ×
-params).
+"""The results directory: one directory per run, never overwritten, and inside each run
+metrics.jsonl (a line per step, flushed as each step ends, so a killed run keeps every step it
+finished) and summary.json (one object per experiment × config × seed × params).
 
-One writer per file: a serial run writes `DIR/metrics.jsonl`; each xdist worker writes
-`DIR/<worker>/metrics.jsonl` and the controller merges them into `DIR/metrics.jsonl` at the end
-(`merge_workers`), so a results directory looks the same however the run was split.
+    results/                       the results directory (--agentcgroup-out)
+      0001_20261123T190000/        a run: NNNN_<UTC start>, numbered as pytest-benchmark numbers saves
+        metrics.jsonl  summary.json  complete.json
+      0002_20261123T193000/        the next run (gw0/, gw1/ while its xdist workers write)
+      latest -> 0002_20261123T193000
+
+A run directory is made only when the run's first experiment test is about to write: a session
+that runs no experiment never makes, changes or removes anything here. `complete.json` is written
+when the session ends (not when it was killed or interrupted): a run without it is unfinished, and
+`--agentcgroup-resume` continues the newest run when it is unfinished, else starts a new one.
+`resolve_run` turns what a reader is given (a run directory, the results directory, `latest`)
+into one run directory; a directory that holds metrics.jsonl itself (a run, or results written
+before runs had directories) is taken as it is.
+
+One writer per file: a serial run writes `RUN/metrics.jsonl`; each xdist worker writes
+`RUN/<worker>/metrics.jsonl` and the controller merges them into `RUN/metrics.jsonl` at the end
+(`merge_workers`), so a run directory looks the same however the run was split.
 
 A test's results are identified by its `run_key`: experiment, arm (`config`), trace, seed and
-matrix params. Once per session, before any test, the controller calls `begin_session`: on resume
-it consolidates DIR (its file plus what workers of a killed parallel run left) into DIR's one file;
-otherwise it removes what an earlier run left (worker directories, DIR's own files), so a later
-merge or resume never takes stale records for this run's. With `resume=True` the store keeps what an earlier run wrote:
-`complete(key, n)` says whether a test's steps are all there already, and `restart(key)` drops a
-test's partial lines before it is replayed again, so the final file holds every step once.
+matrix params. When a run is continued (resume), `begin_session` first consolidates it (its file
+plus what workers of a killed parallel run left) into its one file. With `resume=True` the store
+keeps what the earlier attempt wrote: `complete(key, n)` says whether a test's steps are all there
+already, and `restart(key)` drops a test's partial lines before it is replayed again, so the final
+file holds every step once.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .records import summarize
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+COMPLETE_FILE = "complete.json"       # written when a run's session ended: the run is finished
+LATEST = "latest"                     # symlink to the newest run directory
 WORKER_PREFIX = "gw"                  # xdist worker ids: gw0, gw1, ...
+_RUN_NAME = re.compile(r"^(\d{4,})_\d{8}T\d{6}Z?$")
+
+
+class NoRun(ValueError):
+    """A path that is neither a run directory nor a results directory holding runs."""
+
+
+def runs(results: Path) -> list[Path]:
+    """The run directories of a results directory, oldest (lowest number) first."""
+    try:
+        found = [p for p in Path(results).iterdir() if _RUN_NAME.match(p.name) and p.is_dir() and not p.is_symlink()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(found, key=lambda p: int(_RUN_NAME.match(p.name)[1]))
+
+
+def finished(run: Path) -> bool:
+    return (run / COMPLETE_FILE).is_file()
+
+
+def new_run(results: Path) -> Path:
+    """The path of the next run (number after the newest, this moment in UTC); nothing is made."""
+    have = runs(results)
+    number = int(_RUN_NAME.match(have[-1].name)[1]) + 1 if have else 1
+    return Path(results) / f"{number:04d}_{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+
+
+def unfinished_run(results: Path) -> Path | None:
+    """The run a resume continues: the newest run, when it did not finish."""
+    have = runs(results)
+    return have[-1] if have and not finished(have[-1]) else None
+
+
+def holds_results(d: Path) -> bool:
+    """DIR is itself a run: its own metrics.jsonl, or xdist workers' gw*/metrics.jsonl."""
+    return (d / METRICS_FILE).is_file() or any((w / METRICS_FILE).is_file() for w in worker_dirs(d))
+
+
+def resolve_run(path: str | Path) -> Path:
+    """The run directory meant by `path`: a run directory itself (or `latest`, which resolves to
+    one), else the newest run of a results directory. Raises NoRun naming the path."""
+    d = Path(path)
+    if not d.is_dir():
+        raise NoRun(f"{d}: no such results directory")
+    if holds_results(d):
+        return d
+    have = runs(d)
+    if have:
+        return have[-1]
+    raise NoRun(f"{d}: no {METRICS_FILE} (nor gw*/{METRICS_FILE} from xdist workers) and no run "
+                "directories (NNNN_<time>/) — not a results directory")
+
+
+def point_latest(run: Path) -> None:
+    """results/latest -> this run (relative, replaced atomically, so a reader never sees none)."""
+    link = run.parent / LATEST
+    tmp = run.parent / f".{LATEST}.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(run.name, tmp)
+    os.replace(tmp, link)
+
+
+def mark_finished(run: Path, exitstatus: int) -> None:
+    _write_atomic(run / COMPLETE_FILE, json.dumps({
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "exitstatus": exitstatus}) + "\n")
 
 
 def run_key(experiment: str | None, arm: str, trace_id: str, seed: int = 0, params: dict | None = None) -> tuple:
@@ -126,33 +208,24 @@ def merge_workers(out: Path, *, keep: list[dict] | None = None) -> tuple[list[di
     return merged, sums
 
 
-def begin_session(out: Path, *, resume: bool) -> list[dict]:
-    """The controller's setup of DIR before any test runs, serial or parallel. On resume, DIR's
-    file := what earlier runs left (its own lines merged with the files of workers of a parallel
-    run killed before its controller could merge them); returns those records, which tests read to
-    know what is complete. Otherwise leftover worker directories are removed: this run must not
-    find them later (a resume or a merge would take their stale records for newer ones)."""
-    if not resume:
-        # A new run's results start empty, also under xdist, where DIR's own file is written only at
-        # the end: a parallel run killed midway must not leave an older run's file for a resume to
-        # take as this run's.
-        _remove_worker_dirs(out)
-        for name in (METRICS_FILE, SUMMARY_FILE):
-            (out / name).unlink(missing_ok=True)
-        return []
-    if not out.is_dir():
-        return []
-    return merge_workers(out, keep=read_records(out / METRICS_FILE))[0]
+def begin_session(run: Path) -> list[dict]:
+    """The controller's set-up of a run it continues (resume), before any of its tests runs, serial
+    or parallel: RUN's file := what the earlier attempt left (its own lines merged with the files
+    of workers of a parallel run killed before its controller could merge them); returns those
+    records, which tests read to know what is complete. A new run needs no set-up: its directory
+    is new."""
+    if not worker_dirs(run):             # nothing to consolidate: the run is read, not rewritten
+        return read_records(run / METRICS_FILE)
+    return merge_workers(run, keep=read_records(run / METRICS_FILE))[0]
 
 
 class ResultsStore:
     """One writer's metrics.jsonl.
 
-    resume, serial (`earlier` None): the store continues DIR's file, which `begin_session` has
+    resume, serial (`earlier` None): the store continues RUN's file, which `begin_session` has
     consolidated; its lines are kept and what they complete is skipped. resume, xdist worker:
-    `earlier` holds DIR's records (read, never rewritten, by a worker) and the worker's own file
-    starts empty. Without resume a new run starts a new file: results of different runs are never
-    mixed."""
+    `earlier` holds RUN's records (read, never rewritten, by a worker) and the worker's own file
+    starts empty. Without resume the store is a new run's: its directory is new."""
 
     def __init__(self, out: str | Path, *, resume: bool = False, earlier: list[dict] | None = None):
         self.out = Path(out)

@@ -10,13 +10,15 @@ from pathlib import Path
 def add_parsers(sub) -> None:
     r = sub.add_parser(
         "report", help="build the HTML report (figures, sortable table, runs.csv) of results directories",
-        description="Read results directories (metrics.jsonl, or gw*/metrics.jsonl of xdist workers) and write "
+        description="Read runs (a run directory, or a results directory, which means its newest run, as its "
+                    "`latest` link; each holds metrics.jsonl, or gw*/metrics.jsonl of xdist workers) and write "
                     "OUT/index.html (summary, figures, a sortable table of runs), OUT/runs.csv (a row per trace "
                     "× arm × seed), OUT/columns.csv (unit and provenance of each column) and OUT/figures/*.png. "
                     "Needs the `report` extra.",
         epilog="Example: agentcgroup report results -o report --config experiments/agentcgroup.toml. "
                "Exit codes: 0 ok, 1 bad input (file and line named on stderr), 2 usage error.")
-    r.add_argument("dirs", nargs="+", metavar="DIR", type=Path, help="results directories")
+    r.add_argument("dirs", nargs="+", metavar="DIR", type=Path,
+                   help="run directories, or results directories (= their newest run)")
     r.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="OUT",
                    help="report directory (created; default %(default)s)")
     r.add_argument("--config", type=Path, metavar="TOML",
@@ -30,14 +32,15 @@ def add_parsers(sub) -> None:
     from .comparison import DEFAULT_TOLERANCES
     c = sub.add_parser(
         "compare", help="compare two results directories test by test, within tolerances",
-        description="Compare results directory B against A for every trace × arm × seed (× params) and metric. "
+        description="Compare run B against run A (each a run directory, or a results directory = its newest "
+                    "run) for every trace × arm × seed (× params) and metric. "
                     "A difference is beyond tolerance when |B - A| > max(absolute, relative × |A|). Which "
                     "side is worse follows each metric's direction. Tests in one directory only always count. "
                     "Default tolerances: " + ", ".join(f"{k}={v}" for k, v in DEFAULT_TOLERANCES.items()) + ".",
         epilog="Example: agentcgroup compare results-a results-b --tol latency_p95_ms=50%,100. Exit codes: 0 within "
                "tolerance, 1 differences beyond tolerance, 2 usage error or unreadable input (named on stderr).")
-    c.add_argument("a", metavar="A", type=Path, help="the reference results directory")
-    c.add_argument("b", metavar="B", type=Path, help="the results directory compared with A")
+    c.add_argument("a", metavar="A", type=Path, help="the reference run (run or results directory)")
+    c.add_argument("b", metavar="B", type=Path, help="the run compared with A (run or results directory)")
     c.add_argument("--tol", action="append", default=[], metavar="METRIC=SPEC",
                    help="tolerance of a metric: N (absolute, metric's unit), N%% (of A) or N%%,M (the larger); "
                         "repeatable")

@@ -6,7 +6,8 @@ seed × sweep params) — the rows of runs.csv.
     res.steps                              # a row per metrics.jsonl line
     res.tests                              # a row per trace × arm × seed (× params), per results dir
 
-A results directory holds metrics.jsonl (written by metrics/store.py), or — a parallel run whose
+A results directory holds one directory per run (metrics/store.py; the newest is read unless a
+run directory is named). A run holds metrics.jsonl (written by metrics/store.py), or — a parallel run whose
 controller did not merge them — one per xdist worker in gw0/, gw1/, …, which are read together.
 Records without `seed` are seed 0; without `params`, no sweep axes ({}).
 """
@@ -18,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..metrics.records import METRICS, SUMMARY_METRICS, Metric, summarize
-from ..metrics.store import METRICS_FILE, worker_dirs
+from ..metrics.store import METRICS_FILE, NoRun, resolve_run, worker_dirs
 
 #: Every column a report shows, with unit, direction and provenance: the store's METRICS, as a test's
 #: or an arm's summary holds them (SUMMARY_METRICS: oom_kills there is the steps' sum), plus what a
@@ -92,11 +93,13 @@ def params_key(params: dict) -> str:
 
 
 def metrics_files(directory: str | Path) -> list[Path]:
-    """The metrics.jsonl files of a results directory: its own, else one per xdist worker (gw*/) —
-    also when its own is older than all of the workers' (left by an earlier run)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise ResultsError(f"{d}: no such results directory")
+    """The metrics.jsonl files of a run (a run directory, `results/latest`, or a results directory,
+    which means its newest run: metrics/store.py resolve_run): its own, else one per xdist worker
+    (gw*/) — also when its own is older than all of the workers' (left by an earlier run)."""
+    try:
+        d = resolve_run(directory)
+    except NoRun as exc:
+        raise ResultsError(str(exc)) from None
     top = d / METRICS_FILE
     workers = [w / METRICS_FILE for w in worker_dirs(d) if (w / METRICS_FILE).is_file()]
     if top.is_file() and not (workers and min(w.stat().st_mtime for w in workers) > top.stat().st_mtime):
