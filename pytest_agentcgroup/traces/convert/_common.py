@@ -363,6 +363,7 @@ FORMAT_SOURCES = {
     "swe-agent-rows": {"dataset": "nebius/SWE-agent-trajectories", "licence": "CC-BY-4.0",
                        "origin": "hf:nebius/SWE-agent-trajectories"},
     "openhands-events": {"dataset": "OpenHands event stream", "licence": "unknown", "origin": "unknown"},
+    "openhands-resolver": {"dataset": "OpenHands resolver output", "licence": "unknown", "origin": "unknown"},
     "swe-agent-traj": {"dataset": "SWE-agent trajectory", "licence": "unknown", "origin": "unknown"},
     "playwright": {"dataset": "Playwright trace", "licence": "unknown", "origin": "unknown"},
 }
