@@ -5,6 +5,7 @@
     agentcgroup traces stats FILE_OR_DIR... [--json]
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
+    agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol METRIC=SPEC]... [--only-worse] [--all] [--json]
 
@@ -79,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", metavar="FILE", type=Path)
     s.add_argument("--json", action="store_true", help="print the statistics as JSON on stdout")
     s.set_defaults(func=cmd_stats)
+
+    ch = tsub.add_parser(
+        "characterize", help="resource characterization of IR traces, beside the AgentCgroup paper's figures",
+        description="Per step kind memory peaks (P50/P95/max, over the baseline and absolute), peak-to-average "
+                    "per trace, memory change rates, tool time share, average CPU and the idle share of a static "
+                    "limit at the peak, computed from the traces' derived profiles and container summaries, with "
+                    "the AgentCgroup paper's published figures beside ours and how the definitions differ.",
+        epilog="Example: agentcgroup traces characterize traces/claude-code/haiku")
+    ch.add_argument("files", nargs="+", metavar="FILE", type=Path)
+    ch.add_argument("--json", action="store_true", help="print the characterization as JSON on stdout")
+    ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
     _add_select(tsub)
     from .reports import commands as report_commands
@@ -349,6 +361,33 @@ def cmd_stats(args) -> int:
               + f"   (total {st['total_duration_ms'] / 1000:.1f} s)")
         print(f"cwd known on {st['steps_with_cwd']} step(s); resource profile on {st['profiled_steps']}")
         print("licences: " + ", ".join(f"{k} {v}" for k, v in st["licences"].items()))
+    return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+def cmd_characterize(args) -> int:
+    from .traces.characterize import characterize, format_table
+    traces: list[Trace] = []
+    bad = 0
+    for f in _ir_files(args.files):
+        got, err = _read(f)
+        if err:
+            bad += 1
+            print(err, file=sys.stderr)
+        traces.extend(got)
+    if not traces:
+        if not bad:
+            print("no IR files found", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    res = characterize(traces)
+    if res["profiled_steps"] == 0:
+        print("no step carries a resource profile: nothing to characterize (convert traces with resource "
+              "samples, e.g. claude-code task directories with resources.json)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        print(format_table(res))
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 

@@ -49,6 +49,7 @@ def test_rdflib_haiku_concrete():
     # the agent sent HTML-escaped '&amp;&amp;'; kept verbatim (the shell failed on it)
     assert "&amp;&amp;" in trace.steps[13].command
     container = trace.source["container"]
+    assert trace.source.pop("agent_time_s") == {"value": 198.373, "provenance": "recorded"}   # results.json claude_time
     assert {k: v for k, v in trace.source.items() if k != "container"} == {
         "format": "claude-code", "dataset": "agentcgroup-claude-code", "path": "haiku/RDFLib__rdflib-1117",
         "origin": "yunwei37/agentcgroup@5af9e7b8f37a93513206c331c7ec0ff149e89f27", "licence": "GPL-2.0",

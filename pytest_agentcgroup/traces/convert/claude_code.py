@@ -654,6 +654,11 @@ def convert_task(task: Path) -> Trace:
               "licence": LICENCE if known else "unknown", "model": info.get("model", task.parent.name)}
     if "image" in info:
         source["image"] = info["image"]
+    agent_time = results.get("claude_time") if results else None
+    if isinstance(agent_time, (int, float)) and not isinstance(agent_time, bool) and math.isfinite(agent_time) \
+            and agent_time > 0:
+        # the agent's whole run (model time + tool time), as results.json timed it
+        source["agent_time_s"] = {"value": round(float(agent_time), 3), "provenance": "recorded"}
     if samples is not None and len(samples):
         source["container"] = container_summary(samples, samples_from, baselines)
     else:
