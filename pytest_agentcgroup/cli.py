@@ -365,15 +365,14 @@ def cmd_stats(args) -> int:
 
 
 def cmd_characterize(args) -> int:
-    from .traces.characterize import characterize, format_table
-    traces: list[Trace] = []
-    bad = 0
-    for f in _ir_files(args.files):
-        got, err = _read(f)
-        if err:
-            bad += 1
-            print(err, file=sys.stderr)
-        traces.extend(got)
+    from .traces.characterize import characterize, format_table, load_traces
+    missing = [str(f) for f in args.files if not f.exists()]
+    for m in missing:
+        print(f"{m}: no such file or directory", file=sys.stderr)
+    traces, errors = load_traces(f for f in args.files if f.exists())
+    for err in errors:
+        print(err, file=sys.stderr)
+    bad = len(errors) + len(missing)
     if not traces:
         if not bad:
             print("no IR files found", file=sys.stderr)

@@ -113,6 +113,7 @@ def characterize(traces: Iterable[Trace]) -> dict[str, Any]:
     tool_cpu = [0.0, 0.0]                                  # cpu_ms, duration_ms over steps with both
     containers = []
     profiled = 0
+    synthetic = 0
     for t in traces:
         c = _container(t)
         if c:
@@ -127,6 +128,9 @@ def characterize(traces: Iterable[Trace]) -> dict[str, Any]:
                 tool_cpu[0] += step.profile.cpu_ms.value
                 tool_cpu[1] += dur
             if p is None:
+                continue
+            if p.provenance == "synthetic":       # a made-up profile (noisy neighbours) is no observation
+                synthetic += 1
                 continue
             kind = step_kind(step)
             kind = kind if kind in delta else "other"
@@ -170,7 +174,7 @@ def characterize(traces: Iterable[Trace]) -> dict[str, Any]:
     models = sorted({str(t.source.get("model", "?")) for t in traces})
     return {
         "traces": len(traces), "steps": sum(len(t.steps) for t in traces), "profiled_steps": profiled,
-        "traces_with_container": len(containers), "models": models,
+        "traces_with_container": len(containers), "models": models, "synthetic_steps": synthetic,
         "by_kind": {k: {"delta_mb": _dist(delta[k]), "absolute_mb": _dist(absolute[k])}
                     for k in STEP_KINDS if delta[k]},
         "git_status": {"delta_mb": _dist(git_delta), "absolute_mb": _dist(git_abs)},
@@ -201,30 +205,24 @@ def paper_column(key: str, models: Sequence[str]) -> str:
     return ", ".join(vals) if vals else "-"
 
 
-def format_table(res: dict[str, Any]) -> str:
-    """The characterization as text: our figure, its provenance, the paper's, and the definition gap."""
-    def f(v, unit=""):
-        return "n/a" if v is None else f"{v:g}{unit}"
+def _f(v, unit=""):
+    return "n/a" if v is None else f"{v:g}{unit}"
 
+
+def kind_rows(res: dict[str, Any]) -> list[tuple[str, dict, dict]]:
+    """(step kind, delta distribution, absolute distribution) rows, `git status` last."""
+    rows = [(k, d["delta_mb"], d["absolute_mb"]) for k, d in res["by_kind"].items()]
+    return rows + [("git status", res["git_status"]["delta_mb"], res["git_status"]["absolute_mb"])]
+
+
+def comparison_rows(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(figure, ours, the paper's, difference in definition) rows."""
+    f = _f
     models = res["models"]
-    lines = [f"{res['traces']} trace(s), {res['steps']} step(s), {res['profiled_steps']} with a profile; "
-             f"{res['traces_with_container']} with whole-container samples; models: {', '.join(models) or '-'}",
-             "All our figures are derived (from recorded 1 Hz samples and tool-call times); the paper's are "
-             "published figures, quoted. Paper column: its Haiku run for haiku traces, its GLM (local-model) run "
-             "for the others (the upstream `local` runs, whose results.json says model qwen3).", "",
-             "Memory peak per step kind (MiB)      delta over baseline: P50 / P95 / max (n)   |  absolute: "
-             "P50 / P95 / max"]
-    for kind, d in res["by_kind"].items():
-        a, b = d["delta_mb"], d["absolute_mb"]
-        lines.append(f"  {kind:<9} {f(a['p50']):>8} / {f(a['p95']):>7} / {f(a['max']):>7}  ({a['n']:>4})"
-                     f"        |  {f(b['p50'])} / {f(b['p95'])} / {f(b['max'])}")
     g = res["git_status"]
-    lines.append(f"  git status {f(g['delta_mb']['p50']):>7} / {f(g['delta_mb']['p95']):>7} / "
-                 f"{f(g['delta_mb']['max']):>7}  ({g['delta_mb']['n']:>4})        |  {f(g['absolute_mb']['p50'])} / "
-                 f"{f(g['absolute_mb']['p95'])} / {f(g['absolute_mb']['max'])}")
-    lines += ["", f"{'figure':<44} {'ours (derived)':<26} {'paper (published)':<22} difference in definition"]
     test = res["by_kind"].get("test", {"delta_mb": {"p95": None}, "absolute_mb": {"p95": None}})
     p2a = res["peak_to_average"]
+    rate = res["mem_change_rate_mb_s"]
     rows = [
         ("peak_to_average_max", "memory peak/average, most extreme trace",
          f"{f(p2a['absolute']['max'], 'x')} abs, {f(p2a['delta']['max'], 'x')} delta"),
@@ -234,13 +232,10 @@ def format_table(res: dict[str, Any]) -> str:
          f"{f(test['delta_mb']['p95'])} delta, {f(test['absolute_mb']['p95'])} abs"),
         ("git_status_peak_mb", "git status peak P50, MiB",
          f"{f(g['delta_mb']['p50'])} delta, {f(g['absolute_mb']['p50'])} abs"),
-        (None, "memory change rate, MiB/s: max",
-         f"{f(res['mem_change_rate_mb_s']['samples_max']['max'])} samples"),
-        (None, "memory change rate, MiB/s: P95 (median trace)",
-         f"{f(res['mem_change_rate_mb_s']['samples_p95_per_trace']['p50'])} samples"),
+        (None, "memory change rate, MiB/s: max", f"{f(rate['samples_max']['max'])} samples"),
+        (None, "memory change rate, MiB/s: P95 (median trace)", f"{f(rate['samples_p95_per_trace']['p50'])} samples"),
         (None, "step memory growth peak/ramp, MiB/s: P50/P95",
-         f"{f(res['mem_change_rate_mb_s']['step_growth']['p50'])} / "
-         f"{f(res['mem_change_rate_mb_s']['step_growth']['p95'])}"),
+         f"{f(rate['step_growth']['p50'])} / {f(rate['step_growth']['p95'])}"),
         (None, "share of agent run time spent in tools",
          f"{f(_pct(res['tool_time_share']['value']), '%')} (n={res['tool_time_share']['n']})"),
         ("cpu_percent_mean", "average CPU, % of one core (container)", f"{f(res['cpu_percent_mean']['value'], '%')}"),
@@ -248,16 +243,61 @@ def format_table(res: dict[str, Any]) -> str:
         ("static_limit_idle_share", "idle share of a static limit at the peak",
          f"{f(_pct(res['static_limit_idle_share']['value']), '%')}"),
         (None, "  same, CPU limit at each trace's CPU peak", f"{f(_pct(res['static_limit_idle_share_cpu']['value']), '%')}"),
-        (None, "  same, one memory limit at the set's peak", f"{f(_pct(res['static_limit_idle_share_one_limit']['value']), '%')}"),
+        (None, "  same, one memory limit at the set's peak",
+         f"{f(_pct(res['static_limit_idle_share_one_limit']['value']), '%')}"),
         ("near_peak_share", "share of time near the peak (>= 90 %)",
          f"{f(_pct(res['near_peak_share']['value'], 2), '%')}"),
     ]
+    out = []
     for key, label, ours in rows:
         paper = paper_column(key, models) if key else "-"
         if key in ("static_limit_idle_share", "near_peak_share"):
             paper = paper.replace("0.9 ", "> 90 % ").replace("0.02 ", "< 2 % ")
-        lines.append(f"{label:<44} {ours:<26} {paper:<22} {DIFFERENCES.get(key, '') if key else ''}")
+        out.append((label, ours, paper, DIFFERENCES.get(key, "") if key else ""))
+    return out
+
+
+def header(res: dict[str, Any]) -> list[str]:
+    models = res["models"]
+    skipped = (f"; {res['synthetic_steps']} step(s) with synthetic profiles left out"
+               if res.get("synthetic_steps") else "")
+    return [f"{res['traces']} trace(s), {res['steps']} step(s), {res['profiled_steps']} with a profile; "
+            f"{res['traces_with_container']} with whole-container samples; models: {', '.join(models) or '-'}"
+            + skipped,
+            "All our figures are derived (from recorded 1 Hz samples and tool-call times); the paper's are "
+            "published figures, quoted. Paper column: its Haiku run for haiku traces, its GLM (local-model) run "
+            "for the others (the upstream `local` runs, whose results.json says model qwen3)."]
+
+
+def format_table(res: dict[str, Any]) -> str:
+    """The characterization as text: our figure, its provenance, the paper's, and the definition gap."""
+    f = _f
+    lines = header(res) + ["", "Memory peak per step kind (MiB)      delta over baseline: P50 / P95 / max (n)   |  "
+                               "absolute: P50 / P95 / max"]
+    for kind, a, b in kind_rows(res):
+        lines.append(f"  {kind:<10} {f(a['p50']):>7} / {f(a['p95']):>7} / {f(a['max']):>7}  ({a['n']:>4})"
+                     f"        |  {f(b['p50'])} / {f(b['p95'])} / {f(b['max'])}")
+    lines += ["", f"{'figure':<46} {'ours (derived)':<26} {'paper (published)':<22} difference in definition"]
+    for label, ours, paper, diff in comparison_rows(res):
+        lines.append(f"{label:<46} {ours:<26} {paper:<22} {diff}")
     return "\n".join(lines)
+
+
+def load_traces(paths: Iterable) -> tuple[list[Trace], list[str]]:
+    """IR traces from files and directories (*.json / *.jsonl, manifest.json skipped), and an error
+    line per file that did not read."""
+    from pathlib import Path
+    from .ir import TraceError, read_traces
+    traces, errors = [], []
+    for p in map(Path, paths):
+        files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl")
+                       and f.name != "manifest.json") if p.is_dir() else [p]
+        for f in files:
+            try:
+                traces.extend(read_traces(f))
+            except TraceError as exc:
+                errors.append(str(exc))
+    return traces, errors
 
 
 def _pct(v, nd=1):
