@@ -111,8 +111,9 @@ def _add_fetch(tsub) -> None:
     f.add_argument("-n", "--rows", type=int, default=100, metavar="N", help="rows (trajectories) to fetch (default 100)")
     f.add_argument("--repo", default=F.DEFAULT_REPO, help=f"dataset repository (default {F.DEFAULT_REPO})")
     f.add_argument("--path", help="parquet file inside the repository (default: every *.parquet file, sorted)")
-    f.add_argument("--revision", default=F.DEFAULT_REVISION, help="branch, tag or commit (default %(default)s; "
-                   "resolved to a commit, which keys the cache)")
+    f.add_argument("--revision", default=F.DEFAULT_REVISION, help="branch, tag or full commit SHA (default "
+                   "%(default)s); resolved by the Hub to a commit SHA, which keys the cache and is recorded in "
+                   "everything written (OUT.origin.json), so the fetch can be repeated exactly")
     f.add_argument("--source", type=Path, metavar="FILE", help="a local parquet file to read instead of the Hub")
     f.add_argument("--cache", type=Path, default=F.DEFAULT_CACHE, help="cache directory (default %(default)s)")
     f.add_argument("--chunk-format", choices=F.FORMATS, default="parquet", help="format of the cached chunks")
@@ -147,7 +148,11 @@ def cmd_fetch(args) -> int:
     else:
         print(f"{res.rows} row(s) in {res.dest} ({res.fetched_row_groups} row group(s) fetched, "
               f"{res.reused_row_groups} reused from the cache)" + (f"; {written} row(s) written to {args.output}"
+                                                                   f" (origin in {args.output}.origin.json)"
                                                                    if args.output else ""))
+        if res.origin.get("commit"):
+            print(f"pinned: {res.origin['repo']}@{res.origin['commit']}; repeat exactly with: "
+                  f"{F.repeat_command(res.origin, res.rows)}")
     if res.rows < args.rows:
         print(f"agentcgroup traces fetch: the source has only {res.rows} row(s)", file=sys.stderr)
     return EXIT_OK
