@@ -8,9 +8,19 @@ Input layout (one *task directory* per agent run, as in yunwei37/agentcgroup
 - `resources.json`: `{samples: [{epoch, timestamp, mem_usage, mem_percent, cpu_percent}], summary}`,
   about 1 Hz docker-stats style samples of the whole task container. Only `epoch` (Unix seconds) is
   used for time: `timestamp` there is naive local time (UTC-8) and would be off by 8 hours.
-- `results.json` (optional): run summary; only `model` and `image` are read from it.
+- `results.json` (optional): run summary; `model`, `image` and `claude_time` (-> `source.agent_time_s`,
+  recorded) are read from it, and, when the other files are missing, `resource_samples` (upstream: an
+  identical copy of resources.json, `{samples, summary}`; a bare sample list is read too) and
+  `traces.tool_calls` (an identical copy of tool_calls.json).
 
-`convert(path)` accepts a task directory, its `tool_calls.json`, or any directory holding task
+Layouts that convert: tool_calls.json + resources.json (the shipped dataset); tool_calls.json +
+results.json (samples from resource_samples); results.json alone (tool calls and samples from it);
+tool_calls.json alone (its content must look like a tool-call array: timed steps, no profile, and
+`source.profile_note` says why). A tool call without `end_timestamp` (or with null) has no duration
+and no profile. When there are samples, `source.container` summarises them (see container_summary).
+
+`convert(path)` accepts a task directory, its `tool_calls.json` (or `results.json` when there is no
+tool_calls.json), or any directory holding task
 directories below it (e.g. the dataset root `<root>/<model>/<task>/`); it yields one Trace per task,
 in sorted path order, with trace_id `claude-code/<model>/<task>` (`<model>` is the parent folder name).
 
