@@ -5,6 +5,7 @@
     agentcgroup traces stats FILE_OR_DIR... [--json]
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
+    agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol METRIC=SPEC]... [--only-worse] [--all] [--json]
     agentcgroup images clean [--image NAME]...
@@ -80,6 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+", metavar="FILE", type=Path)
     s.add_argument("--json", action="store_true", help="print the statistics as JSON on stdout")
     s.set_defaults(func=cmd_stats)
+
+    ch = tsub.add_parser(
+        "characterize", help="resource characterization of IR traces, beside the AgentCgroup paper's figures",
+        description="Per step kind memory peaks (P50/P95/max, over the baseline and absolute), peak-to-average "
+                    "per trace, memory change rates, tool time share, average CPU and the idle share of a static "
+                    "limit at the peak, computed from the traces' derived profiles and container summaries, with "
+                    "the AgentCgroup paper's published figures beside ours and how the definitions differ.",
+        epilog="Example: agentcgroup traces characterize traces/claude-code/haiku")
+    ch.add_argument("files", nargs="+", metavar="FILE", type=Path)
+    ch.add_argument("--json", action="store_true", help="print the characterization as JSON on stdout")
+    ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
     _add_select(tsub)
     from .reports import commands as report_commands
@@ -101,8 +113,9 @@ def _add_fetch(tsub) -> None:
     f.add_argument("-n", "--rows", type=int, default=100, metavar="N", help="rows (trajectories) to fetch (default 100)")
     f.add_argument("--repo", default=F.DEFAULT_REPO, help=f"dataset repository (default {F.DEFAULT_REPO})")
     f.add_argument("--path", help="parquet file inside the repository (default: every *.parquet file, sorted)")
-    f.add_argument("--revision", default=F.DEFAULT_REVISION, help="branch, tag or commit (default %(default)s; "
-                   "resolved to a commit, which keys the cache)")
+    f.add_argument("--revision", default=F.DEFAULT_REVISION, help="branch, tag or full commit SHA (default "
+                   "%(default)s); resolved by the Hub to a commit SHA, which keys the cache and is recorded in "
+                   "everything written (OUT.origin.json), so the fetch can be repeated exactly")
     f.add_argument("--source", type=Path, metavar="FILE", help="a local parquet file to read instead of the Hub")
     f.add_argument("--cache", type=Path, default=F.DEFAULT_CACHE, help="cache directory (default %(default)s)")
     f.add_argument("--chunk-format", choices=F.FORMATS, default="parquet", help="format of the cached chunks")
@@ -137,7 +150,11 @@ def cmd_fetch(args) -> int:
     else:
         print(f"{res.rows} row(s) in {res.dest} ({res.fetched_row_groups} row group(s) fetched, "
               f"{res.reused_row_groups} reused from the cache)" + (f"; {written} row(s) written to {args.output}"
+                                                                   f" (origin in {args.output}.origin.json)"
                                                                    if args.output else ""))
+        if res.origin.get("commit"):
+            print(f"pinned: {res.origin['repo']}@{res.origin['commit']}; repeat exactly with: "
+                  f"{F.repeat_command(res.origin, res.rows)}")
     if res.rows < args.rows:
         print(f"agentcgroup traces fetch: the source has only {res.rows} row(s)", file=sys.stderr)
     return EXIT_OK
@@ -381,6 +398,32 @@ def cmd_stats(args) -> int:
               + f"   (total {st['total_duration_ms'] / 1000:.1f} s)")
         print(f"cwd known on {st['steps_with_cwd']} step(s); resource profile on {st['profiled_steps']}")
         print("licences: " + ", ".join(f"{k} {v}" for k, v in st["licences"].items()))
+    return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+def cmd_characterize(args) -> int:
+    from .traces.characterize import characterize, format_table, load_traces
+    missing = [str(f) for f in args.files if not f.exists()]
+    for m in missing:
+        print(f"{m}: no such file or directory", file=sys.stderr)
+    traces, errors = load_traces(f for f in args.files if f.exists())
+    for err in errors:
+        print(err, file=sys.stderr)
+    bad = len(errors) + len(missing)
+    if not traces:
+        if not bad:
+            print("no IR files found", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    res = characterize(traces)
+    if res["profiled_steps"] == 0:
+        print("no step carries a resource profile: nothing to characterize (convert traces with resource "
+              "samples, e.g. claude-code task directories with resources.json)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.json:
+        json.dump(res, sys.stdout, indent=1)
+        print()
+    else:
+        print(format_table(res))
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 

@@ -48,7 +48,9 @@ def test_rdflib_haiku_concrete():
     assert trace.steps[1].args == {"pattern": "**/csv2rdf.py"}
     # the agent sent HTML-escaped '&amp;&amp;'; kept verbatim (the shell failed on it)
     assert "&amp;&amp;" in trace.steps[13].command
-    assert trace.source == {
+    container = trace.source["container"]
+    assert trace.source.pop("agent_time_s") == {"value": 198.373, "provenance": "recorded"}   # results.json claude_time
+    assert {k: v for k, v in trace.source.items() if k != "container"} == {
         "format": "claude-code", "dataset": "agentcgroup-claude-code", "path": "haiku/RDFLib__rdflib-1117",
         "origin": "yunwei37/agentcgroup@5af9e7b8f37a93513206c331c7ec0ff149e89f27", "licence": "GPL-2.0",
         "model": "haiku", "image": "swerebench/sweb.eval.x86_64.rdflib_1776_rdflib-1117"}
@@ -56,6 +58,12 @@ def test_rdflib_haiku_concrete():
         assert {"peak_mb", "ramp_ms", "cpu_ms"} <= set(s.profile.to_json())
         assert s.profile.provenance() == "derived"
     assert max(s.profile.peak_mb.value for s in trace.steps) == 49.9     # MiB (52.3 decimal MB)
+    # the whole-container summary agrees with the upstream resources.json `summary` (63 samples,
+    # max 262.0 MB = 249.9 MiB, cpu avg 13.119 %); per step the baseline its peak_mb is over
+    assert (container["samples"], container["mem_mb_max"], container["cpu_percent_mean"]) == (63, 249.9, 13.12)
+    assert container["provenance"] == "derived" and container["from"] == "resources.json samples"
+    assert container["mem_mb_min"] == round(11.85e6 / 2**20, 1)
+    assert len(container["step_baseline_mb"]) == 17 and None not in container["step_baseline_mb"]
 
 
 def test_sniff(tmp_path):
@@ -379,3 +387,164 @@ def test_parsers_directly():
         cc.parse_cpu(True)
     with pytest.raises(TraceError):
         cc.parse_cpu("nan%")
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout variants: samples only in results.json, tool calls only in results.json, no samples at all,
+# tool calls without end_timestamp
+
+def _results(calls, samples_=None, *, samples_as_list=False) -> dict:
+    out = {"image": "img", "model": "m", "claude_time": 1.0, "traces": {"files": [], "tool_calls": calls}}
+    if samples_ is not None:
+        out["resource_samples"] = samples_ if samples_as_list else {"samples": samples_, "summary": {}}
+    return out
+
+
+def _variant(root: Path, name: str, *, tool_calls=None, resources=None, results=None) -> Path:
+    task = root / "m" / name
+    task.mkdir(parents=True)
+    if tool_calls is not None:
+        (task / "tool_calls.json").write_text(json.dumps(tool_calls))
+    if resources is not None:
+        (task / "resources.json").write_text(json.dumps({"samples": resources, "summary": {}}))
+    if results is not None:
+        (task / "results.json").write_text(json.dumps(results))
+    return task
+
+
+CALLS = [call(2.5, 5.5, command="pytest -x"), call(7.2, 7.25, "Read", file_path="/testbed/a.py")]
+
+
+def test_samples_from_results_json_equal_resources_json(tmp_path):
+    ref = _variant(tmp_path, "ref", tool_calls=CALLS, resources=samples())
+    for name, res in (("dict", _results(CALLS, samples())), ("list", _results(CALLS, samples(), samples_as_list=True))):
+        task = _variant(tmp_path, name, tool_calls=CALLS, results=res)
+        assert cc.sniff(task) and cc.sniff(task / "tool_calls.json") and not cc.sniff(task / "results.json")
+        (t,) = cc.convert(task)
+        (r,) = cc.convert(ref)
+        assert [s.to_json() for s in t.steps] == [s.to_json() for s in r.steps]
+        assert t.steps[0].profile.peak_mb.value == 200.0          # 300 MiB sample - 100 MiB baseline
+        assert t.source["container"]["from"] == "results.json resource_samples"
+        assert {k: v for k, v in t.source["container"].items() if k != "from"} == \
+            {k: v for k, v in r.source["container"].items() if k != "from"}
+
+
+def test_tool_calls_only_in_results_json(tmp_path):
+    task = _variant(tmp_path, "res-only", results=_results(CALLS, samples()))
+    assert cc.sniff(task) and cc.sniff(task / "results.json")
+    assert convert_pkg.sniff(task / "results.json") == "claude-code"
+    (t,) = cc.convert(tmp_path)                                 # found when walking, too
+    assert t.trace_id == "claude-code/m/res-only" and [s.tool for s in t.steps] == ["bash", "read"]
+    assert t.steps[0].profile.peak_mb.value == 200.0
+    # a results.json that is not AgentCgroup's is not claimed
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.json").write_text('{"accuracy": 0.5}')
+    assert not cc.sniff(other) and convert_pkg.sniff(other / "results.json") is None
+
+
+def test_tool_calls_alone_convert_without_profile_and_say_why(tmp_path):
+    task = _variant(tmp_path, "alone", tool_calls=CALLS)
+    assert cc.sniff(task / "tool_calls.json") and convert_pkg.sniff(task / "tool_calls.json") == "claude-code"
+    (t,) = cc.convert(task)
+    assert [s.duration_ms.to_json() for s in t.steps] == [{"value": 3000.0, "provenance": "recorded"},
+                                                           {"value": 50.0, "provenance": "recorded"}]
+    assert all(s.profile.to_json() == {} for s in t.steps)
+    assert "container" not in t.source
+    assert t.source["profile_note"].startswith("no resource samples: the task directory has no resources.json "
+                                               "and no results.json")
+    # with a results.json that has no samples, the note says so
+    task2 = _variant(tmp_path, "nosamples", tool_calls=CALLS, results={"model": "m"})
+    (t2,) = cc.convert(task2)
+    assert "its results.json no resource_samples" in t2.source["profile_note"]
+
+
+def test_missing_end_timestamp_gives_no_duration_and_no_profile(tmp_path):
+    calls = [dict(c) for c in CALLS]
+    del calls[1]["end_timestamp"]
+    calls[0]["end_timestamp"] = None
+    (t,) = cc.convert(_variant(tmp_path, "noend", tool_calls=calls, resources=samples()))
+    assert [s.duration_ms for s in t.steps] == [None, None]
+    assert all(s.profile.to_json() == {} for s in t.steps)
+    assert t.source["container"]["step_baseline_mb"] == [None, None]
+
+
+def test_results_json_errors_name_the_field(tmp_path):
+    bad_calls = [call(0, 1), {"tool": "Bash", "input": {"command": "ls"}}]
+    task = _variant(tmp_path, "bad1", results=_results(bad_calls, samples()))
+    with pytest.raises(TraceError) as info:
+        list(cc.convert(task))
+    assert (info.value.file, info.value.field) == (str(task / "results.json"), "traces.tool_calls[1].timestamp")
+    s = samples()
+    s[3]["mem_usage"] = "12QB / 1GB"
+    task = _variant(tmp_path, "bad2", tool_calls=CALLS, results=_results(CALLS, s))
+    with pytest.raises(TraceError) as info:
+        list(cc.convert(task))
+    assert info.value.field == "resource_samples.samples[3].mem_usage" and "bad memory size" in str(info.value)
+    task = _variant(tmp_path, "bad3", results={"claude_time": 3.0, "traces": {"files": []}})
+    with pytest.raises(TraceError, match="no tool_calls.json in the task directory"):
+        list(cc.convert(task))
+    task = _variant(tmp_path, "bad4", results=_results([call(0, 1, command=["ls"])], samples()))
+    with pytest.raises(TraceError) as info:
+        list(cc.convert(task))
+    assert info.value.field == "traces.tool_calls[0].input.command"
+
+
+@needs_data
+def test_real_task_without_resources_json(tmp_path):
+    """A real task copied without resources.json converts from results.json's identical samples to
+    the same steps; with tool_calls.json alone it keeps the recorded durations."""
+    src = DATA / "haiku" / "RDFLib__rdflib-1117"
+    (ref,) = cc.convert(src)
+    for keep, expect_profile in ((("tool_calls.json", "results.json"), True), (("results.json",), True),
+                                 (("tool_calls.json",), False)):
+        task = tmp_path / "-".join(keep) / "haiku" / src.name
+        task.mkdir(parents=True)
+        for f in keep:
+            (task / f).write_bytes((src / f).read_bytes())
+        (t,) = cc.convert(task)
+        assert len(t.steps) == 17
+        assert [s.duration_ms for s in t.steps] == [s.duration_ms for s in ref.steps]
+        if expect_profile:
+            assert [s.profile for s in t.steps] == [s.profile for s in ref.steps]
+        else:
+            assert all(s.profile.to_json() == {} for s in t.steps) and "profile_note" in t.source
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing: the task directory's three files, mutated
+
+from hypothesis import HealthCheck, given, settings, strategies as st   # noqa: E402
+from fuzzing import check_converter, json_nodes, mutate as mutate_json   # noqa: E402
+
+_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**10), st.floats(), st.text(max_size=20),
+                  st.sampled_from(["2026-02-07T09:44:42.394Z", "12MB / 1GB", "0B / 0B", "50%", "Bash", "\u0000"]))
+_value = st.recursive(_leaf, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
+    st.sampled_from(["samples", "epoch", "mem_usage", "cpu_percent", "tool", "input", "timestamp", "end_timestamp",
+                     "command", "traces", "tool_calls", "resource_samples"]), kids, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_mutated_task(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("ccfuzz")
+    layout = data.draw(st.sampled_from(["all", "results-only", "tool-calls-only", "results-samples"]))
+    docs = {"tool_calls.json": [call(0, 1), call(1, 2, "Read", file_path="/a"), call(2, 3, "Edit", file_path="/a",
+                                                                                   new_string="x")],
+            "resources.json": {"samples": samples()[:5]},
+            "results.json": _results([call(0, 1)], samples()[:4])}
+    keep = {"all": docs, "results-only": {"results.json": docs["results.json"]},
+            "tool-calls-only": {"tool_calls.json": docs["tool_calls.json"]},
+            "results-samples": {"tool_calls.json": docs["tool_calls.json"], "results.json": docs["results.json"]}}[layout]
+    task = root / "m" / "t"
+    task.mkdir(parents=True)
+    name = data.draw(st.sampled_from(sorted(keep)))
+    doc = keep[name]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(list(json_nodes(doc))))
+        doc = mutate_json(doc, path, data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"])),
+                          data.draw(_value))
+    for f, d in keep.items():
+        (task / f).write_text(json.dumps(d if f != name else doc))
+    check_converter(cc, task)

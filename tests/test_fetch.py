@@ -135,3 +135,66 @@ def test_cli_unreachable_hub_one_line(tmp_path):
 def test_cli_missing_source(tmp_path):
     p = _cli("--source", str(tmp_path / "nope.parquet"), "--cache", str(tmp_path / "c"))
     assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Pinning: the commit the Hub resolved is what the fetch records, so it can be repeated exactly.
+# The Hub is not reachable here: its filesystem layout (`datasets/<repo>@<sha>/<path>`) is laid out
+# in a local directory and read through fsspec's local filesystem, the same code path after the
+# revision lookup (`fetch_at_commit`); the lookup's answer is checked by `pinned_commit`.
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture()
+def hub_dir(parquet_file, tmp_path) -> Path:
+    d = tmp_path / "hub" / "datasets" / "o" / f"r@{SHA}" / "data"
+    d.mkdir(parents=True)
+    (d / "train-00000-of-00001.parquet").write_bytes(parquet_file.read_bytes())
+    return tmp_path / "hub" / "datasets"
+
+
+def test_pinned_commit_is_the_hubs_answer():
+    assert F.pinned_commit(SHA.upper(), "main", "o/r") == SHA          # a branch resolves to its commit
+    assert F.pinned_commit(SHA, SHA, "o/r") == SHA                      # a SHA asked for is kept
+    with pytest.raises(F.FetchError, match="names no commit SHA"):
+        F.pinned_commit(None, "main", "o/r")                            # never record a moving name
+    with pytest.raises(F.FetchError, match="names no commit SHA"):
+        F.pinned_commit("main", "main", "o/r")
+    with pytest.raises(F.FetchError, match="answered with commit"):
+        F.pinned_commit(SHA, "f" * 40, "o/r")
+
+
+def test_fetch_at_commit_records_the_commit_everywhere(hub_dir, tmp_path):
+    fs = fsspec.filesystem("file")
+    res = F.fetch_at_commit(fs, "o/r", SHA, 6, revision="main", cache=tmp_path / "c", root=str(hub_dir))
+    assert res.rows == 6 and res.dest == tmp_path / "c" / "o__r" / SHA
+    assert res.origin == {"repo": "o/r", "commit": SHA, "revision_asked": "main",
+                          "paths": ["data/train-00000-of-00001.parquet"]}
+    state = json.loads((res.dest / F.STATE).read_text())
+    assert state["origin"]["commit"] == SHA and state["identity"]["revision"] == SHA
+    out = tmp_path / "rows.parquet"
+    assert F.combine(res, out) == 6
+    side = json.loads((tmp_path / "rows.parquet.origin.json").read_text())
+    assert side["commit"] == SHA and side["rows"] == 6
+    assert side["repeat"] == f"agentcgroup traces fetch -n 6 --repo o/r --revision {SHA}"
+    meta = json.loads(pq.read_schema(out).metadata[F.ORIGIN_KEY])
+    assert meta == side
+    # repeating with the SHA as --revision reads the same rows from the same cache directory
+    again = F.fetch_at_commit(fs, "o/r", F.pinned_commit(SHA, SHA, "o/r"), 6, revision=SHA, cache=tmp_path / "c",
+                              root=str(hub_dir), path="data/train-00000-of-00001.parquet")
+    assert again.dest == res.dest and again.reused_row_groups == 2 and _ids(again) == _ids(res)
+    assert F.repeat_command(again.origin, 6).endswith(f"--revision {SHA} --path data/train-00000-of-00001.parquet")
+    jl = tmp_path / "rows.jsonl"
+    F.combine(res, jl)
+    assert json.loads((tmp_path / "rows.jsonl.origin.json").read_text())["commit"] == SHA
+
+
+def test_cli_source_output_says_its_origin(parquet_file, tmp_path):
+    out = tmp_path / "o.parquet"
+    p = _cli("--source", str(parquet_file), "-n", "3", "--cache", str(tmp_path / "c"), "-o", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["origin"]["source"] == str(parquet_file.resolve())
+    side = json.loads((tmp_path / "o.parquet.origin.json").read_text())
+    assert side["rows"] == 3 and side["repeat"] == f"agentcgroup traces fetch -n 3 --source {parquet_file.resolve()}"

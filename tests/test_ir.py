@@ -181,3 +181,34 @@ def test_trace_error_without_location():
     assert str(TraceError("boom")) == "boom"
     assert str(TraceError("boom", field="x")) == "field 'x': boom"
     assert set(string.ascii_letters) and issubclass(TraceError, ValueError)
+
+
+def test_check_trace_applies_parse_traces_rules_to_objects():
+    """Converters validate what they emit with check_trace (no JSON round trip); it must refuse what
+    parse_trace refuses, naming the same field and step."""
+    from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace, check_trace, parse_trace
+    ok = Step(step_id=0, tool="bash", args={"command": "ls", "cwd": "/t"}, duration_ms=Measure(5.0, "recorded"),
+              profile=Profile(peak_mb=Measure(1.0, "derived")))
+    assert check_trace(Trace("t", {}, (ok,))) is not None
+    bad = [
+        (Step(step_id=0, tool="shell", args={"command": "ls"}), "tool"),
+        (Step(step_id=0, tool="bash", args={}), "args.command"),
+        (Step(step_id=0, tool="python", args={"command": 3}), "args.command"),
+        (Step(step_id=0, tool="read", args={"cwd": ["/"]}), "args.cwd"),
+        (Step(step_id=0, tool="read", args={"timeout_ms": True}), "args.timeout_ms"),
+        (Step(step_id=0, tool="noop", duration_ms=Measure(-1.0, "recorded")), "duration_ms.value"),
+        (Step(step_id=0, tool="noop", duration_ms=Measure(float("nan"), "recorded")), "duration_ms.value"),
+        (Step(step_id=0, tool="noop", profile=Profile(cpu_ms=Measure(1.0, "guessed"))), "profile.cpu_ms.provenance"),
+    ]
+    for step, field in bad:
+        trace = Trace("t", {}, (step,))
+        with pytest.raises(TraceError) as a:
+            check_trace(trace, file="f")
+        with pytest.raises(TraceError) as b:
+            parse_trace(json.loads(json.dumps(trace.to_json())), file="f")
+        assert (a.value.field, a.value.step) == (b.value.field, b.value.step) == (field, 0)
+    dup = Trace("t", {}, (ok, ok))
+    with pytest.raises(TraceError, match="duplicate step_id"):
+        check_trace(dup)
+    with pytest.raises(TraceError, match="at least one step"):
+        check_trace(Trace("t", {}, ()))

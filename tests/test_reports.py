@@ -230,3 +230,29 @@ def test_a_results_directory_means_its_newest_run_and_a_run_directory_itself(tmp
     with pytest.raises(ResultsError, match="no run directories"):
         load(tmp_path / "empty")
     capsys.readouterr()
+
+
+def test_characterization_page_from_traces_or_the_configs_corpus(tmp_path, capsys):
+    """--characterize builds OUT/characterization.html from the given traces (linked from index.html);
+    without it the config's corpus is used; with neither there is no page, and an earlier one goes."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    haiku = os.path.join(root, "traces", "claude-code", "haiku")
+    if not os.path.isdir(haiku):
+        pytest.skip(f"shipped corpus not present: {haiku}")
+    results = write_results(tmp_path / "r", two_arms())
+    out = tmp_path / "out"
+    assert cli.main(["report", str(results), "-o", str(out), "--characterize", haiku]) == 0
+    index = (out / "index.html").read_text()
+    assert 'href="characterization.html"' in index
+    page = (out / "characterization.html").read_text()
+    assert "18 trace(s), 391 step(s)" in page and "15.4 (haiku)" in page and "518 (haiku)" in page
+    assert "<td>test</td><td>59</td>" in page                  # 59 profiled test-run steps in the haiku runs
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text(f'traces = "{haiku}"\n[arms.unlimited]\n')
+    build_report(results, out, config=cfg)
+    assert "18 trace(s)" in (out / "characterization.html").read_text()
+    build_report(results, out)
+    assert not (out / "characterization.html").exists()
+    assert 'href="characterization.html"' not in (out / "index.html").read_text()
+    assert cli.main(["report", str(results), "-o", str(out), "--characterize", str(tmp_path / "nope")]) == 1
+    assert "no such file or directory" in capsys.readouterr().err

@@ -27,6 +27,9 @@ def add_parsers(sub) -> None:
                    "default: the three with most OOM kills, limit hits, memory)")
     r.add_argument("--default", action="append", metavar="AXIS=VALUE", help="a sweep axis's default value for the "
                    "ablation deltas (repeatable; default: the axis's first value in the results)")
+    r.add_argument("--characterize", action="append", type=Path, metavar="TRACES",
+                   help="IR trace file or directory for the characterization page (repeatable; default: the "
+                        "--config's corpus; neither: no such page)")
     r.set_defaults(func=cmd_report)
 
     from .comparison import DEFAULT_TOLERANCES
@@ -83,7 +86,8 @@ def cmd_report(args) -> int:
             return 2
         defaults[axis] = _value(value)
     try:
-        index = build_report(args.dirs, args.output, config=args.config, traces=args.trace, defaults=defaults)
+        index = build_report(args.dirs, args.output, config=args.config, traces=args.trace, defaults=defaults,
+                             characterize=args.characterize)
     except ResultsError as exc:
         print(f"agentcgroup report: {exc}", file=sys.stderr)
         return 1

@@ -57,11 +57,14 @@ def memory_traces(tests, n: int = 3) -> list[str]:
 
 
 def build_report(dirs, out: str | Path = "report", *, config: str | Path | None = None,
-                 traces: list[str] | None = None, defaults: dict | None = None) -> Path:
+                 traces: list[str] | None = None, defaults: dict | None = None,
+                 characterize: list[str | Path] | None = None) -> Path:
     """Build the report of one or more results directories into `out`; returns index.html's path.
     `config` (an experiment config file) gives the arms' limits for the memory figure; `traces`
     picks that figure's traces (default: the three with most OOM kills / limit hits / memory);
-    `defaults` names each sweep axis's default value for the ablation deltas."""
+    `defaults` names each sweep axis's default value for the ablation deltas. A second page,
+    OUT/characterization.html, characterizes the IR traces at `characterize` (files or
+    directories), else the config's corpus; with neither there is no such page."""
     res = load(dirs)
     if not res.records:
         raise ResultsError(f"{', '.join(map(str, res.sources))}: no step records")
@@ -100,9 +103,64 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
                      "Per sweep value: mean over traces × seeds minus the mean at the axis's default value (derived)."))
     for name, fig, _ in figs:
         figures.save(fig, out / "figures" / name)
+    char_from = [Path(p) for p in characterize] if characterize else (
+        [_config_corpus(config)] if config is not None else [])
+    char_page = out / "characterization.html"
+    if char_page.exists():
+        char_page.unlink()                           # never leave an earlier report's page behind
+    if char_from:
+        char_page.write_text(_characterization_page(char_from), encoding="utf-8")
     index = out / "index.html"
-    index.write_text(_page(res, tests, figs, deltas, config), encoding="utf-8")
+    index.write_text(_page(res, tests, figs, deltas, config, char_from), encoding="utf-8")
     return index
+
+
+def _config_corpus(config: str | Path) -> Path:
+    from ..config import ConfigError, load as load_config
+    try:
+        return load_config(config).traces
+    except ConfigError as exc:
+        raise ResultsError(str(exc)) from None
+
+
+def _characterization_page(paths: list[Path]) -> str:
+    """OUT/characterization.html: `traces characterize` of the traces at `paths`, as HTML tables."""
+    from ..traces.characterize import characterize, comparison_rows, header, kind_rows, load_traces
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise ResultsError(f"characterization: no such file or directory: {', '.join(missing)}")
+    traces, errors = load_traces(paths)
+    if errors:
+        raise ResultsError(f"characterization: {errors[0]}")
+    res = characterize(traces)
+
+    def f(v):
+        return "n/a" if v is None else f"{v:g}"
+    kinds = "".join(f"<tr><td>{e(k)}</td><td>{a['n']}</td><td>{f(a['p50'])}</td><td>{f(a['p95'])}</td>"
+                    f"<td>{f(a['max'])}</td><td>{b['n']}</td><td>{f(b['p50'])}</td><td>{f(b['p95'])}</td>"
+                    f"<td>{f(b['max'])}</td></tr>" for k, a, b in kind_rows(res))
+    comp = "".join(f"<tr><td>{e(label)}</td><td>{e(ours)}</td><td>{e(paper)}</td><td>{e(diff)}</td></tr>"
+                   for label, ours, paper, diff in comparison_rows(res))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>pytest-agentcgroup: trace characterization</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="assets/report.css">
+</head><body>
+<h1>Trace characterization</h1>
+<p><a href="index.html">back to the report</a></p>
+<dl class="facts"><dt>traces from</dt><dd>{e(", ".join(map(str, paths)))}</dd></dl>
+{"".join(f'<p class="note">{e(line)}</p>' for line in header(res))}
+<h2>Memory peak per step kind (MiB, derived)</h2>
+<p class="note">delta = the step's peak_mb, memory over the container's memory just before the call; absolute =
+that baseline + peak_mb (only for traces whose source carries the container summary).</p>
+<table id="kinds"><thead><tr><th>kind</th><th>delta n</th><th>P50</th><th>P95</th><th>max</th>
+<th>absolute n</th><th>P50</th><th>P95</th><th>max</th></tr></thead><tbody>{kinds}</tbody></table>
+<h2>Beside the AgentCgroup paper</h2>
+<table id="paper"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>
+<th>difference in definition</th></tr></thead><tbody>{comp}</tbody></table>
+</body></html>
+"""
 
 
 def _slug(text: str) -> str:
@@ -184,7 +242,7 @@ def _headlines(summaries: list[dict]) -> str:
     return '<ul class="headlines">' + "".join(items) + "</ul>"
 
 
-def _page(res: Results, tests, figs, deltas, config) -> str:
+def _page(res: Results, tests, figs, deltas, config, char_from=()) -> str:
     summaries = arm_summaries(res)
     runs = sorted({r["run"] for r in res.records})
     axes = res.axes()
@@ -200,6 +258,8 @@ def _page(res: Results, tests, figs, deltas, config) -> str:
              ("replayed inputs", ", ".join(f"{k}: {v} steps" for k, v in sorted(Counter(
                  str(r.get("profile_source")) for r in res.records).items())) + " (provenance of the trace's profiles)"),
              ("arm limits", f"from {config}" if config else "not shown (no --config)"),
+             ("trace characterization", f"characterization.html, of {', '.join(map(str, char_from))}" if char_from
+              else "none (give --characterize or --config)"),
              ("generated", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))]
     summary_keys = (["run"] if len(runs) > 1 else []) + ["experiment", "config"] + [k for k, _ in SUMMARY]
     run_keys = [k for k in tests.columns if k != "run" or len(runs) > 1]
@@ -229,6 +289,7 @@ def _page(res: Results, tests, figs, deltas, config) -> str:
 wall clock in this run; <b>derived</b> = computed from recorded numbers (percentiles, sums);
 <b>trace</b> = the replayed trace's own figure (recorded, derived or synthetic as the trace says).
 Hover a column heading for where its number comes from; <a href="columns.csv">columns.csv</a> lists them.</p>
+{'<p><a href="characterization.html">Trace characterization</a> (memory peaks per tool kind, beside the AgentCgroup paper)</p>' if char_from else ''}
 <h2>Summary per arm</h2>
 {_headlines(summaries)}
 {_table(summaries, summary_keys, {"config": "arm", "run": "results dir", **dict(SUMMARY)}, "summary")}

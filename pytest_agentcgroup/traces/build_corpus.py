@@ -276,6 +276,12 @@ with `pids_max`.
 - Caveat: the samples are of the whole container, agent runtime included. Steps shorter than a
   sample period see only the sample after them, so small peaks (tens of MiB, in some local runs up
   to ~200 MiB from the agent process itself) appear on read/edit/noop steps too.
+- `source.container` (derived, from the same samples): the whole container's absolute memory
+  (min, sample mean, max, MiB), the share of samples at >= 90 % of the maximum, |dmem/dt| between
+  consecutive samples (P50/P95/max, MiB/s), the sample mean and max of cpu_percent, and
+  `step_baseline_mb` (each step's baseline, so baseline + `peak_mb` is absolute memory).
+  `source.agent_time_s` (recorded) is results.json `claude_time`, the agent's whole run. Both feed
+  `agentcgroup traces characterize`.
 - `category` = the bash-command kind (test/install/build/vcs/search/fileops/other, classifier in
   `pytest_agentcgroup/traces/classify.py`) with the most recorded bash time. `length`: short <= 20
   steps < medium < 50 <= long. `bursty`: some step's peak >= 3x the trace's median step peak and

@@ -12,6 +12,13 @@ Cache layout: CACHE/<repo with "/" as "__">/<commit>/ for the Hub (the revision 
 commit first, so a moving branch never mixes two versions in one cache directory), and
 CACHE/local/<file name>-<hash of its path>/ for `--source FILE`.
 
+Pinning: the Hub's answer for `--revision` (a branch, tag or full commit SHA) names the commit it
+resolved to; that SHA, not the name asked for, is what every file the fetch writes records
+(`state.json`; with `-o OUT`, `OUT.origin.json` beside OUT and, for parquet, the file's schema
+metadata key `agentcgroup.origin`), together with the repository, the parquet paths read and the
+command that repeats the fetch exactly (`--revision <sha>`). An answer without a commit is refused
+rather than recorded as a moving name; a full SHA asked for must come back unchanged.
+
 Errors are `FetchError`, a one-line message: "cannot reach the Hugging Face Hub (huggingface.co):
 <reason>; use --source FILE for a local parquet file" when the Hub does not answer (a connect/read
 timeout bounds the wait), "... not found" for a wrong repo/revision/path.
@@ -52,11 +59,37 @@ class FetchResult:
     fetched_row_groups: int = 0                # read this run
     reused_row_groups: int = 0                 # already in the cache
     total_rows: int = 0                        # rows in the source file(s)
+    origin: dict[str, Any] = field(default_factory=dict)   # what was read: repo + commit, or the local file
 
     def as_dict(self) -> dict[str, Any]:
         return {"dest": str(self.dest), "rows": self.rows, "files": [str(f) for f in self.files],
                 "fetched_row_groups": self.fetched_row_groups, "reused_row_groups": self.reused_row_groups,
-                "total_rows": self.total_rows}
+                "total_rows": self.total_rows, "origin": self.origin}
+
+
+ORIGIN_KEY = b"agentcgroup.origin"
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def pinned_commit(answer_sha: str | None, revision: str, repo: str) -> str:
+    """The commit to pin, from the Hub's answer for `revision`: its SHA (lower-case, 40 hex digits).
+    No SHA in the answer, or another commit than a full SHA asked for, is a FetchError."""
+    sha = (answer_sha or "").strip().lower()
+    if not _FULL_SHA.fullmatch(sha):
+        raise FetchError(f"the Hub's answer for {repo}@{revision} names no commit SHA (got {answer_sha!r}); "
+                         "the fetch could not be pinned and is not made")
+    if _FULL_SHA.fullmatch(revision.lower()) and sha != revision.lower():
+        raise FetchError(f"asked for commit {revision} of {repo}, the Hub answered with commit {sha}")
+    return sha
+
+
+def repeat_command(origin: dict, n: int) -> str:
+    """The `agentcgroup traces fetch` command that reads exactly these rows again."""
+    if origin.get("commit"):
+        path = origin.get("path")
+        return (f"agentcgroup traces fetch -n {n} --repo {origin['repo']} --revision {origin['commit']}"
+                + (f" --path {path}" if path else ""))
+    return f"agentcgroup traces fetch -n {n} --source {origin.get('source')}"
 
 
 def _one_line(exc: BaseException, limit: int = 240) -> str:
@@ -125,7 +158,7 @@ def _write_chunk(table, path: Path, fmt: str) -> None:
 
 def fetch_rows(fs, paths: Sequence[str], n: int, dest: str | Path, *, identity: dict | None = None,
                columns: Sequence[str] | None = None, fmt: str = "parquet", progress: bool = False,
-               on_chunk: Callable[[int, int, int], None] | None = None) -> FetchResult:
+               on_chunk: Callable[[int, int, int], None] | None = None, origin: dict | None = None) -> FetchResult:
     """Copy the first `n` rows of the parquet file(s) `paths` on fsspec filesystem `fs` into `dest`.
 
     Reads only the row groups needed, a row group at a time; resumes from `dest/state.json`.
@@ -145,8 +178,10 @@ def fetch_rows(fs, paths: Sequence[str], n: int, dest: str | Path, *, identity: 
     dest.mkdir(parents=True, exist_ok=True)
     identity = dict(identity or {}, paths=list(paths), format=fmt, columns=list(columns) if columns else None)
     state = _load_state(dest, identity)
+    if origin:
+        state["origin"] = origin
     chunks: dict = state["chunks"]
-    result = FetchResult(dest=dest, rows=0)
+    result = FetchResult(dest=dest, rows=0, origin=dict(origin or {}))
     bar = _Progress(n, progress, "fetch")
     done_this_run = 0
     try:
@@ -206,7 +241,16 @@ def combine(result: FetchResult, out: str | Path) -> int:
         tables.append(t.slice(0, left))
         left -= min(left, t.num_rows)
     table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+    origin = dict(result.origin, rows=table.num_rows, repeat=repeat_command(result.origin, table.num_rows))
+    if out.suffix == ".parquet":
+        meta = dict(table.schema.metadata or {})
+        meta[ORIGIN_KEY] = json.dumps(origin, sort_keys=True).encode()
+        table = table.replace_schema_metadata(meta)
     _write_chunk(table, out, "parquet" if out.suffix == ".parquet" else "jsonl")
+    side = out.with_name(out.name + ".origin.json")
+    tmp = side.with_name(side.name + ".part")
+    tmp.write_text(json.dumps(origin, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, side)
     return table.num_rows
 
 
@@ -227,7 +271,8 @@ def fetch_local(source: str | Path, n: int, cache: str | Path = DEFAULT_CACHE, *
     st = source.stat()
     try:
         return fetch_rows(fsspec.filesystem("file"), [str(source)], n, dest,
-                          identity={"source": str(source), "size": st.st_size, "mtime_ns": st.st_mtime_ns}, **kw)
+                          identity={"source": str(source), "size": st.st_size, "mtime_ns": st.st_mtime_ns},
+                          origin={"source": str(source), "size": st.st_size, "mtime_ns": st.st_mtime_ns}, **kw)
     except FetchError:
         raise
     except Exception as exc:  # pyarrow: not a parquet file, ...
@@ -281,23 +326,36 @@ def fetch_hub(n: int, *, repo: str = DEFAULT_REPO, path: str | None = None, revi
                          f"{repo}@{revision}: {_one_line(exc, 160)}; use --source FILE for a local parquet file") from None
     except Exception as exc:  # connect/read timeouts, DNS, refused, proxies: the network, whatever the library
         raise _unreachable(exc) from None
-    sha = info.sha or revision
+    sha = pinned_commit(getattr(info, "sha", None), revision, repo)
     fs = HfFileSystem(skip_instance_cache=True)
-    root = f"datasets/{repo}@{sha}"
+    return fetch_at_commit(fs, repo, sha, n, revision=revision, path=path, cache=cache, **kw)
+
+
+def fetch_at_commit(fs, repo: str, sha: str, n: int, *, revision: str, path: str | None = None,
+                    cache: str | Path = DEFAULT_CACHE, root: str = "datasets", **kw) -> FetchResult:
+    """`fetch_rows` of dataset `repo` at commit `sha` on `fs`, laid out as the Hub's filesystem is
+    (`<root>/<repo>@<sha>/<path>`; tests use a local directory in that layout). The result's
+    origin (and the state and any output file) records repo, commit, the revision asked for and
+    the parquet paths inside the repository."""
+    base = f"{root}/{repo}@{sha}"
     try:
         if path:
-            paths = [f"{root}/{path.lstrip('/')}"]
+            paths = [f"{base}/{path.lstrip('/')}"]
         else:
-            paths = sorted(p for p in fs.glob(f"{root}/**/*.parquet"))
+            paths = sorted(p for p in fs.glob(f"{base}/**/*.parquet"))
             if not paths:
                 raise FetchError(f"dataset {repo}@{sha[:12]} has no *.parquet file (name one with --path)")
     except FetchError:
         raise
     except Exception as exc:
         raise _unreachable(exc) from None
+    rel = [p.split(f"@{sha}/", 1)[-1] for p in paths]
+    origin = {"repo": repo, "commit": sha, "revision_asked": revision, "paths": rel}
+    if path:
+        origin["path"] = path.lstrip("/")
     dest = Path(cache) / _safe(repo.replace("/", "__")) / _safe(sha)
     try:
-        return fetch_rows(fs, paths, n, dest, identity={"repo": repo, "revision": sha}, **kw)
+        return fetch_rows(fs, paths, n, dest, identity={"repo": repo, "revision": sha}, origin=origin, **kw)
     except FetchError:
         raise
     except FileNotFoundError as exc:

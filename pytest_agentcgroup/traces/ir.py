@@ -218,6 +218,54 @@ def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None)
     return Trace(trace_id=trace_id, source=source, steps=steps)
 
 
+def check_trace(trace: Trace, *, file: str | None = None, record: int | None = None) -> Trace:
+    """`trace` checked against the same rules as parse_trace, on the objects themselves (no JSON
+    round trip: converters call this on every trace they emit, so it must be cheap)."""
+    where = {"file": file, "record": record}
+    if not isinstance(trace.trace_id, str) or not trace.trace_id.strip():
+        raise TraceError("must be a non-empty str", field="trace_id", **where)
+    if not isinstance(trace.source, dict):
+        raise TraceError(f"expected dict, got {type(trace.source).__name__}", field="source", **where)
+    if not trace.steps:
+        raise TraceError("a trace needs at least one step", field="steps", **where)
+    seen: set[int] = set()
+    for i, st in enumerate(trace.steps):
+        if not isinstance(st.step_id, int) or isinstance(st.step_id, bool):
+            raise TraceError(f"expected int, got {type(st.step_id).__name__}", field="step_id", step=i, **where)
+        if st.step_id in seen:
+            raise TraceError(f"duplicate step_id {st.step_id}", field="step_id", step=i, **where)
+        seen.add(st.step_id)
+        if st.tool not in TOOLS:
+            raise TraceError(f"unknown tool {st.tool!r}; expected one of {', '.join(TOOLS)}", field="tool", step=i,
+                             **where)
+        args = st.args
+        if not isinstance(args, dict):
+            raise TraceError(f"expected an object, got {type(args).__name__}", field="args", step=i, **where)
+        for key, types in (("command", str), ("cwd", str), ("timeout_ms", (int, float))):
+            val = args.get(key)
+            if val is not None and (not isinstance(val, types) or isinstance(val, bool)):
+                raise TraceError(f"expected {_typename(types)}, got {type(val).__name__}", field=f"args.{key}",
+                                 step=i, **where)
+        if st.tool in ("bash", "python") and not isinstance(args.get("command"), str):
+            raise TraceError(f"a {st.tool} step needs a command", field="args.command", step=i, **where)
+        if st.native_tool is not None and not isinstance(st.native_tool, str):
+            raise TraceError(f"expected str, got {type(st.native_tool).__name__}", field="native_tool", step=i,
+                             **where)
+        measures = [("duration_ms", st.duration_ms)] + [(f"profile.{k}", getattr(st.profile, k))
+                                                        for k in PROFILE_FIELDS]
+        for name, m in measures:
+            if m is None:
+                continue
+            v = m.value
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise TraceError(f"value must be a finite number >= 0, got {v!r}", field=f"{name}.value", step=i,
+                                 **where)
+            if m.provenance not in PROVENANCES:
+                raise TraceError(f"provenance must be one of {', '.join(PROVENANCES)}, got {m.provenance!r}",
+                                 field=f"{name}.provenance", step=i, **where)
+    return trace
+
+
 def read_traces(path: str | Path) -> Iterator[Trace]:
     """Traces in one .json (a trace, or a list of traces) or .jsonl file (a trace per line)."""
     path = Path(path)

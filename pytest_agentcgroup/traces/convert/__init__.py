@@ -18,6 +18,7 @@ from types import ModuleType
 _MODULES = {
     "claude-code": "claude_code",
     "openhands-rows": "openhands_rows",
+    "openhands-resolver": "openhands_resolver",   # before openhands-events: its pairs may carry `source`
     "openhands-events": "openhands_events",
     "swe-agent-rows": "swe_agent_rows",
     "swe-agent-traj": "swe_agent_traj",

@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..ir import Measure, Step, Trace, TraceError, parse_trace
+from ..ir import Measure, Step, Trace, TraceError, check_trace
 
 #: Largest string (UTF-8 bytes) kept in a step's args.
 MAX_ARG_BYTES = 1 << 20
@@ -363,6 +363,7 @@ FORMAT_SOURCES = {
     "swe-agent-rows": {"dataset": "nebius/SWE-agent-trajectories", "licence": "CC-BY-4.0",
                        "origin": "hf:nebius/SWE-agent-trajectories"},
     "openhands-events": {"dataset": "OpenHands event stream", "licence": "unknown", "origin": "unknown"},
+    "openhands-resolver": {"dataset": "OpenHands resolver output", "licence": "unknown", "origin": "unknown"},
     "swe-agent-traj": {"dataset": "SWE-agent trajectory", "licence": "unknown", "origin": "unknown"},
     "playwright": {"dataset": "Playwright trace", "licence": "unknown", "origin": "unknown"},
 }
@@ -394,8 +395,7 @@ def finish(trace_id: str, source: dict, steps: list[Step], where: Where, *, what
     if not steps:
         raise fail("empty trajectory: no steps", where, field=what)
     trace = Trace(trace_id=trace_id, source=source, steps=tuple(steps))
-    parse_trace(trace.to_json(), file=where.get("file"), record=where.get("record"))
-    return trace
+    return check_trace(trace, file=where.get("file"), record=where.get("record"))
 
 
 def guard(where: Where, fn: Callable[[], Trace]) -> Trace | TraceError:

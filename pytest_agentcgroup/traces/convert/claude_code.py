@@ -8,9 +8,19 @@ Input layout (one *task directory* per agent run, as in yunwei37/agentcgroup
 - `resources.json`: `{samples: [{epoch, timestamp, mem_usage, mem_percent, cpu_percent}], summary}`,
   about 1 Hz docker-stats style samples of the whole task container. Only `epoch` (Unix seconds) is
   used for time: `timestamp` there is naive local time (UTC-8) and would be off by 8 hours.
-- `results.json` (optional): run summary; only `model` and `image` are read from it.
+- `results.json` (optional): run summary; `model`, `image` and `claude_time` (-> `source.agent_time_s`,
+  recorded) are read from it, and, when the other files are missing, `resource_samples` (upstream: an
+  identical copy of resources.json, `{samples, summary}`; a bare sample list is read too) and
+  `traces.tool_calls` (an identical copy of tool_calls.json).
 
-`convert(path)` accepts a task directory, its `tool_calls.json`, or any directory holding task
+Layouts that convert: tool_calls.json + resources.json (the shipped dataset); tool_calls.json +
+results.json (samples from resource_samples); results.json alone (tool calls and samples from it);
+tool_calls.json alone (its content must look like a tool-call array: timed steps, no profile, and
+`source.profile_note` says why). A tool call without `end_timestamp` (or with null) has no duration
+and no profile. When there are samples, `source.container` summarises them (see container_summary).
+
+`convert(path)` accepts a task directory, its `tool_calls.json` (or `results.json` when there is no
+tool_calls.json), or any directory holding task
 directories below it (e.g. the dataset root `<root>/<model>/<task>/`); it yields one Trace per task,
 in sorted path order, with trace_id `claude-code/<model>/<task>` (`<model>` is the parent folder name).
 
@@ -139,16 +149,49 @@ _MEM_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]
 # ---------------------------------------------------------------------------------------------
 # Locating task directories
 
+_TOOL_CALLS_HEAD = re.compile(rb'^\s*\[\s*\{')
+_RESULTS_KEYS = re.compile(rb'"(?:resource_samples|claude_output|claude_time)"\s*:')
+
+
+def _looks_like_tool_calls(path: Path) -> bool:
+    head = _head(path)
+    return bool(_TOOL_CALLS_HEAD.match(head)) and b'"tool"' in head and b'"timestamp"' in head
+
+
+def _looks_like_results(path: Path) -> bool:
+    return bool(_RESULTS_KEYS.search(_head(path)))
+
+
+def _head(path: Path, n: int = 1 << 20) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
 def _task_dir(path: Path) -> Path | None:
+    """The task directory `path` names (the directory, its tool_calls.json, or its results.json when
+    there is no tool_calls.json), or None. Known layouts: tool_calls.json + resources.json (any
+    content: errors are reported by convert), or tool_calls.json / results.json alone when their
+    content looks like AgentCgroup's (a tool-call array; a run summary with resource_samples)."""
     if path.is_file() and path.name == TOOL_CALLS:
         path = path.parent
-    if path.is_dir() and (path / TOOL_CALLS).is_file() and (path / RESOURCES).is_file():
-        return path
-    return None
+    elif path.is_file() and path.name == RESULTS:
+        if (path.parent / TOOL_CALLS).is_file():
+            return None          # the task is converted through its tool_calls.json
+        path = path.parent
+    if not path.is_dir():
+        return None
+    tc, res, rs = path / TOOL_CALLS, path / RESOURCES, path / RESULTS
+    if tc.is_file():
+        return path if res.is_file() or rs.is_file() or _looks_like_tool_calls(tc) else None
+    return path if rs.is_file() and _looks_like_results(rs) else None
 
 
 def sniff(path: Path) -> bool:
-    """A task directory (or its tool_calls.json) holding tool_calls.json and resources.json."""
+    """A task directory (or its tool_calls.json, or its results.json when that is the only record of
+    the tool calls) in a known AgentCgroup layout."""
     try:
         return _task_dir(Path(path)) is not None
     except OSError:
@@ -162,11 +205,13 @@ def task_dirs(path: Path) -> list[Path]:
     if single is not None:
         return [single]
     if not path.is_dir():
-        raise TraceError(f"not a claude-code task directory (needs {TOOL_CALLS} and {RESOURCES})", file=str(path))
-    found = sorted({p.parent for p in path.rglob(TOOL_CALLS) if (p.parent / RESOURCES).is_file()})
-    if not found:
-        raise TraceError(f"no claude-code task directories (with {TOOL_CALLS} and {RESOURCES}) below",
+        raise TraceError(f"not a claude-code task directory (needs {TOOL_CALLS}, or {RESULTS} with the tool calls)",
                          file=str(path))
+    found = sorted({d for p in (*path.rglob(TOOL_CALLS), *path.rglob(RESULTS))
+                    if (d := _task_dir(p.parent)) is not None})
+    if not found:
+        raise TraceError(f"no claude-code task directories (with {TOOL_CALLS}, or {RESULTS} holding the tool "
+                         "calls) below", file=str(path))
     return found
 
 
@@ -282,35 +327,88 @@ class Samples:
 
 
 def read_samples(path: Path) -> Samples:
+    """The samples of a resources.json (`{samples: [...], summary}`)."""
     name = str(path)
     data = _load_json(path)
     if not isinstance(data, dict):
         raise TraceError(f"expected an object with 'samples', got {type(data).__name__}", file=name)
-    samples = data.get("samples")
+    return parse_samples(data.get("samples"), name, "samples")
+
+
+def parse_samples(samples: Any, name: str, field: str) -> Samples:
+    """Samples from a decoded sample list; `field` is where that list sits in file `name`."""
     if not isinstance(samples, list):
         raise TraceError("missing" if samples is None else f"expected a list, got {type(samples).__name__}",
-                         file=name, field="samples")
+                         file=name, field=field)
     rows = []
+    prefix = "" if field == "samples" else f"{field}[{{}}]."
     for i, s in enumerate(samples):
+        record, pre = (i, "") if not prefix else (None, prefix.format(i))
         if not isinstance(s, dict):
-            raise TraceError(f"expected an object, got {type(s).__name__}", file=name, record=i)
+            raise TraceError(f"expected an object, got {type(s).__name__}", file=name, record=record,
+                             field=pre.rstrip(".") or None)
         for key in ("epoch", "mem_usage", "cpu_percent"):
             if key not in s:
-                raise TraceError("missing", file=name, record=i, field=key)
+                raise TraceError("missing", file=name, record=record, field=pre + key)
         epoch = s["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, (int, float)) or not math.isfinite(epoch) or epoch < 0:
-            raise TraceError(f"expected Unix seconds (a number >= 0), got {epoch!r}"[:120], file=name, record=i,
-                             field="epoch")
-        used, limit = parse_mem_mb(s["mem_usage"], file=name, record=i)
-        cpu = parse_cpu(s["cpu_percent"], file=name, record=i)
+            raise TraceError(f"expected Unix seconds (a number >= 0), got {epoch!r}"[:120], file=name, record=record,
+                             field=pre + "epoch")
+        used, limit = parse_mem_mb(s["mem_usage"], file=name, record=record, field=pre + "mem_usage")
+        cpu = parse_cpu(s["cpu_percent"], file=name, record=record, field=pre + "cpu_percent")
         if limit == 0:          # "0B / 0B": the container has stopped; not a measurement
             continue
         rows.append((float(epoch), used, cpu))
     return Samples(rows)
 
 
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of a non-empty list (numpy's default rule)."""
+    v = sorted(values)
+    pos = (len(v) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+#: A sample counts as "at the peak" when it is within this fraction of the task's maximum memory.
+NEAR_PEAK = 0.9
+
+
+def container_summary(samples: Samples, origin: str, baselines: list[float | None]) -> dict[str, Any]:
+    """What the whole-container samples say about the run, for `traces characterize` (the per-step
+    profile only keeps deltas over each step's baseline). All values `derived` from the samples:
+    absolute memory in MiB (min, sample mean, max), the share of samples at >= NEAR_PEAK x max,
+    memory change rates |dmem/dt| between consecutive samples (MiB/s: P50, P95, max), the sample mean
+    and max of cpu_percent (100 = one core), and per step the baseline memory its peak_mb is over."""
+    t, mem, cpu = samples.t, samples.mem, samples.cpu
+    rates = [abs(b - a) / (tb - ta) for a, b, ta, tb in zip(mem, mem[1:], t, t[1:]) if tb > ta]
+    top = max(mem)
+    return {
+        "provenance": "derived", "from": origin, "samples": len(t), "period_s": round(samples.period, 3),
+        "seconds": round(t[-1] - t[0], 3),
+        "mem_mb_min": round(min(mem), 1), "mem_mb_mean": round(statistics.fmean(mem), 1), "mem_mb_max": round(top, 1),
+        "near_peak_share": round(sum(m >= NEAR_PEAK * top for m in mem) / len(mem), 4),
+        "mem_rate_mb_s_p50": round(_quantile(rates, 0.5), 2) if rates else None,
+        "mem_rate_mb_s_p95": round(_quantile(rates, 0.95), 2) if rates else None,
+        "mem_rate_mb_s_max": round(max(rates), 2) if rates else None,
+        "cpu_percent_mean": round(statistics.fmean(cpu), 2), "cpu_percent_max": round(max(cpu), 2),
+        "step_baseline_mb": [None if b is None else round(b, 1) for b in baselines],
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 # Derivation
+
+def step_baseline(samples: Samples, start: float) -> float | None:
+    """Container memory before a step starting at `start` (the baseline its peak_mb is over)."""
+    if not len(samples):
+        return None
+    i_before = bisect.bisect_right(samples.t, start) - 1
+    if i_before >= 0:
+        return samples.mem[i_before]
+    return samples.mem[0] if samples.t[0] - start <= samples.period else None
+
 
 def derive_profile(samples: Samples, start: float, end: float) -> Profile:
     """Profile of a step [start, end] (Unix seconds) from the samples; see the module docstring."""
@@ -321,12 +419,7 @@ def derive_profile(samples: Samples, start: float, end: float) -> Profile:
     fields: dict[str, Measure] = {}
 
     # memory
-    i_before = bisect.bisect_right(t, start) - 1            # last sample at or before start
-    baseline = None
-    if i_before >= 0:
-        baseline = mem[i_before]
-    elif t[0] - start <= period:
-        baseline = mem[0]
+    baseline = step_baseline(samples, start)
     lo = bisect.bisect_left(t, start)
     hi = bisect.bisect_right(t, end + period)
     window = range(lo, hi)
@@ -434,20 +527,57 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
     return args
 
 
-def _model_info(task: Path) -> dict[str, str]:
+def _load_results(task: Path) -> dict | None:
     path = task / RESULTS
     if not path.is_file():
-        return {}
+        return None
     data = _load_json(path)
     if not isinstance(data, dict):
         raise TraceError(f"expected an object, got {type(data).__name__}", file=str(path))
+    return data
+
+
+def _model_info(results: dict | None, path: Path) -> dict[str, str]:
     out = {}
     for key in ("model", "image"):
-        if key in data and data[key] is not None:
-            if not isinstance(data[key], str) or not data[key].isprintable():
-                raise TraceError(f"expected a printable str, got {data[key]!r}"[:120], file=str(path), field=key)
-            out[key] = data[key]
+        if results and key in results and results[key] is not None:
+            if not isinstance(results[key], str) or not results[key].isprintable():
+                raise TraceError(f"expected a printable str, got {results[key]!r}"[:120], file=str(path), field=key)
+            out[key] = results[key]
     return out
+
+
+def _tool_calls(task: Path, results: dict | None) -> tuple[Any, str, str]:
+    """(decoded tool calls, file they came from, field prefix): tool_calls.json, else results.json
+    `traces.tool_calls` (upstream keeps an identical copy there)."""
+    tc_path = task / TOOL_CALLS
+    if tc_path.is_file() or results is None:
+        return _load_json(tc_path), str(tc_path), ""
+    name = str(task / RESULTS)
+    traces = results.get("traces")
+    if not isinstance(traces, dict) or "tool_calls" not in traces:
+        raise TraceError(f"no {TOOL_CALLS} in the task directory and no tool calls here", file=name,
+                         field="traces.tool_calls")
+    return traces["tool_calls"], name, "traces.tool_calls"
+
+
+def _samples(task: Path, results: dict | None) -> tuple[Samples | None, str]:
+    """(samples, where they came from) or (None, why there are none)."""
+    if (task / RESOURCES).is_file():
+        return read_samples(task / RESOURCES), f"{RESOURCES} samples"
+    if results is not None and results.get("resource_samples") is not None:
+        rs = results["resource_samples"]
+        name = str(task / RESULTS)
+        if isinstance(rs, list):        # a bare sample list
+            return parse_samples(rs, name, "resource_samples"), f"{RESULTS} resource_samples"
+        if not isinstance(rs, dict):
+            raise TraceError(f"expected an object with 'samples', got {type(rs).__name__}", file=name,
+                             field="resource_samples")
+        return parse_samples(rs.get("samples"), name, "resource_samples.samples"), \
+            f"{RESULTS} resource_samples"
+    return None, (f"no resource samples: the task directory has no {RESOURCES}"
+                  + (f" and its {RESULTS} no resource_samples" if results is not None else f" and no {RESULTS}")
+                  + "; steps carry recorded durations but no profile")
 
 
 def _from_dataset(task: Path) -> bool:
@@ -462,49 +592,70 @@ def _from_dataset(task: Path) -> bool:
 
 def convert_task(task: Path) -> Trace:
     task = Path(task)
-    tc_path = task / TOOL_CALLS
-    file = str(tc_path)
-    calls = _load_json(tc_path)
+    results = _load_results(task)
+    calls, file, prefix = _tool_calls(task, results)
+    info = _model_info(results, task / RESULTS)
     if not isinstance(calls, list):
-        raise TraceError(f"expected a JSON array of tool calls, got {type(calls).__name__}", file=file)
+        raise TraceError(f"expected a JSON array of tool calls, got {type(calls).__name__}", file=file,
+                         field=prefix or None)
     if not calls:
-        raise TraceError("no tool calls: a trace needs at least one step", file=file)
-    samples = read_samples(task / RESOURCES)
-    info = _model_info(task)
+        raise TraceError("no tool calls: a trace needs at least one step", file=file, field=prefix or None)
+    samples, samples_from = _samples(task, results)
+
+    def where(i: int, key: str | None) -> dict:
+        """record/field of call i: the array index in tool_calls.json, a field path in results.json."""
+        if not prefix:
+            return {"file": file, "record": i, "field": key}
+        return {"file": file, "field": f"{prefix}[{i}]" + (f".{key}" if key else "")}
 
     steps = []
+    baselines: list[float | None] = []
     for i, call in enumerate(calls):
         if not isinstance(call, dict):
-            raise TraceError(f"expected an object, got {type(call).__name__}", file=file, record=i)
-        for key in ("timestamp", "end_timestamp", "tool", "input"):
+            raise TraceError(f"expected an object, got {type(call).__name__}", **where(i, None))
+        for key in ("timestamp", "tool", "input"):
             if key not in call:
-                raise TraceError("missing", file=file, record=i, field=key)
+                raise TraceError("missing", **where(i, key))
         native = call["tool"]
         if not isinstance(native, str) or not native:
-            raise TraceError(f"expected a tool name, got {native!r}"[:120], file=file, record=i, field="tool")
+            raise TraceError(f"expected a tool name, got {native!r}"[:120], **where(i, "tool"))
         inp = call["input"]
         if not isinstance(inp, dict):
-            raise TraceError(f"expected an object, got {type(inp).__name__}", file=file, record=i, field="input")
-        start = _epoch_of(call["timestamp"], file, i, "timestamp")
-        end = _epoch_of(call["end_timestamp"], file, i, "end_timestamp")
-        if end < start:
-            raise TraceError(f"ends {start - end:.3f} s before it starts ({call['end_timestamp']} < {call['timestamp']})",
-                             file=file, record=i, field="end_timestamp")
+            raise TraceError(f"expected an object, got {type(inp).__name__}", **where(i, "input"))
+        w = where(i, None)
+        rec, fprefix = (w.get("record"), "") if not prefix else (None, f"{prefix}[{i}].")
+        start = _epoch_of(call["timestamp"], file, rec, fprefix + "timestamp")
+        # An older/interrupted tool_calls.json may lack end_timestamp (a call still running when the
+        # run stopped): the step then has no duration and no profile, rather than an invented one.
+        end = None
+        if call.get("end_timestamp") is not None:
+            end = _epoch_of(call["end_timestamp"], file, rec, fprefix + "end_timestamp")
+            if end < start:
+                raise TraceError(f"ends {start - end:.3f} s before it starts ({call['end_timestamp']} < "
+                                 f"{call['timestamp']})", **where(i, "end_timestamp"))
         tool = TOOL_MAP.get(native, "noop")
         preview = call.get("result_preview")
-        if isinstance(preview, str) and preview.startswith(_REJECTED):
-            # the agent runtime refused the call's arguments: nothing ran
-            tool, args = "noop", {"rejected": True, **_args(native, "noop", inp, file, i, strict=False)}
-        else:
-            args = _args(native, tool, inp, file, i)
+        try:
+            if isinstance(preview, str) and preview.startswith(_REJECTED):
+                # the agent runtime refused the call's arguments: nothing ran
+                tool, args = "noop", {"rejected": True, **_args(native, "noop", inp, file, i, strict=False)}
+            else:
+                args = _args(native, tool, inp, file, i)
+        except TraceError as exc:
+            if not prefix:
+                raise
+            raise TraceError(exc.reason, file=file, field=f"{prefix}[{i}].{exc.field}") from None
         try:
             json.dumps([native, args], ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise TraceError(f"contains an unpaired surrogate {exc.object[exc.start:exc.end]!r} (not writable as UTF-8)",
-                             file=file, record=i, field="tool" if not native.isprintable() else "input") from None
+                             **where(i, "tool" if not native.isprintable() else "input")) from None
+        has_end = end is not None
+        profile = derive_profile(samples, start, end) if samples is not None and has_end else Profile()
+        baselines.append(step_baseline(samples, start) if samples is not None and profile.peak_mb else None)
         steps.append(Step(step_id=i, tool=tool, native_tool=native, args=args,
-                          duration_ms=Measure(float(round((end - start) * 1000.0)), "recorded"),
-                          profile=derive_profile(samples, start, end)))
+                          duration_ms=Measure(float(round((end - start) * 1000.0)), "recorded") if has_end else None,
+                          profile=profile))
 
     model_dir = id_part(task.parent.name, "unknown")
     known = _from_dataset(task)
@@ -513,4 +664,13 @@ def convert_task(task: Path) -> Trace:
               "licence": LICENCE if known else "unknown", "model": info.get("model", task.parent.name)}
     if "image" in info:
         source["image"] = info["image"]
+    agent_time = results.get("claude_time") if results else None
+    if isinstance(agent_time, (int, float)) and not isinstance(agent_time, bool) and math.isfinite(agent_time) \
+            and agent_time > 0:
+        # the agent's whole run (model time + tool time), as results.json timed it
+        source["agent_time_s"] = {"value": round(float(agent_time), 3), "provenance": "recorded"}
+    if samples is not None and len(samples):
+        source["container"] = container_summary(samples, samples_from, baselines)
+    else:
+        source["profile_note"] = samples_from if samples is None else f"{samples_from}: no usable sample"
     return finish(f"{FORMAT}/{model_dir}/{id_part(task.name, 'task')}", source, steps, {"file": file})

@@ -179,8 +179,10 @@ def _duration(ev: dict, answers: dict, where: dict, idx: int, ef: str) -> Measur
     return Measure(round(secs * 1000.0, 3), "recorded")
 
 
-def _step(action: str, args: dict, ev: dict, idx: int, cwd: str | None, where: dict, ef: str) -> Step:
-    af = f"{ef}.args"
+def _step(action: str, args: dict, ev: dict, idx: int, cwd: str | None, where: dict, ef: str,
+          args_field: str | None = None) -> Step:
+    """One step from an action event; `args_field` is where `args` sits (default `<event>.args`)."""
+    af = args_field or f"{ef}.args"
 
     def s(key: str) -> str:
         return check_str(need(args, key, str, where, step=idx, field=f"{af}.{key}"), where, step=idx,

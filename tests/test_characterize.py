@@ -1,0 +1,106 @@
+"""`traces characterize`: figures computed by hand on a small trace set, the shipped corpus's
+figures, the paper's column, and what happens without profiles or container summaries."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup.cli import main
+from pytest_agentcgroup.traces.characterize import characterize, format_table, quantile
+from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+HAIKU = ROOT / "traces" / "claude-code" / "haiku"
+
+
+def _step(i, cmd, dur, peak=None, ramp=None, cpu=None, tool="bash"):
+    prof = Profile(peak_mb=None if peak is None else Measure(peak, "derived"),
+                   ramp_ms=None if ramp is None else Measure(ramp, "derived"),
+                   cpu_ms=None if cpu is None else Measure(cpu, "derived"))
+    args = {"command": cmd} if tool == "bash" else {}
+    return Step(step_id=i, tool=tool, args=args, duration_ms=Measure(dur, "recorded"), profile=prof)
+
+
+def _trace(tid, steps, container=None, agent_s=None):
+    src = {"format": "claude-code", "model": "haiku"}
+    if container:
+        src["container"] = container
+    if agent_s:
+        src["agent_time_s"] = {"value": agent_s, "provenance": "recorded"}
+    return Trace(trace_id=tid, source=src, steps=tuple(steps))
+
+
+A = _trace("a", [_step(0, "python -m pytest", 4000, peak=300.0, ramp=1000, cpu=2000),
+                 _step(1, "git status", 1000, peak=10.0, ramp=500, cpu=100),
+                 _step(2, "", 1000, peak=2.0, tool="read")],
+           container={"mem_mb_min": 100.0, "mem_mb_mean": 200.0, "mem_mb_max": 600.0, "near_peak_share": 0.05,
+                      "mem_rate_mb_s_p95": 40.0, "mem_rate_mb_s_max": 300.0, "cpu_percent_mean": 10.0,
+                      "cpu_percent_max": 100.0, "step_baseline_mb": [250.0, 180.0, 190.0]},
+           agent_s=20.0)
+B = _trace("b", [_step(0, "pytest -x tests/a.py", 2000, peak=100.0, ramp=0, cpu=500),
+                 _step(1, "pip install -e .", 2000, peak=50.0, ramp=2000)])          # no container summary
+
+
+def test_figures_on_a_hand_made_set():
+    res = characterize([A, B])
+    assert (res["traces"], res["steps"], res["profiled_steps"], res["traces_with_container"]) == (2, 5, 5, 1)
+    test = res["by_kind"]["test"]
+    assert test["delta_mb"] == {"n": 2, "p50": 200.0, "p95": 290.0, "max": 300.0, "provenance": "derived"}
+    assert test["absolute_mb"]["n"] == 1 and test["absolute_mb"]["max"] == 550.0     # baseline 250 + 300
+    assert res["by_kind"]["read"]["delta_mb"]["max"] == 2.0
+    assert res["git_status"]["delta_mb"]["p50"] == 10.0 and res["git_status"]["absolute_mb"]["p50"] == 190.0
+    # absolute peak/average of A only: 600 / 200; delta: A max 300 over the duration-weighted mean
+    # (300*4000 + 10*1000 + 2*1000) / 6000 = 202; B 100 / 75
+    assert res["peak_to_average"]["absolute"]["max"] == 3.0
+    assert res["peak_to_average"]["delta"]["max"] == round(300 / (1212000 / 6000), 2)
+    assert res["peak_to_average"]["delta"]["p50"] == round((300 / 202 + 100 / 75) / 2, 2)
+    # growth = peak / ramp over steps with a ramp: 300/1, 10/0.5, 50/2 MiB/s
+    assert res["mem_change_rate_mb_s"]["step_growth"]["max"] == 300.0
+    assert res["mem_change_rate_mb_s"]["step_growth"]["p50"] == 25.0
+    assert res["tool_time_share"] == {"value": 0.3, "n": 1, "provenance": "derived"}      # 6 s of 20 s
+    assert res["cpu_percent_mean"]["value"] == 10.0
+    assert res["tool_cpu_percent"]["value"] == round(100 * 2600 / 7000, 2)  # steps with cpu_ms: 4 + 1 + 2 s
+    assert res["static_limit_idle_share"]["value"] == round(1 - 200 / 600, 3)
+    assert res["static_limit_idle_share_cpu"]["value"] == 0.9
+    assert res["near_peak_share"]["value"] == 0.05
+    json.dumps(res)
+
+
+def test_quantile_matches_numpy_default_rule():
+    assert quantile([1, 2, 3, 4], 0.5) == 2.5 and quantile([10], 0.95) == 10 and quantile([], 0.5) is None
+    assert quantile(list(range(101)), 0.95) == 95.0
+
+
+def test_table_prints_the_papers_column_and_na_for_missing_data():
+    text = format_table(characterize([B]))
+    assert "15.4 (haiku)" in text and "518 (haiku)" in text and "13.2 (haiku)" in text
+    assert "n/a abs" in text                                         # no container summary: no absolute figure
+    glm = _trace("g", [_step(0, "pytest", 1000, peak=5.0)])
+    glm.source["model"] = "qwen3"
+    assert "234 (glm)" in format_table(characterize([glm])) and "7.6 (glm)" in format_table(characterize([glm]))
+
+
+@pytest.mark.skipif(not HAIKU.is_dir(), reason=f"shipped corpus not present: {HAIKU}")
+def test_shipped_haiku_corpus(capsys):
+    assert main(["traces", "characterize", str(HAIKU)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("18 trace(s), 391 step(s), 391 with a profile; 18 with whole-container samples")
+    assert "paper (published)" in out and "15.4 (haiku)" in out and "518 (haiku)" in out
+    assert main(["traces", "characterize", "--json", str(HAIKU)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    # pre-commit-2524's full test-suite run: 1594.5 MiB over its baseline, 1775.7 MiB of container memory
+    assert res["by_kind"]["test"]["delta_mb"]["max"] == 1594.5
+    assert res["by_kind"]["test"]["absolute_mb"]["max"] == 1775.7
+    assert res["peak_to_average"]["absolute"]["max"] == 6.08
+    assert res["cpu_percent_mean"]["value"] == 18.55 and res["cpu_percent_mean"]["n"] == 18
+    assert res["git_status"]["delta_mb"]["n"] == 0                 # no haiku run calls `git status`
+
+
+def test_no_profiles_is_an_error(tmp_path, capsys):
+    t = Trace(trace_id="x", source={}, steps=(Step(step_id=0, tool="bash", args={"command": "ls"}),))
+    write_trace(t, tmp_path / "x.json")
+    assert main(["traces", "characterize", str(tmp_path)]) == 1
+    assert "no step carries a resource profile" in capsys.readouterr().err
+    assert main(["traces", "characterize", str(tmp_path / "none")]) == 1
