@@ -190,6 +190,9 @@ class RunOutcome:
         j = self.junit
         if j.tests == 0 or self.rc == 5:
             out.append(f"{self.name}: no tests ran (pytest exit {self.rc}); end of its log:\n{self.log_tail}")
+        elif j.passed == 0 and not j.failed:
+            reasons = "\n".join("  " + r for r in j.skip_reasons[:8])
+            out.append(f"{self.name}: all {j.tests} tests skipped, none ran:\n{reasons}")
         if j.failed:
             listed = [f"  {test}\n" + "\n".join("      " + ln for ln in tail.splitlines()) for test, tail in j.failed[:8]]
             more = f"\n  … and {len(j.failed) - 8} more" if len(j.failed) > 8 else ""
@@ -203,7 +206,8 @@ class RunOutcome:
         if self.junit is None:
             return "not run" if self.rc is None else f"exit {self.rc}, no JUnit"
         j = self.junit
-        return f"{j.passed} passed, {j.failures} failed, {j.errors} errors, {j.skipped} skipped"
+        took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
+        return f"{j.passed} passed, {j.failures} failed, {j.errors} errors, {j.skipped} skipped{took}"
 
 
 @dataclass
