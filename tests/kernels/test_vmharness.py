@@ -97,3 +97,13 @@ def test_missing_kernel_names_what_to_run(tmp_path):
         vmharness.find_kernel("6.1", tmp_path / "index")
     with pytest.raises(vmharness.KernelMissing, match="hostsetup.sh vm`"):
         vmharness.find_kernel("6.12", tmp_path / "index")
+
+
+def test_tests_failing_the_same_way_are_named_once_each_with_one_report(tmp_path):
+    case = ('<testcase classname="t" name="{n}"><error message="x">path = {n}\n'
+            'E   FileNotFoundError: [Errno 2]\nnode.py:41: FileNotFoundError</error></testcase>')
+    write_run(tmp_path, "subset", 1, "<testsuites><testsuite>" + case.format(n="a") + case.format(n="b")
+              + "</testsuite></testsuites>")
+    problem, = vmharness.read_run(tmp_path, "subset").problems()
+    assert "t::b (error): same as t::a (error)" in problem
+    assert problem.count("FileNotFoundError: [Errno 2]") == 1

@@ -118,7 +118,7 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
         argv = [str(repo / ".venv" / "bin" / "python"), "-m", "pytest", "-c", str(repo / "pyproject.toml"),
                 "--rootdir", str(repo), "-p", "no:cacheprovider", "--basetemp", f"{tmp}/basetemp",
                 "--junitxml", f"{out}/{run.name}.xml", "--agentcgroup-out", f"{out}/{run.name}-results",
-                "-q", "-rfE",
+                "-q", "-rfE", "--durations=10",
                 *[str(repo / a) if (repo / a).exists() else a for a in run.args]]
         lines += [
             f"mkdir -p {tmp} && cd {tmp}",
@@ -194,9 +194,20 @@ class RunOutcome:
             reasons = "\n".join("  " + r for r in j.skip_reasons[:8])
             out.append(f"{self.name}: all {j.tests} tests skipped, none ran:\n{reasons}")
         if j.failed:
-            listed = [f"  {test}\n" + "\n".join("      " + ln for ln in tail.splitlines()) for test, tail in j.failed[:8]]
-            more = f"\n  … and {len(j.failed) - 8} more" if len(j.failed) > 8 else ""
-            out.append(f"{self.name}: {j.failures} failed, {j.errors} errors of {j.tests}:\n" + "\n".join(listed) + more)
+            # every failing test by name; a report's end once, then "same as" for the tests that
+            # ended the same way (one broken fixture fails many tests identically)
+            listed, first_with = [], {}
+            for test, tail in j.failed:
+                lines = tail.splitlines()   # "the same way": same `E ` lines and final location
+                how = tuple(ln for ln in lines if ln.startswith("E ")) + tuple(lines[-1:])
+                if how in first_with:
+                    listed.append(f"  {test}: same as {first_with[how]}")
+                elif len(first_with) >= 6:
+                    listed.append(f"  {test}")
+                else:
+                    first_with[how] = test
+                    listed.append(f"  {test}\n" + "\n".join("      " + ln for ln in tail.splitlines()))
+            out.append(f"{self.name}: {j.failures} failed, {j.errors} errors of {j.tests}:\n" + "\n".join(listed))
         if self.rc not in (0, 5) and not j.failed:
             out.append(f"{self.name}: pytest exited {self.rc} with no failing test in its JUnit; end of its log:\n"
                        f"{self.log_tail}")
