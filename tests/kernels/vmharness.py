@@ -13,7 +13,7 @@ records each in $AGENTCGROUP_KERNELS_DIR/index (default /var/lib/agentcgroup/ker
 `<series> <release> <vmlinuz>`; this module only reads that index.
 
 Command line (a developer's shortcut; the tests in this directory are the CI's way in):
-    .venv/bin/python tests/kernels/vmharness.py 6.12 tests/test_ir.py [-- PYTEST ARGS]
+    .venv/bin/python tests/kernels/vmharness.py [--out DIR] 6.12 -- tests/test_ir.py [PYTEST ARGS]
 """
 from __future__ import annotations
 
