@@ -6,14 +6,28 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup test run baseline report clean clean-images
+.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report clean clean-images
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
 
+# qemu and the Debian kernels tests/kernels/ boots with pure cgroup v2: 6.12 (group vm) for
+# `make test`, 6.1, 6.12 and 7.3 (group vm-kernels) for `make test-kernels`
+setup-vm: setup
+	@bash pytest_agentcgroup/hostsetup.sh vm
+
+setup-kernels: setup
+	@bash pytest_agentcgroup/hostsetup.sh vm-kernels
+
 # pytest exit 5 means "no tests collected": treat it as a failure, not a pass.
-test: setup
+# tests/kernels/ runs its subset on kernel 6.12 here (--agentcgroup-kernels default).
+test: setup-vm
 	@$(PY) -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
+
+# the pure cgroup v2 subset on every kernel series, one verdict line per kernel at the end
+test-kernels: setup-kernels
+	@$(PY) -m pytest tests/kernels -q --agentcgroup-kernels=all $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 run: setup

@@ -4,6 +4,8 @@
 #
 # Usage: hostsetup.sh [GROUP...]     (or AGENTCGROUP_GROUPS="core docker")
 # Groups are space- or comma-separated; the default is "core docker browser".
+# Groups `vm` and `vm-kernels` also install Debian kernels for the pure cgroup v2 VM tests
+# (tests/kernels/): see "kernels for the VM" below.
 #
 # Idempotent and silent when everything is already in place.  Missing system
 # pieces are reported in one line each and skipped when we cannot install them
@@ -18,6 +20,13 @@ declare -A GROUPS_PKGS=(
   [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
+  [vm]="qemu-system-x86 busybox-static"
+  [vm-kernels]="qemu-system-x86 busybox-static"
+)
+# kernel series each group boots in tests/kernels/ (newest patch release of each, chosen by apt)
+declare -A GROUPS_KERNELS=(
+  [vm]="6.12"
+  [vm-kernels]="6.1 6.12 7.3"
 )
 
 ROOT=${AGENTCGROUP_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -37,10 +46,12 @@ cd "$ROOT" || die "cannot cd to $ROOT"
 # whatever the groups: the venv is required, and `python3 -m venv` needs ensurepip, which Debian
 # ships separately
 wanted=(python3-venv)
+kernels=()
 for g in ${*:-${AGENTCGROUP_GROUPS:-core docker browser}}; do
   for g2 in ${g//,/ }; do
     [ -n "${GROUPS_PKGS[$g2]+x}" ] || die "unknown package group '$g2' (known: ${!GROUPS_PKGS[*]})"
     wanted+=(${GROUPS_PKGS[$g2]})
+    kernels+=(${GROUPS_KERNELS[$g2]:-})
   done
 done
 
@@ -110,6 +121,141 @@ if [ ! -e "$moddir/build" ] || [ ! -e "$moddir/source" ]; then
     { [ -e "$moddir/build" ]  || ln -sfn "$hdr"    "$moddir/build"; } &&
     { [ -e "$moddir/source" ] || ln -sfn "$common" "$moddir/source"; } ||
       say "could not create header links in $moddir (bcc tests will skip)"
+  fi
+fi
+
+# ---- kernels for the VM (groups vm, vm-kernels) -----------------------------
+# tests/kernels/ boots these under qemu with only cgroup2 mounted. A series (6.12) is the newest
+# `linux-image-<series>…-amd64` apt offers: from the host's own sources (bookworm: 6.1, 6.12 in
+# bookworm-security), else from a private apt state on trixie + trixie-backports + trixie-security
+# (7.3, the only Debian kernel with sched_ext), unpacked under $KERNELS_DIR instead of installed.
+# A series already present is kept (no apt query, no network). Each is recorded in $KERNELS_INDEX
+# as "<series> <release> <vmlinuz>", which the tests read; bcc in the guest needs the release's
+# headers at /lib/modules/<release>/{build,source}, made here since the guest sees / read-only.
+# Not under /var/cache: vng hides /var/cache (and /var/tmp, /var/log) behind a tmpfs in the guest,
+# and the guest's bcc reads this kernel's headers from here.
+KERNELS_DIR=${AGENTCGROUP_KERNELS_DIR:-/var/lib/agentcgroup/kernels}
+KERNELS_INDEX=$KERNELS_DIR/index
+
+kernel_regex() {  # the linux-image package names of a series, e.g. 6.1 -> 6.1.0-56-amd64, not 6.12
+  printf '^linux-image-%s[.-][0-9.]*(-[0-9]+)?(\\+deb[0-9]+)?-amd64$' "${1//./\\.}"
+}
+
+host_apt_updated=
+host_apt_update() {
+  [ -n "$host_apt_updated" ] && return 0
+  apt-get update -q >>"$apt_log" 2>&1 || true    # a failing third-party source must not stop us
+  host_apt_updated=1
+}
+
+index_kernel() {  # index_kernel SERIES RELEASE VMLINUZ
+  local tmp
+  mkdir -p "$KERNELS_DIR" || return 1
+  tmp=$(mktemp "$KERNELS_INDEX.XXXXXX") || return 1
+  { grep -v "^$1 " "$KERNELS_INDEX" 2>/dev/null; printf '%s %s %s\n' "$1" "$2" "$3"; } >"$tmp" &&
+    mv -f "$tmp" "$KERNELS_INDEX"
+}
+
+kernel_from_host_apt() {  # SERIES: installed (or now installed) from the host's sources; 1 if apt has none
+  local re rel pkg
+  re=$(kernel_regex "$1")
+  pkg=$(dpkg-query -W -f='${Package} ${Status}\n' 'linux-image-*' 2>/dev/null |
+        awk '$NF == "installed" {print $1}' | grep -E "$re" | sort -V | tail -n 1)
+  if [ -z "$pkg" ] || ! dpkg-query -W -f='${Status}' "linux-headers-${pkg#linux-image-}" 2>/dev/null |
+                         grep -q ' installed$'; then
+    host_apt_update
+    pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1)
+    [ -n "$pkg" ] || return 1
+    say "installing kernel $1 for the VM tests: $pkg linux-headers-${pkg#linux-image-}"
+    apt_install "$pkg" "linux-headers-${pkg#linux-image-}" ||
+      { tail -n 15 "$apt_log" >&2; die "apt-get could not install $pkg (full log: $apt_log)"; }
+  fi
+  rel=${pkg#linux-image-}
+  index_kernel "$1" "$rel" "/boot/vmlinuz-$rel"
+}
+
+uri_suites() {  # "<URI> <suite>" for each deb source the host's apt uses (one-line and deb822 files)
+  local f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] && awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+                                      print $i, $(i + 1) }' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] && awk 'function flush() { if (deb) for (i = 1; i <= n; i++) print uri, su[i]; deb = 0; n = 0 }
+      /^[ \t]*$/ { flush(); next }
+      $1 == "Types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+      $1 == "URIs:" { uri = $2 }
+      $1 == "Suites:" { n = 0; for (i = 2; i <= NF; i++) su[++n] = $i }
+      END { flush() }' "$f"
+  done
+}
+
+debian_mirrors() {  # "<archive URI> <security URI>": the Debian mirrors the host's own sources name
+  uri_suites | awk '$2 ~ /-security$/ { if (sec == "") sec = $1; next }
+                    $2 ~ /^[a-z]+$/ && $1 ~ /\/debian\/?$/ { if (arc == "") arc = $1 }
+                    END { print arc, sec }'
+}
+
+kernel_from_trixie() {  # SERIES: apt-get download + dpkg-deb -x into $KERNELS_DIR/<release>
+  local re rel dir found arc sec state opts pkg pkgs
+  re=$(kernel_regex "$1")
+  found=$(ls -d "$KERNELS_DIR"/*/usr/lib/modules/*/vmlinuz "$KERNELS_DIR"/*/boot/vmlinuz-* 2>/dev/null |
+          sed "s|^$KERNELS_DIR/||; s|/.*||; s/^/linux-image-/" | grep -E "$re" | sort -V | tail -n 1)
+  if [ -n "$found" ]; then
+    rel=${found#linux-image-}
+  else
+    read -r arc sec < <(debian_mirrors)
+    [ -n "$arc" ] || die "kernel $1: no Debian archive in /etc/apt/sources.list{,.d} to fetch trixie from"
+    state=$KERNELS_DIR/apt-trixie
+    mkdir -p "$state/lists/partial" "$state/cache/archives/partial" || die "cannot create $state"
+    { printf 'deb %s trixie main\ndeb %s trixie-backports main\n' "$arc" "$arc"
+      [ -z "$sec" ] || printf 'deb %s trixie-security main\n' "$sec"; } >"$state/sources.list"
+    opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o Dir::Etc::sourceparts=/dev/null
+          -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache")
+    apt-get "${opts[@]}" update -q >>"$apt_log" 2>&1 ||
+      { tail -n 15 "$apt_log" >&2; die "kernel $1: apt-get update of trixie from $arc failed (full log: $apt_log)"; }
+    pkg=$(apt-cache "${opts[@]}" pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1)
+    [ -n "$pkg" ] || die "kernel $1: no package matching $re in trixie, trixie-backports or trixie-security"
+    rel=${pkg#linux-image-}
+    say "fetching kernel $1 for the VM tests: $rel (trixie, unpacked into $KERNELS_DIR/$rel)"
+    dir=$KERNELS_DIR/$rel
+    rm -rf "$dir.part" && mkdir -p "$dir.part/debs" || die "cannot create $dir.part"
+    # the image and headers with their own parts (trixie: linux-binary-*, linux-modules-*,
+    # linux-headers-*-common, linux-kbuild-*), i.e. their dependencies named for this release
+    pkgs=("linux-image-$rel" "linux-headers-$rel")
+    pkgs+=($(apt-cache "${opts[@]}" depends "${pkgs[@]}" 2>/dev/null |
+             awk -v r="${rel%-amd64}" '$1 == "Depends:" && index($2, r) {print $2}' | sort -u))
+    ( cd "$dir.part/debs" && apt-get "${opts[@]}" download -q "${pkgs[@]}" ) >>"$apt_log" 2>&1 ||
+      { tail -n 15 "$apt_log" >&2; die "kernel $1: apt-get download of $rel failed (full log: $apt_log)"; }
+    for pkg in "$dir.part"/debs/*.deb; do
+      dpkg-deb -x "$pkg" "$dir.part" || die "kernel $1: dpkg-deb -x $pkg failed"
+    done
+    rm -rf "$dir.part/debs" && mv "$dir.part" "$dir" || die "cannot move $dir.part to $dir"
+  fi
+  dir=$KERNELS_DIR/$rel
+  local mods=$dir/usr/lib/modules/$rel
+  [ -d "$mods" ] || mods=$dir/lib/modules/$rel
+  [ -d "$mods" ] || die "kernel $1: $dir holds no lib/modules/$rel"
+  [ "$(readlink "/lib/modules/$rel")" = "$mods" ] || ln -sfn "$mods" "/lib/modules/$rel" ||
+    die "cannot link /lib/modules/$rel to $mods"
+  [ -e "$mods/build" ]  || ln -sfn "$dir/usr/src/linux-headers-$rel" "$mods/build"
+  [ -e "$mods/source" ] || ln -sfn "$dir/usr/src/linux-headers-${rel%-amd64}-common" "$mods/source"
+  [ -s "$mods/modules.dep" ] || depmod "$rel" || die "kernel $1: depmod $rel failed"
+  local vmlinuz=$mods/vmlinuz          # trixie keeps it with the modules, older releases in /boot
+  [ -f "$vmlinuz" ] || vmlinuz=$dir/boot/vmlinuz-$rel
+  [ -f "$vmlinuz" ] || die "kernel $1: $dir holds no vmlinuz"
+  index_kernel "$1" "$rel" "$vmlinuz"
+}
+
+if [ ${#kernels[@]} -gt 0 ]; then
+  if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+    say "kernels for the VM tests not installed (need root + apt-get; those tests will skip): ${kernels[*]}"
+  else
+    apt_log=$(mktemp /tmp/hostsetup-apt.XXXXXX)
+    for series in $(printf '%s\n' "${kernels[@]}" | sort -u); do
+      kernel_from_host_apt "$series" || kernel_from_trixie "$series"
+    done
+    rm -f "$apt_log"
   fi
 fi
 

@@ -12,6 +12,14 @@ from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 
 pytest_plugins = ["pytester"]
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here rather than in tests/kernels/conftest.py: pytest parses the command line before it
+    # collects that directory, so only a conftest at the tests' root can add an option.
+    parser.addoption("--agentcgroup-kernels", default="6.12",
+                     help="kernel series tests/kernels/ boots with pure cgroup v2: comma-separated "
+                          "(6.1, 6.12, 7.3) or `all`; default 6.12")
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -153,3 +153,23 @@ def test_the_kernel_headers_package_is_this_architectures():
     assert "linux-headers-$ARCH" in text and "linux-headers-amd64" not in text
     assert subprocess.run(["apt-cache", "show", f"linux-headers-{arch}"], capture_output=True).returncode == 0, \
         f"apt knows no linux-headers-{arch}"
+
+
+def test_vm_group_records_a_bootable_612_kernel_with_headers_and_is_quiet():
+    """Group `vm` (make test): qemu, busybox-static and the newest 6.12 kernel with its headers,
+    recorded in the kernel index tests/kernels/ reads; a second run says nothing."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("hostsetup.sh installs kernels only as root with apt-get")
+    for _ in range(2):
+        out = subprocess.run(["bash", str(SCRIPT), "vm"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        assert out.returncode == 0, out.stderr
+    assert out.stdout == "", "hostsetup.sh vm is not quiet on a second run"
+    index = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgroup/kernels")) / "index"
+    rows = {line.split()[0]: line.split()[1:] for line in index.read_text().splitlines() if line.strip()}
+    release, vmlinuz = rows["6.12"]
+    assert release.startswith("6.12.") and release.endswith("+deb12-amd64"), release
+    assert Path(vmlinuz).is_file()
+    assert (Path("/lib/modules") / release / "build" / "include" / "generated").is_dir()
+    assert (Path("/lib/modules") / release / "source" / "include" / "linux").is_dir()
+    for tool in ("qemu-system-x86_64", "busybox"):
+        assert shutil.which(tool), f"{tool} is not installed"

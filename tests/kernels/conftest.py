@@ -1,0 +1,40 @@
+"""Parametrizes the kernel tests over the series chosen with --agentcgroup-kernels (the option is
+registered in tests/conftest.py, which pytest loads before it parses the command line) and prints
+one verdict line per booted kernel at the end of the session."""
+from __future__ import annotations
+
+import pytest
+
+import vmharness
+
+_VERDICTS = pytest.StashKey[list]()
+
+
+def selected_series(config: pytest.Config) -> list[str]:
+    value = config.getoption("agentcgroup_kernels")
+    if value.strip() == "all":
+        return list(vmharness.SERIES)
+    chosen = [s.strip() for s in value.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in vmharness.SERIES]
+    if unknown or not chosen:
+        raise pytest.UsageError(f"--agentcgroup-kernels: unknown series {unknown or value!r} "
+                                f"(known: {', '.join(vmharness.SERIES)}, or all)")
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kernel_series" in metafunc.fixturenames:
+        metafunc.parametrize("kernel_series", selected_series(metafunc.config))
+
+
+@pytest.fixture
+def kernel_verdicts(request: pytest.FixtureRequest) -> list[str]:
+    return request.config.stash.setdefault(_VERDICTS, [])
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    verdicts = config.stash.get(_VERDICTS, [])
+    if verdicts:
+        terminalreporter.section("pure cgroup v2 kernels")
+        for line in verdicts:
+            terminalreporter.write_line(line)

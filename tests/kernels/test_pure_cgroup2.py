@@ -1,0 +1,142 @@
+"""The cgroup, BPF and hostile tests and a one-trace Experiment 1, on real Debian kernels that mount
+only cgroup v2 (this host is hybrid v1+v2; most users' hosts are pure v2).
+
+One test per kernel series (`--agentcgroup-kernels`: 6.12 by default, `all` = 6.1, 6.12, 7.3).
+Each boots the kernel under qemu (vmharness.py), runs one pytest session inside, and asserts:
+the guest really ran that kernel on pure cgroup v2 (its own probe: `/proc/self/cgroup` is `0::/…`
+only, no v1 cgroup mount, `uname -r`), the session ran tests and none failed or erred (failures
+are listed with the end of their report), Experiment 1 counted the one OOM kill under
+static-toolcall exactly once and nowhere else, and its benchmark JSON recorded cgroup v2 and the
+kernel. A kernel that set-up should have installed and did not is a failure, not a skip.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import vmharness
+
+#: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
+SUBSET = ("tests/test_cgroups.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
+          "tests/test_bpf_features.py", "tests/hostile")
+#: the synthetic trace of the Experiment 1 run (trace ids are `<format>/<name>`)
+OOM_TRACE = "synthetic/vm-oom-once"
+#: (command, recorded peak MiB): step 1's 700 MiB is above static-toolcall's 512 MiB per-step limit
+#: (experiments/agentcgroup.toml) and below static-env's 1024 MiB and the dynamic arm's 2048 MiB
+#: ceiling; its command is a test run, a low-priority kind the dynamic arm throttles instead.
+OOM_STEPS = (("ls", 20), ("python -m pytest tests", 700), ("cat setup.py", 30))
+OOM_STEP = 1
+#: how many OOM kills each arm of experiments/agentcgroup.toml must count on that trace
+EXPECTED_KILLS = {"unlimited": 0, "static-env": 0, "static-toolcall": 1, "static-high": 0,
+                  "agentcgroup": 0, "bpf-soft": 0}
+
+
+def write_oom_corpus(root: Path) -> Path:
+    """A corpus (manifest + one trace) for Experiment 1 in the guest; every number is synthetic."""
+    root.mkdir(parents=True, exist_ok=True)
+    steps = [{"step_id": i, "tool": "bash", "args": {"command": cmd},
+              "duration_ms": {"value": 2000, "provenance": "synthetic"},
+              "profile": {"peak_mb": {"value": peak, "provenance": "synthetic"},
+                          "ramp_ms": {"value": 1000, "provenance": "synthetic"}}}
+             for i, (cmd, peak) in enumerate(OOM_STEPS)]
+    trace = {"schema": "agentcgroup-trace/1", "trace_id": OOM_TRACE, "steps": steps,
+             "source": {"format": "synthetic", "note": "tests/kernels/test_pure_cgroup2.py: one step above "
+                                                       "the static per-step limit"}}
+    (root / "vm-oom-once.json").write_text(json.dumps(trace))
+    (root / "manifest.json").write_text(json.dumps({
+        "schema": "agentcgroup-manifest/1", "subsets": {"vm": [OOM_TRACE]},
+        "traces": [{"trace_id": OOM_TRACE, "file": "vm-oom-once.json"}]}))
+    return root
+
+
+def write_vm_config(path: Path, repo: Path = vmharness.REPO) -> Path:
+    """experiments/agentcgroup.toml, arms and budgets as shipped, minus its latency budgets
+    (`latency_overhead_*`): they are sized for the host, and qemu's software emulation runs code
+    ~10x slower, so they would fail for the emulator's sake, not for anything cgroup v2 does."""
+    shipped = (repo / "experiments" / "agentcgroup.toml").read_text().splitlines(keepends=True)
+    path.write_text("".join(ln for ln in shipped if not re.match(r"\s*latency_overhead_\w+\s*=", ln)))
+    return path
+
+
+def guest_run(out: Path, repo: Path = vmharness.REPO) -> vmharness.PytestRun:
+    """The subset and Experiment 1 in one pytest session: each pytest start costs the guest minutes
+    of imports over 9p under emulation (measured: ~3 min before the first test). The exp1 options
+    only concern experiments; the tests under tests/ build their own cgroups and studies."""
+    subset = tuple(p for p in SUBSET if (repo / p).exists())
+    corpus = write_oom_corpus(out / "exp1-traces")
+    config = write_vm_config(out / "exp1-agentcgroup.toml", repo)
+    exp1 = ("experiments/test_exp1_domain_mismatch.py", "--agentcgroup-config", str(config),
+            "--agentcgroup-traces", str(corpus), "--agentcgroup-subset", OOM_TRACE,
+            "--benchmark-json", str(out / "exp1-benchmark.json"))
+    return vmharness.PytestRun("subset", subset + exp1)
+
+
+def exp1_problems(out: Path, kernel: vmharness.Kernel) -> list[str]:
+    """The OOM kill counted exactly once under static-toolcall (and nowhere else), and the benchmark
+    JSON's environment naming cgroup v2 and this kernel."""
+    problems = []
+    metrics = out / "subset-results" / "metrics.jsonl"
+    try:
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as exc:
+        return [f"exp1: cannot read {metrics}: {exc}"]
+    kills, killed_steps, steps = Counter(), {}, Counter()
+    for r in records:
+        if r.get("trace_id") != OOM_TRACE:
+            continue
+        steps[r["config"]] += 1
+        kills[r["config"]] += r.get("oom_kills") or 0
+        if r.get("oom_kills"):
+            killed_steps.setdefault(r["config"], []).append(r["step_id"])
+    for arm, want in EXPECTED_KILLS.items():
+        if steps[arm] == 0:
+            problems.append(f"exp1: arm {arm} recorded no step of {OOM_TRACE} in {metrics}")
+        elif kills[arm] != want:
+            problems.append(f"exp1: arm {arm} counted {kills[arm]} OOM kills (steps {killed_steps.get(arm, [])}), "
+                            f"expected {want}")
+    if kills["static-toolcall"] == 1 and killed_steps["static-toolcall"] != [OOM_STEP]:
+        problems.append(f"exp1: static-toolcall's kill was step {killed_steps['static-toolcall']}, expected {OOM_STEP}")
+    bench = out / "exp1-benchmark.json"
+    try:
+        env = json.loads(bench.read_text())["machine_info"]["agentcgroup"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return problems + [f"exp1: no machine_info.agentcgroup in {bench}: {exc!r}"]
+    if env.get("cgroups", {}).get("mode") != "v2":
+        problems.append(f"exp1: {bench} machine_info.agentcgroup.cgroups is {env.get('cgroups')}, not mode v2")
+    if env.get("kernel", {}).get("release") != kernel.release:
+        problems.append(f"exp1: {bench} machine_info.agentcgroup.kernel is {env.get('kernel')}, "
+                        f"not release {kernel.release}")
+    return problems
+
+
+def require_kernel(series: str) -> vmharness.Kernel:
+    """The installed kernel; a skip only where this host cannot install one at all."""
+    if os.geteuid() != 0:
+        pytest.skip("booting kernels for the pure cgroup v2 tests needs root (hostsetup.sh installs them as root)")
+    if shutil.which("apt-get") is None:
+        pytest.skip("no apt-get: hostsetup.sh installs the Debian kernels and qemu through apt")
+    try:
+        return vmharness.find_kernel(series)
+    except vmharness.KernelMissing as exc:
+        pytest.fail(f"set-up did not provide kernel {series}: {exc}", pytrace=False)
+
+
+def test_pure_cgroup2_subset(kernel_series: str, tmp_path: Path, kernel_verdicts: list[str]):
+    kernel = require_kernel(kernel_series)
+    out = tmp_path / "guest"
+    out.mkdir()
+    try:
+        result = vmharness.boot(kernel, out, [guest_run(out)])
+    except vmharness.KernelMissing as exc:       # vng itself missing after set-up
+        pytest.fail(str(exc), pytrace=False)
+    problems = result.problems()
+    if result.runs["subset"].rc is not None:
+        problems += exp1_problems(out, kernel)
+    kernel_verdicts.append(result.verdict())
+    assert not problems, f"{result.verdict()}\nguest files: {out}\n\n" + "\n\n".join(problems)

@@ -1,0 +1,109 @@
+"""The harness's own judgement, without booting: what it reads back from a guest's files must fail
+a run that did not happen, did not run tests, or ran on anything but pure cgroup v2."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import vmharness
+
+KERNEL = vmharness.Kernel("6.12", "6.12.117+deb12-amd64", Path("/boot/vmlinuz-6.12.117+deb12-amd64"))
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="3">
+<testcase classname="tests.test_cgroups" name="test_ok" time="0.1"/>
+<testcase classname="tests.test_cgroups" name="test_limit" time="0.2"><failure message="boom">{long}
+FileNotFoundError: [Errno 2] No such file or directory: '/sys/fs/cgroup/agentcgroup-1-2/cgroup.subtree_control'</failure></testcase>
+<testcase classname="tests.test_bpf_features" name="test_probe" time="0.0"><skipped message="no BTF"/></testcase>
+</testsuite></testsuites>"""
+
+
+def write_run(out: Path, name: str, rc: int | None, junit: str | None, log: str = "") -> None:
+    (out / f"{name}.log").write_text(log)
+    if rc is not None:
+        (out / f"{name}.rc").write_text(f"{rc}\n")
+    if junit is not None:
+        (out / f"{name}.xml").write_text(junit)
+
+
+def write_v2_probe(out: Path, release: str = KERNEL.release) -> None:
+    (out / "probe.uname").write_text(release + "\n")
+    (out / "probe.cgroup").write_text("0::/\n")
+    (out / "probe.mounts").write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,relatime 0 0\n")
+
+
+def test_failing_tests_are_named_with_the_end_of_their_report(tmp_path):
+    write_run(tmp_path, "subset", 1, JUNIT.format(long="\n".join(f"line {i}" for i in range(40))))
+    problems = vmharness.read_run(tmp_path, "subset").problems()
+    assert len(problems) == 1
+    assert "tests.test_cgroups::test_limit (failure)" in problems[0]
+    assert "cgroup.subtree_control" in problems[0] and "line 39" in problems[0]
+    assert "line 5\n" not in problems[0], "only the end of a long report is kept"
+    assert "tests.test_cgroups::test_ok" not in problems[0]
+
+
+@pytest.mark.parametrize("rc, junit, log, expect", [
+    (5, '<testsuites><testsuite tests="0"/></testsuites>', "no tests ran", "no tests ran"),
+    (None, None, "collecting", "did not finish"),
+    (2, None, "ERROR: usage", "without a JUnit XML"),
+    (0, '<testsuites><testsuite><testcase classname="a" name="b"><skipped message="no bcc"/></testcase>'
+        '</testsuite></testsuites>', "", "all 1 tests skipped"),
+])
+def test_a_run_that_ran_nothing_fails(tmp_path, rc, junit, log, expect):
+    write_run(tmp_path, "subset", rc, junit, log)
+    problems = vmharness.read_run(tmp_path, "subset").problems()
+    assert problems and expect in problems[0]
+
+
+def test_this_hybrid_host_is_not_taken_for_pure_cgroup_v2(tmp_path):
+    # the real /proc files of the host the tests run on (hybrid v1+v2 here)
+    (tmp_path / "probe.uname").write_text(os.uname().release + "\n")
+    (tmp_path / "probe.cgroup").write_text(Path("/proc/self/cgroup").read_text())
+    (tmp_path / "probe.mounts").write_text(Path("/proc/mounts").read_text())
+    probe = vmharness.read_probe(tmp_path)
+    if probe.mode == "v2":
+        pytest.skip("this host mounts pure cgroup v2 itself")
+    problems = probe.problems(KERNEL)
+    assert any("not the requested" in p for p in problems)
+    assert any("v1" in p for p in problems)
+
+
+def test_pure_v2_probe_of_the_requested_kernel_passes_and_another_kernel_fails(tmp_path):
+    write_v2_probe(tmp_path)
+    assert vmharness.read_probe(tmp_path).problems(KERNEL) == []
+    write_v2_probe(tmp_path, "6.1.0-56-amd64")
+    assert "not the requested" in vmharness.read_probe(tmp_path).problems(KERNEL)[0]
+    assert "no probe" in vmharness.read_probe(tmp_path / "missing").problems(KERNEL)[0]
+
+
+def test_guest_that_did_not_reach_its_end_fails(tmp_path):
+    write_v2_probe(tmp_path)
+    write_run(tmp_path, "subset", 0, '<testsuites><testsuite><testcase classname="a" name="b"/>'
+                                     '</testsuite></testsuites>')
+    result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
+                                   runs={"subset": vmharness.read_run(tmp_path, "subset")})
+    assert "before its script finished" in result.problems()[0]
+    (tmp_path / "guest.done").write_text("done\n")
+    assert result.problems() == []
+    assert "cgroup v2" in result.verdict() and "1 passed, 0 failed" in result.verdict()
+
+
+def test_missing_kernel_names_what_to_run(tmp_path):
+    with pytest.raises(vmharness.KernelMissing, match="hostsetup.sh vm-kernels"):
+        vmharness.find_kernel("7.3", tmp_path / "index")
+    (tmp_path / "index").write_text("6.1 6.1.0-56-amd64 /nonexistent/vmlinuz\n")
+    with pytest.raises(vmharness.KernelMissing, match="does not exist"):
+        vmharness.find_kernel("6.1", tmp_path / "index")
+    with pytest.raises(vmharness.KernelMissing, match="hostsetup.sh vm`"):
+        vmharness.find_kernel("6.12", tmp_path / "index")
+
+
+def test_tests_failing_the_same_way_are_named_once_each_with_one_report(tmp_path):
+    case = ('<testcase classname="t" name="{n}"><error message="x">path = {n}\n'
+            'E   FileNotFoundError: [Errno 2]\nnode.py:41: FileNotFoundError</error></testcase>')
+    write_run(tmp_path, "subset", 1, "<testsuites><testsuite>" + case.format(n="a") + case.format(n="b")
+              + "</testsuite></testsuites>")
+    problem, = vmharness.read_run(tmp_path, "subset").problems()
+    assert "t::b (error): same as t::a (error)" in problem
+    assert problem.count("FileNotFoundError: [Errno 2]") == 1

@@ -1,0 +1,373 @@
+"""Run pytest on this checkout inside a real Debian kernel with only cgroup v2 mounted.
+
+The host this project is developed on mounts cgroups hybrid (v1 controllers + a controller-less
+v2 tree); most users have pure cgroup v2. This module boots a Debian kernel under qemu with
+virtme-ng (`vng`), always in software emulation (`--disable-kvm`: this host's /dev/kvm is a
+paravirtual KVM that cannot boot a stock kernel), shares the host's root read-only with the guest
+(so the checkout and its .venv run as they are), and gives the guest one writable directory (the
+"out" directory) for everything it produces: a probe of its cgroup layout, and per pytest run a
+log, the exit code and a JUnit XML. Nothing is read back from the console (lines were lost there).
+
+Kernels are installed by pytest_agentcgroup/hostsetup.sh (groups `vm`, `vm-kernels`), which
+records each in $AGENTCGROUP_KERNELS_DIR/index (default /var/lib/agentcgroup/kernels/index) as
+`<series> <release> <vmlinuz>`; this module only reads that index.
+
+Command line (a developer's shortcut; the tests in this directory are the CI's way in):
+    .venv/bin/python tests/kernels/vmharness.py [--out DIR] 6.12 -- tests/test_ir.py [PYTEST ARGS]
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KERNELS_DIR = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgroup/kernels"))
+KERNELS_INDEX = KERNELS_DIR / "index"
+#: every series hostsetup.sh can provide; `vm` installs 6.12, `vm-kernels` all three
+SERIES = ("6.1", "6.12", "7.3")
+#: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
+GUEST_TMP = "/tmp/agentcgroup-vm"
+
+
+class KernelMissing(Exception):
+    """A kernel series is not installed as hostsetup.sh would install it (the message says what)."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    series: str             # "6.12"
+    release: str            # `uname -r` inside the guest: "6.12.117+deb12-amd64"
+    vmlinuz: Path
+
+
+def find_kernel(series: str, index: Path = KERNELS_INDEX) -> Kernel:
+    """The kernel of a series as hostsetup.sh recorded it, checked to be bootable with bcc headers."""
+    try:
+        lines = index.read_text().splitlines()
+    except OSError as exc:
+        raise KernelMissing(f"no kernel index {index} ({exc.strerror}): "
+                            "run `bash pytest_agentcgroup/hostsetup.sh vm-kernels`") from None
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == series:
+            kernel = Kernel(series, parts[1], Path(parts[2]))
+            break
+    else:
+        raise KernelMissing(f"kernel {series} is not in {index}: run `bash pytest_agentcgroup/hostsetup.sh "
+                            f"{'vm' if series == '6.12' else 'vm-kernels'}`")
+    if not kernel.vmlinuz.is_file():
+        raise KernelMissing(f"kernel {series}: {index} names {kernel.vmlinuz}, which does not exist")
+    modules = Path("/lib/modules") / kernel.release
+    for link in ("build", "source"):   # bcc in the guest compiles against that kernel's headers
+        if not (modules / link).is_dir():
+            raise KernelMissing(f"kernel {series}: {modules / link} is missing (its headers; hostsetup.sh links them)")
+    return kernel
+
+
+def vng_path() -> Path | None:
+    """`vng` of this interpreter's environment (pip extra `vm`), else one on PATH."""
+    here = Path(sys.executable).parent / "vng"
+    found = here if here.exists() else shutil.which("vng")
+    return Path(found) if found else None
+
+
+# ---------------------------------------------------------------------------------------------
+# What runs in the guest
+
+@dataclass(frozen=True)
+class PytestRun:
+    """One pytest invocation in the guest. Its files in the out directory are <name>.log, .rc,
+    .xml (JUnit) and <name>-results/ (--agentcgroup-out)."""
+    name: str
+    args: tuple[str, ...]   # test paths (relative to the checkout) and options
+
+
+def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
+    """The shell script the guest runs: mount what the tests need, write the cgroup probe, run each
+    pytest, then mark the end. Nothing is written into the (read-only) checkout: bytecode off, no
+    cache provider, pytest's cwd (Hypothesis keeps its database there) and --basetemp in the
+    guest's /tmp, results in `out`."""
+    q = shlex.quote
+    lines = [
+        "#!/bin/sh",
+        f"OUT={q(str(out))}",
+        f"export PATH={q(str(repo / '.venv' / 'bin'))}:/usr/sbin:/usr/bin:/sbin:/bin",
+        f"export HOME={GUEST_TMP}/home PYTHONDONTWRITEBYTECODE=1",
+        f"mkdir -p {GUEST_TMP}/home",
+        "exec >\"$OUT/guest.log\" 2>&1",
+        # tracefs is not always mounted by vng's init; bcc attaches tracepoints through it
+        "grep -q ' /sys/kernel/tracing tracefs ' /proc/mounts || mount -t tracefs nodev /sys/kernel/tracing",
+        "grep -q ' /sys/kernel/debug debugfs ' /proc/mounts || mount -t debugfs nodev /sys/kernel/debug",
+        "grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf",
+        # the probe: what this guest's cgroup layout is, before any test touches it
+        "uname -r >\"$OUT/probe.uname\"",
+        "cat /proc/self/cgroup >\"$OUT/probe.cgroup\"",
+        "cat /proc/mounts >\"$OUT/probe.mounts\"",
+        "cat /sys/fs/cgroup/cgroup.controllers >\"$OUT/probe.controllers\" 2>&1",
+    ]
+    for run in runs:
+        tmp = f"{GUEST_TMP}/{run.name}"
+        argv = [str(repo / ".venv" / "bin" / "python"), "-m", "pytest", "-c", str(repo / "pyproject.toml"),
+                "--rootdir", str(repo), "-p", "no:cacheprovider", "--basetemp", f"{tmp}/basetemp",
+                "--junitxml", f"{out}/{run.name}.xml", "--agentcgroup-out", f"{out}/{run.name}-results",
+                "-q", "-rfE", "--durations=10",
+                *[str(repo / a) if (repo / a).exists() else a for a in run.args]]
+        lines += [
+            f"mkdir -p {tmp} && cd {tmp}",
+            f"date +%s >\"$OUT/{run.name}.start\"",
+            f"{' '.join(q(a) for a in argv)} >\"$OUT/{run.name}.log\" 2>&1",
+            f"echo $? >\"$OUT/{run.name}.rc\"",
+            f"date +%s >\"$OUT/{run.name}.end\"",
+        ]
+    lines += ["echo done >\"$OUT/guest.done\"", "exit 0"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading back what the guest wrote
+
+@dataclass
+class JunitSummary:
+    tests: int = 0
+    failures: int = 0
+    errors: int = 0
+    skipped: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)    # (test id, tail of its report)
+    skip_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return self.tests - self.failures - self.errors - self.skipped
+
+
+def read_junit(path: Path, tail_lines: int = 12) -> JunitSummary:
+    """Counts, and each failing/erroring test with the last lines of its report."""
+    root = ET.parse(path).getroot()
+    summary = JunitSummary()
+    for case in root.iter("testcase"):
+        summary.tests += 1
+        test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                if child.tag == "failure":
+                    summary.failures += 1
+                else:
+                    summary.errors += 1
+                text = (child.text or child.get("message") or "").rstrip().splitlines()
+                summary.failed.append((f"{test_id} ({child.tag})", "\n".join(text[-tail_lines:])))
+                break
+            if child.tag == "skipped":
+                summary.skipped += 1
+                summary.skip_reasons.append(f"{test_id}: {child.get('message', '')}")
+                break
+    return summary
+
+
+@dataclass
+class RunOutcome:
+    """One PytestRun as the guest left it."""
+    name: str
+    rc: int | None               # pytest's exit code; None: the run never finished
+    seconds: float | None
+    junit: JunitSummary | None   # None: no JUnit XML (pytest did not get that far)
+    log_tail: str
+
+    def problems(self) -> list[str]:
+        """Why this run does not count as passed (empty: it passed and ran tests)."""
+        if self.rc is None:
+            return [f"{self.name}: pytest did not finish in the guest; end of its log:\n{self.log_tail}"]
+        if self.junit is None:
+            return [f"{self.name}: pytest exited {self.rc} without a JUnit XML; end of its log:\n{self.log_tail}"]
+        out = []
+        j = self.junit
+        if j.tests == 0 or self.rc == 5:
+            out.append(f"{self.name}: no tests ran (pytest exit {self.rc}); end of its log:\n{self.log_tail}")
+        elif j.passed == 0 and not j.failed:
+            reasons = "\n".join("  " + r for r in j.skip_reasons[:8])
+            out.append(f"{self.name}: all {j.tests} tests skipped, none ran:\n{reasons}")
+        if j.failed:
+            # every failing test by name; a report's end once, then "same as" for the tests that
+            # ended the same way (one broken fixture fails many tests identically)
+            listed, first_with = [], {}
+            for test, tail in j.failed:
+                lines = tail.splitlines()   # "the same way": same `E ` lines and final location
+                how = tuple(ln for ln in lines if ln.startswith("E ")) + tuple(lines[-1:])
+                if how in first_with:
+                    listed.append(f"  {test}: same as {first_with[how]}")
+                elif len(first_with) >= 6:
+                    listed.append(f"  {test}")
+                else:
+                    first_with[how] = test
+                    listed.append(f"  {test}\n" + "\n".join("      " + ln for ln in tail.splitlines()))
+            out.append(f"{self.name}: {j.failures} failed, {j.errors} errors of {j.tests}:\n" + "\n".join(listed))
+        if self.rc not in (0, 5) and not j.failed:
+            out.append(f"{self.name}: pytest exited {self.rc} with no failing test in its JUnit; end of its log:\n"
+                       f"{self.log_tail}")
+        return out
+
+    def counts(self) -> str:
+        if self.junit is None:
+            return "not run" if self.rc is None else f"exit {self.rc}, no JUnit"
+        j = self.junit
+        took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
+        return f"{j.passed} passed, {j.failures} failed, {j.errors} errors, {j.skipped} skipped{took}"
+
+
+@dataclass
+class Probe:
+    """The guest's cgroup layout as its script saw it before any test ran."""
+    uname: str | None
+    proc_self_cgroup: list[str]
+    cgroup_mounts: list[tuple[str, str]]     # (mount point, fs type) of every cgroup/cgroup2 mount
+    controllers: str | None
+
+    def problems(self, kernel: Kernel) -> list[str]:
+        """Why this is not the requested kernel with pure cgroup v2 (empty: it is)."""
+        if self.uname is None:
+            return ["the guest wrote no probe (its script did not start)"]
+        out = []
+        if self.uname != kernel.release:
+            out.append(f"the guest ran kernel {self.uname!r}, not the requested {kernel.release!r}")
+        if not self.proc_self_cgroup or any(not ln.startswith("0::/") for ln in self.proc_self_cgroup):
+            out.append(f"/proc/self/cgroup is not v2-only (`0::/…`): {self.proc_self_cgroup}")
+        v1 = [m for m in self.cgroup_mounts if m[1] == "cgroup"]
+        if v1:
+            out.append(f"cgroup v1 hierarchies are mounted: {v1}")
+        if ("/sys/fs/cgroup", "cgroup2") not in self.cgroup_mounts:
+            out.append(f"cgroup2 is not mounted at /sys/fs/cgroup: {self.cgroup_mounts}")
+        return out
+
+    @property
+    def mode(self) -> str:
+        v1 = any(t == "cgroup" for _, t in self.cgroup_mounts)
+        v2 = any(t == "cgroup2" for _, t in self.cgroup_mounts)
+        return "hybrid" if v1 and v2 else "v1" if v1 else "v2" if v2 else "none"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def read_probe(out: Path) -> Probe:
+    mounts = []
+    for line in (_read(out / "probe.mounts") or "").splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[2] in ("cgroup", "cgroup2"):
+            mounts.append((f[1], f[2]))
+    uname = _read(out / "probe.uname")
+    controllers = _read(out / "probe.controllers")
+    return Probe(uname=uname.strip() if uname is not None else None,
+                 proc_self_cgroup=(_read(out / "probe.cgroup") or "").split(),
+                 cgroup_mounts=mounts, controllers=controllers.strip() if controllers is not None else None)
+
+
+def read_run(out: Path, name: str, tail_lines: int = 25) -> RunOutcome:
+    rc_text, start, end = _read(out / f"{name}.rc"), _read(out / f"{name}.start"), _read(out / f"{name}.end")
+    log = (_read(out / f"{name}.log") or "(no log)").rstrip().splitlines()
+    xml = out / f"{name}.xml"
+    junit = None
+    if xml.exists():
+        try:
+            junit = read_junit(xml)
+        except ET.ParseError as exc:
+            log.append(f"(its JUnit XML {xml} is not well-formed: {exc})")
+    return RunOutcome(name=name, rc=int(rc_text) if rc_text and rc_text.strip().isdigit() else None,
+                      seconds=float(end) - float(start) if start and end else None,
+                      junit=junit, log_tail="\n".join(log[-tail_lines:]))
+
+
+@dataclass
+class GuestResult:
+    kernel: Kernel
+    out: Path
+    vng_rc: int | None           # None: killed at the timeout
+    seconds: float               # boot to power-off, wall clock on the host
+    probe: Probe
+    runs: dict[str, RunOutcome]
+
+    def problems(self) -> list[str]:
+        """Everything that keeps this boot from counting as a pass, most basic first."""
+        out = []
+        if self.vng_rc is None or self.vng_rc != 0 or not (self.out / "guest.done").exists():
+            how = "was killed at its timeout" if self.vng_rc is None else f"exited {self.vng_rc}"
+            guest_log = (_read(self.out / "guest.log") or "").rstrip().splitlines()[-15:]
+            vng_log = (_read(self.out / "vng.log") or "").rstrip().splitlines()[-15:]
+            out.append(f"the VM {how} before its script finished; end of guest.log:\n" + "\n".join(guest_log)
+                       + "\nend of vng.log (console):\n" + "\n".join(vng_log))
+        out += self.probe.problems(self.kernel)
+        for run in self.runs.values():
+            out += run.problems()
+        return out
+
+    def verdict(self) -> str:
+        """One line: kernel, cgroup mode as the guest saw it, counts per run, time."""
+        runs = "; ".join(f"{r.name}: {r.counts()}" for r in self.runs.values())
+        ok = "PASSED" if not self.problems() else "FAILED"
+        return (f"kernel {self.kernel.release} ({self.kernel.series}): cgroup {self.probe.mode} "
+                f"[{' '.join(self.probe.proc_self_cgroup) or 'no probe'}]; {runs}; "
+                f"{self.seconds:.0f} s in the VM -> {ok}")
+
+
+def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
+         timeout_s: float = 1800) -> GuestResult:
+    """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`."""
+    vng = vng_path()
+    if vng is None:
+        raise KernelMissing("vng (virtme-ng) is not installed: pip extra `vm` (make setup installs it)")
+    out.mkdir(parents=True, exist_ok=True)
+    script = out / "guest.sh"
+    script.write_text(guest_script(out, runs))
+    # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
+    env = {**os.environ, "PATH": f"{vng.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
+            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}"]
+    start = time.monotonic()
+    with open(out / "vng.log", "wb") as console:
+        proc = subprocess.Popen(argv, cwd=out, env=env, stdin=subprocess.DEVNULL, stdout=console,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)     # vng, virtme-run and qemu: its own session
+            proc.wait()
+            rc = None
+    seconds = time.monotonic() - start
+    return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
+                       runs={r.name: read_run(out, r.name) for r in runs})
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import tempfile
+    parser = argparse.ArgumentParser(description="Run pytest on this checkout in a pure cgroup v2 VM.")
+    parser.add_argument("series", choices=SERIES)
+    parser.add_argument("args", nargs="+", help="test paths (relative to the checkout) and pytest options")
+    parser.add_argument("--out", type=Path, help="the guest's writable directory (default: a new temp dir)")
+    opts = parser.parse_args(argv)
+    try:
+        kernel = find_kernel(opts.series)
+        out = opts.out or Path(tempfile.mkdtemp(prefix=f"agentcgroup-vm-{opts.series}-"))
+        result = boot(kernel, out, [PytestRun("tests", tuple(opts.args))])
+    except KernelMissing as exc:
+        print(f"vmharness: {exc}", file=sys.stderr)
+        return 2
+    for problem in result.problems():
+        print(problem, file=sys.stderr)
+    print(result.verdict())
+    print(f"guest files: {result.out}")
+    return 0 if not result.problems() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
