@@ -74,16 +74,28 @@ def test_trace_scope_limit_is_counted_at_the_workload(tree):
 
 
 def test_soft_limit_counts_a_breach_and_kills_nothing(tree):
+    # v1: the breach is counted, nothing is throttled. v2: memory.high throttles for real; with
+    # no swap, anonymous memory far above it cannot be reclaimed, so the step crawls (here it may
+    # not finish at all before its timeout). The same allocation without the limit is the yardstick.
     work = tree.workload("soft")
-    placement = ArmPlacement(Arm("static-high", memory_high_mb=64), work, tree.controllers)
 
     class Step:
         step_id = 0
-    res = run([sys.executable, "-c", ALLOC, "150"], join=placement.begin_step(Step), timeout_s=30)
+    free = ArmPlacement(Arm("unlimited"), work, tree.controllers)
+    unlimited = run([sys.executable, "-c", ALLOC, "150"], join=free.begin_step(Step), timeout_s=60)
+    free.end_step(Step)
+    placement = ArmPlacement(Arm("static-high", memory_high_mb=64), work, tree.controllers)
+    timeout_s = max(10.0, 5 * unlimited.wall_ms / 1000)
+    res = run([sys.executable, "-c", ALLOC, "150"], join=placement.begin_step(Step), timeout_s=timeout_s,
+              kill=placement.kill_step)
     counters = placement.end_step(Step)
-    assert res.exit_code == 0
+    assert unlimited.exit_code == 0, unlimited
     assert counters["high_events"] >= 1
     assert counters["oom_kills"] == 0
+    if tree.host.mode == "v2":
+        assert res.timed_out or res.wall_ms > 3 * unlimited.wall_ms, (res, unlimited)
+    else:
+        assert res.exit_code == 0, res
 
 
 def test_no_breach_below_the_soft_limit(tree):
@@ -162,10 +174,14 @@ def test_v2_a_cgroup_with_subtree_control_rejects_a_join(tree, tmp_path):
     bad = work.unified / "inner"
     bad.mkdir()
     (bad / "cgroup.subtree_control").write_text("+memory")
-    with open(tmp_path / "err", "w") as err:
-        res = run(["/bin/sh", "-c", f'echo $$ > {bad}/cgroup.procs'], join=(), timeout_s=10, stderr=err)
-    assert res.exit_code != 0
-    assert "busy" in (tmp_path / "err").read_text().lower()
+    # os.write: the kernel's answer to this very write (a buffered file would only fail at close)
+    code = (f"import errno, os\nfd = os.open('{bad}/cgroup.procs', os.O_WRONLY)\n"
+            "try:\n    os.write(fd, str(os.getpid()).encode())\n"
+            "except OSError as e:\n    print(errno.errorcode[e.errno])\nelse:\n    print('joined')\n")
+    with open(tmp_path / "out", "w") as out:
+        res = run([sys.executable, "-c", code], timeout_s=30, stdout=out)
+    assert res.exit_code == 0
+    assert (tmp_path / "out").read_text().strip() == "EBUSY"
     assert (bad / "cgroup.procs").read_text() == ""
 
 
@@ -228,7 +244,10 @@ def test_v2_last_run_gives_back_the_controllers_and_moves_this_process_back():
     if live_run_roots(host.unified):
         pytest.skip(f"another run is live under {host.unified}: its controllers stay")
     before = (host.unified / "cgroup.subtree_control").read_text().split()
-    t = RunTree(host)
+    try:
+        t = RunTree(host)
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
     t.close()
     assert t.undone == []
     after = (host.unified / "cgroup.subtree_control").read_text().split()
