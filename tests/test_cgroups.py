@@ -85,7 +85,7 @@ def test_soft_limit_counts_a_breach_and_kills_nothing(tree):
     unlimited = run([sys.executable, "-c", ALLOC, "150"], join=free.begin_step(Step), timeout_s=60)
     free.end_step(Step)
     placement = ArmPlacement(Arm("static-high", memory_high_mb=64), work, tree.controllers)
-    timeout_s = max(10.0, 5 * unlimited.wall_ms / 1000)
+    timeout_s = min(30.0, max(10.0, 5 * unlimited.wall_ms / 1000))
     res = run([sys.executable, "-c", ALLOC, "150"], join=placement.begin_step(Step), timeout_s=timeout_s,
               kill=placement.kill_step)
     counters = placement.end_step(Step)
