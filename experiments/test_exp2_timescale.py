@@ -309,7 +309,7 @@ def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_pa
 
     cfg = tomllib.loads(CONFIG.read_text())
     b, c = cfg["burst"], cfg["controllers"]
-    workload = workload_cgroup.child("bursts", agentcgroup_tree.controllers)
+    workload = workload_cgroup.child("bursts", agentcgroup_tree.controllers, inner=True)
     park = workload.child("park", ("memory",))
     probe_cg = workload_cgroup.child("probe", agentcgroup_tree.controllers)
     probe_out = tmp_path / "probe.json"

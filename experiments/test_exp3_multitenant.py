@@ -146,7 +146,7 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
         pytest.skip(f"tenant B: {exc}")
 
     def tenant(name: str, phase: str) -> Tenant:
-        cg = workload_cgroup.child(f"{name}-{phase}", controllers)
+        cg = workload_cgroup.child(f"{name}-{phase}", controllers, inner=name != "A")   # A: chromium joins it
         if name == "A" and arm.memory_max_mb is not None:
             cg.set_memory_max(int(arm.memory_max_mb * 1024 * 1024))    # the browser: one process tree
         if name == "C":

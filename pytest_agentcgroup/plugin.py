@@ -282,10 +282,11 @@ def workload_cgroup(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
 
 @pytest.fixture
 def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
-    """Factory: `step_cgroups(name, arm=None)` makes a child of the workload cgroup, with the arm's
-    limits when given. The workload's removal removes them too."""
-    def make(name: str, arm: Arm | None = None):
-        cg = workload_cgroup.child(name, agentcgroup_tree.controllers)
+    """Factory: `step_cgroups(name, arm=None, inner=False)` makes a child of the workload cgroup, with
+    the arm's limits when given: a leaf that processes join, or with inner=True a node for cgroups
+    of its own. The workload's removal removes them too."""
+    def make(name: str, arm: Arm | None = None, *, inner: bool = False):
+        cg = workload_cgroup.child(name, agentcgroup_tree.controllers, inner=inner)
         if arm is not None:
             arm.apply(cg)
         return cg

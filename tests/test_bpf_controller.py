@@ -58,7 +58,7 @@ def test_low_priority_step_is_throttled_then_resumed(run_tree):
     rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "hold_ms": 50, "freeze_after": 100,
                              "priorities": {"test": "low", "default": "normal"}})
     with Controller(rules) as ctl:
-        low, other = run_tree.workload("low"), run_tree.workload("other")
+        low, other = run_tree.workload("low", inner=False), run_tree.workload("other", inner=False)
         ctl.add_step(low, "test")
         ctl.add_step(other, "edit")
         p, q = start(low, 3), start(other, 1)
@@ -75,7 +75,7 @@ def test_escalates_to_freeze_then_kill(run_tree):
     rules = Rules.from_dict({"memory_max_mb": 64, "hold_ms": 20, "freeze_after": 2, "freeze_hold_ms": 100,
                              "kill_after": 2, "priorities": {"default": "low"}})
     with Controller(rules) as ctl:
-        cg = run_tree.workload("bad")
+        cg = run_tree.workload("bad", inner=False)
         ctl.add_step(cg)
         p = start(cg, 50)
         drive(ctl, [p])
@@ -88,7 +88,7 @@ def test_high_priority_step_gets_more_room(run_tree):
     rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "raise_step_mb": 8, "raise_max_mb": 16,
                              "priorities": {"default": "high"}})
     with Controller(rules) as ctl:
-        cg = run_tree.workload("hi")
+        cg = run_tree.workload("hi", inner=False)
         ctl.add_step(cg)
         p = start(cg, 3)
         drive(ctl, [p])
@@ -100,7 +100,7 @@ def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
     raw = {"memory_max_mb": 64, "memory_high_mb": 48, "priorities": {"default": "low"}}
     with Controller(Rules.from_dict({**raw, "ebpf": False})) as ctl:
         assert ctl.throttle is None
-        cg = run_tree.workload("soft")
+        cg = run_tree.workload("soft", inner=False)
         ctl.add_step(cg)
         if cg.host.mode == "hybrid":
             assert int((cg.paths["memory"] / "memory.soft_limit_in_bytes").read_text()) == 48 * MB
@@ -142,7 +142,7 @@ def test_low_step_above_its_soft_limit_is_throttled_and_granted_room_not_killed(
     rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 160, "hold_ms": 20, "raise_step_mb": 32,
                              "raise_max_mb": 112, "freeze_after": 100, "priorities": {"default": "low"}})
     with Controller(rules) as ctl, ctl.running():
-        cg = run_tree.workload("grows")
+        cg = run_tree.workload("grows", inner=False)
         ctl.add_step(cg, "test")
         if cg.host.mode == "hybrid":            # v1: the soft limit is a tripwire with the OOM killer off
             mem = cg.paths["memory"]
@@ -161,7 +161,7 @@ def test_past_the_ceiling_the_kernel_kills_it(run_tree):
     rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 96, "hold_ms": 20, "raise_step_mb": 32,
                              "raise_max_mb": 256, "freeze_after": 100, "priorities": {"default": "low"}})
     with Controller(rules) as ctl, ctl.running():
-        cg = run_tree.workload("too-big")
+        cg = run_tree.workload("too-big", inner=False)
         ctl.add_step(cg, "test")
         p = grow(cg, 400)
         assert p.wait(30) == -9
@@ -174,7 +174,7 @@ def test_close_leaves_no_step_parked_or_stopped(run_tree):
                              "priorities": {"default": "low"}})
     ctl = Controller(rules)
     try:
-        cg = run_tree.workload("parked")
+        cg = run_tree.workload("parked", inner=False)
         ctl.add_step(cg, "test")
         p = grow(cg, 120)
         deadline = time.monotonic() + 10
@@ -237,18 +237,16 @@ class _RecordingThrottle:
         pass
 
 
-def test_fake_cgroupfs_v2_policy_grants_raise_memory_high_no_tripwire(tmp_path):
+def test_v2_policy_grants_raise_memory_high_no_tripwire(tree):
     from types import SimpleNamespace
-    from test_cgroups_v2_fake_cgroupfs import fake_v2
-    from pytest_agentcgroup.cgroups.node import Cgroup
-    host = fake_v2(tmp_path)
+    if tree.host.mode != "v2":
+        pytest.skip(f"needs pure cgroup v2 (memory.high, no v1 tripwire); this host is {tree.host.mode} "
+                    "(the kernel VM runs it)")
     ctl = Controller(Rules.from_dict({"ebpf": False, "memory_high_mb": 48, "memory_max_mb": 128, "hold_ms": 0,
                                       "raise_step_mb": 16, "raise_max_mb": 24,
                                       "priorities": {"test": "low", "edit": "high"}}))
     ctl.throttle = _RecordingThrottle()
-    low, high = (Cgroup(host, {"unified": host.unified / n}) for n in ("low", "high"))
-    for cg in (low, high):
-        cg.unified.mkdir()
+    low, high = (tree.workload(n, inner=False) for n in ("low", "high"))
     sleeper = subprocess.Popen(["sleep", "30"])            # the "stopped" process SIGCONT goes to
     try:
         ctl.add_step(low, "test")

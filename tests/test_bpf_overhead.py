@@ -48,7 +48,7 @@ def test_bpf_observer_overhead(run_tree, request, page_faults):
         pytest.skip(why)                                    # an x86-only tracepoint
     from pytest_agentcgroup.bpf.loader import our_programs
     from pytest_agentcgroup.bpf.observer import MemcgObserver
-    cg = run_tree.workload("overhead")
+    cg = run_tree.workload("overhead", inner=False)
     files = cg.join_files()
     w = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True, bufsize=1, preexec_fn=lambda: [Path(f).write_text("0") for f in files])

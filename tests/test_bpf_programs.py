@@ -68,7 +68,7 @@ def test_observer_counts_agree_with_cgroup_counters(run_tree):
     with MemcgObserver(page_faults=page_faults) as obs:
         t0 = time.monotonic_ns()
         for name, code in steps.items():
-            cg = run_tree.workload(name)
+            cg = run_tree.workload(name, inner=False)
             cg.set_memory_max(64 * MB)
             obs.watch(cg.id)
             res = run([sys.executable, "-c", code], join=cg.join_files(), timeout_s=60)
@@ -134,9 +134,9 @@ def host_address() -> str | None:
 def test_egress_policy_denies_local_listener(run_tree, listener):
     need("cgroup_attach")
     from pytest_agentcgroup.bpf.egress import EgressPolicy
-    free = run_tree.workload("free")
+    free = run_tree.workload("free", inner=False)
     assert connect_from(free, "127.0.0.1", listener) == 0          # without the policy: connects
-    boxed = run_tree.workload("boxed")
+    boxed = run_tree.workload("boxed", inner=False)
     with EgressPolicy() as pol:                                     # default: no network at all
         pol.attach(boxed.unified)
         assert connect_from(boxed, "127.0.0.1", listener) != 0
@@ -149,7 +149,7 @@ def test_egress_policy_denies_local_listener(run_tree, listener):
 def test_egress_policy_loopback_flag_and_allow_list(run_tree, listener):
     need("cgroup_attach")
     from pytest_agentcgroup.bpf.egress import EgressPolicy
-    lo_ok = run_tree.workload("lo_ok")
+    lo_ok = run_tree.workload("lo_ok", inner=False)
     with EgressPolicy(allow_loopback=True) as pol:
         pol.attach(lo_ok.unified)
         assert connect_from(lo_ok, "127.0.0.1", listener) == 0
@@ -159,7 +159,7 @@ def test_egress_policy_loopback_flag_and_allow_list(run_tree, listener):
             assert connect_from(lo_ok, addr, listener) != 0
     if addr is None:
         return
-    listed = run_tree.workload("listed")
+    listed = run_tree.workload("listed", inner=False)
     with EgressPolicy(allow=[addr]) as pol:
         pol.attach(listed.unified)
         assert connect_from(listed, addr, listener) == 0
@@ -192,7 +192,7 @@ def wait_state(pid, want, timeout_s=5.0):
 def test_throttle_stops_low_priority_allocator(run_tree):
     need("ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:sched/sched_switch")
     from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
-    low, normal = run_tree.workload("low"), run_tree.workload("normal")
+    low, normal = run_tree.workload("low", inner=False), run_tree.workload("normal", inner=False)
     for cg in (low, normal):
         cg.set_memory_max(64 * MB)
     with ReclaimThrottle() as thr:

@@ -106,7 +106,7 @@ def test_shipped_browser_traces_replay_in_the_tenant_cgroup(tree):
     _need_browser()
     traces = _browser_traces()
     assert len(traces) >= 6
-    cg = tree.workload("browser-tenant")
+    cg = tree.workload("browser-tenant", inner=False)
     seen: dict[int, str] = {}
 
     def watch(result):
@@ -149,7 +149,7 @@ def test_browser_step_records_carry_page_load_and_tenant_memory(tree):
         Step(2, "browser", {"method": "Frame.textContent", "selector": "#no-such-element"}),
         Step(3, "browser", {"method": "Frame.evaluateExpression"}),
     ))
-    cg = tree.workload("browser-records")
+    cg = tree.workload("browser-records", inner=False)
     results = BrowserTenant(action_timeout_s=2).replay([trace], place=cg)
     recs = [step_record(r, s, config="unlimited", time_scale=1.0, executor="browser")
             for r, s in zip(results, trace.steps)]
@@ -166,7 +166,7 @@ def test_browser_under_a_tight_memory_limit_is_oom_killed_and_cleaned_up(tree):
     processes; the replay ends (no hang) with every step accounted for, failed or not reached with
     the reason; the kernel's count says so; nothing is left in the tenant's cgroup."""
     _need_browser()
-    cg = tree.workload("browser-oom")
+    cg = tree.workload("browser-oom", inner=False)
     cg.set_memory_max(128 * 1024 * 1024)
     trace = Trace("playwright/oom", {"format": "synthetic"}, tuple(
         Step(i, "browser", {"method": "Frame.goto", "url": "/report?rows=20000"}) for i in range(3)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 
 from pytest_agentcgroup.cgroups import RunTree
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
@@ -72,16 +74,28 @@ def test_trace_scope_limit_is_counted_at_the_workload(tree):
 
 
 def test_soft_limit_counts_a_breach_and_kills_nothing(tree):
+    # v1: the breach is counted, nothing is throttled. v2: memory.high throttles for real; with
+    # no swap, anonymous memory far above it cannot be reclaimed, so the step crawls (here it may
+    # not finish at all before its timeout). The same allocation without the limit is the yardstick.
     work = tree.workload("soft")
-    placement = ArmPlacement(Arm("static-high", memory_high_mb=64), work, tree.controllers)
 
     class Step:
         step_id = 0
-    res = run([sys.executable, "-c", ALLOC, "150"], join=placement.begin_step(Step), timeout_s=30)
+    free = ArmPlacement(Arm("unlimited"), work, tree.controllers)
+    unlimited = run([sys.executable, "-c", ALLOC, "150"], join=free.begin_step(Step), timeout_s=60)
+    free.end_step(Step)
+    placement = ArmPlacement(Arm("static-high", memory_high_mb=64), work, tree.controllers)
+    timeout_s = min(30.0, max(10.0, 5 * unlimited.wall_ms / 1000))
+    res = run([sys.executable, "-c", ALLOC, "150"], join=placement.begin_step(Step), timeout_s=timeout_s,
+              kill=placement.kill_step)
     counters = placement.end_step(Step)
-    assert res.exit_code == 0
+    assert unlimited.exit_code == 0, unlimited
     assert counters["high_events"] >= 1
     assert counters["oom_kills"] == 0
+    if tree.host.mode == "v2":
+        assert res.timed_out or res.wall_ms > 3 * unlimited.wall_ms, (res, unlimited)
+    else:
+        assert res.exit_code == 0, res
 
 
 def test_no_breach_below_the_soft_limit(tree):
@@ -127,3 +141,169 @@ def test_two_run_trees_in_one_process_do_not_collide(tree):
     finally:
         other.close()
     assert tree.root.unified.exists()
+
+
+# -- inner nodes and leaves (the kernel's no-internal-processes rule) --------------------------
+
+def _v2_only(tree):
+    if tree.host.mode != "v2":
+        import pytest
+        pytest.skip(f"needs pure cgroup v2 (this host is {tree.host.mode}: its controllers are v1, "
+                    "where the no-internal-processes rule does not exist); the kernel VM runs it")
+
+
+def test_node_kinds_are_enforced_in_both_layouts(tree):
+    import pytest
+    from pytest_agentcgroup.cgroups.node import CgroupKindError
+    work = tree.workload("kinds")                      # inner: steps below it
+    leaf = work.child("s0", tree.controllers)          # a leaf: a step's process joins it
+    with pytest.raises(CgroupKindError, match="inner cgroup"):
+        work.join_files()
+    with pytest.raises(CgroupKindError, match="leaf cgroup"):
+        leaf.child("below")
+    with pytest.raises(CgroupKindError, match="inner cgroup"):
+        tree.root.join_files()
+    assert leaf.join_files()
+
+
+def test_v2_a_cgroup_with_subtree_control_rejects_a_join(tree, tmp_path):
+    # proves the rule our node kinds exist for is real on this kernel (the fake cgroupfs this
+    # replaced could not): a process cannot join a non-root cgroup that enables controllers below it
+    _v2_only(tree)
+    work = tree.workload("rule")
+    bad = work.unified / "inner"
+    bad.mkdir()
+    (bad / "cgroup.subtree_control").write_text("+memory")
+    # os.write: the kernel's answer to this very write (a buffered file would only fail at close)
+    code = (f"import errno, os\nfd = os.open('{bad}/cgroup.procs', os.O_WRONLY)\n"
+            "try:\n    os.write(fd, str(os.getpid()).encode())\n"
+            "except OSError as e:\n    print(errno.errorcode[e.errno])\nelse:\n    print('joined')\n")
+    with open(tmp_path / "out", "w") as out:
+        res = run([sys.executable, "-c", code], timeout_s=30, stdout=out)
+    assert res.exit_code == 0
+    assert (tmp_path / "out").read_text().strip() == "EBUSY"
+    assert (bad / "cgroup.procs").read_text() == ""
+
+
+def _walk(path):
+    return [Path(d) for d, _, _ in os.walk(path)]
+
+
+def test_v2_run_tree_keeps_processes_out_of_inner_nodes(tree):
+    # during a pooled step: every cgroup of the run either holds processes and enables nothing
+    # (a leaf) or enables controllers and holds no process (inner), and the base gives them all
+    _v2_only(tree)
+    work = tree.workload("rule-walk")
+    placement = ArmPlacement(Arm("static-toolcall", memory_max_mb=64, pids_max=32), work, tree.controllers, pool=True)
+
+    class Step:
+        step_id = 0
+    joined = placement.begin_step(Step)
+    seen = {}
+    try:
+        for d in _walk(tree.root.unified):
+            procs = (d / "cgroup.procs").read_text().split()
+            control = (d / "cgroup.subtree_control").read_text().split()
+            seen[d] = (procs, control)
+            assert not (procs and control), f"{d}: holds {procs} and enables {control}"
+        assert seen[placement.step_cg.unified][0], "the parked shell is in the step's leaf"
+        assert {"memory", "pids"} <= set(seen[work.unified][1]) and {"memory", "pids"} <= set(seen[tree.root.unified][1])
+        assert {"memory", "pids"} <= set((tree.host.unified / "cgroup.subtree_control").read_text().split())
+        assert (placement.step_cg.unified / "memory.max").read_text().strip() == str(64 * MB)
+    finally:
+        joined.discard()
+        placement.end_step(Step)
+        placement.close()
+
+
+def test_v2_this_process_was_moved_into_a_leaf_of_its_cgroup(tree):
+    _v2_only(tree)
+    from pytest_agentcgroup.cgroups.host import INIT_LEAF
+    base = tree.host.unified
+    if tree.host.is_root:
+        import pytest
+        pytest.skip("this process is in the root cgroup, exempt from the no-internal-processes rule: "
+                    "nothing is moved there (run from a child cgroup to test the move)")
+    own = open("/proc/self/cgroup").read().strip().split("::", 1)[1]
+    assert base / INIT_LEAF == tree.host.mount / own.lstrip("/")
+    assert (base / "cgroup.procs").read_text() == "", "the base must hold no process once it enables controllers"
+
+
+def test_v2_last_run_gives_back_the_controllers_and_moves_this_process_back():
+    # no `tree` fixture here: this test's RunTree must be the only run under the base
+    import pytest
+    from pytest_agentcgroup.cgroups import CgroupUnavailable, detect
+    from pytest_agentcgroup.cgroups.host import INIT_LEAF
+    from pytest_agentcgroup.cgroups.tree import live_run_roots
+    try:
+        host = detect()
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    if host.mode != "v2":
+        pytest.skip(f"needs pure cgroup v2 (this host is {host.mode}: nothing is delegated or moved there)")
+    if live_run_roots(host.unified):
+        pytest.skip(f"another run is live under {host.unified}: its controllers stay")
+    before = (host.unified / "cgroup.subtree_control").read_text().split()
+    try:
+        t = RunTree(host)
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    t.close()
+    assert t.undone == []
+    after = (host.unified / "cgroup.subtree_control").read_text().split()
+    if host.is_root:
+        assert after == before                         # what this run enabled is disabled again
+    else:
+        assert after == [] and not (host.unified / INIT_LEAF).exists()
+        own = open("/proc/self/cgroup").read().strip().split("::", 1)[1]
+        assert host.mount / own.lstrip("/") == host.unified, "moved back where it started"
+
+
+def test_v2_missing_controller_is_one_message_naming_it_and_how_to_get_it(tree):
+    # a real cgroup whose parent gives it pids but not memory: a run started in it must refuse
+    # with one message (the skip reason), not a traceback from inside
+    _v2_only(tree)
+    no_mem = tree.root.child("no-memory", ("pids",), inner=True)     # gives its children pids only
+    sess = no_mem.child("session", ("pids",))
+    code = ("from pytest_agentcgroup.cgroups import RunTree, detect, CgroupUnavailable\n"
+            "try:\n    RunTree(detect())\nexcept CgroupUnavailable as e:\n    print(e)\nelse:\n    print('made')\n")
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: open(sess.join_files()[0], "w").write("0"))
+    assert out.returncode == 0, out.stderr
+    msg = out.stdout.strip()
+    assert f"controller(s) memory not delegated to {sess.unified}" in msg, msg
+    assert "Delegate=yes" in msg and "cgroup.controllers: pids" in msg, msg
+
+
+def test_kill_without_cgroup_kill_freezes_and_kills_the_whole_subtree(tree):
+    # the pre-5.14 path (this kernel has cgroup.kill; the fallback is called directly)
+    work = tree.workload("freeze-kill")
+    a, b = work.child("a", tree.controllers), work.child("b", tree.controllers)
+    for cg in (a, b):
+        run(["/bin/sh", "-c", "setsid sh -c 'sleep 300 & sleep 300 & wait' & exit 0"], join=cg.join_files(), timeout_s=10)
+    assert a.pids() and b.pids()
+    work.kill_frozen()
+    deadline = time.monotonic() + 5
+    while (a.populated() or b.populated()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not a.pids() and not b.pids()
+    if (work.unified / "cgroup.freeze").exists():
+        assert (work.unified / "cgroup.freeze").read_text().strip() == "0", "thawed again"
+
+
+def test_peak_is_recorded_where_the_kernel_has_it_else_none(tree):
+    work = tree.workload("peak")
+    feats = tree.root.features()
+    placement = ArmPlacement(Arm("unlimited"), work, tree.controllers)
+
+    class Step:
+        step_id = 0
+    alloc_files = placement.begin_step(Step)
+    run([sys.executable, "-c", ALLOC, "40"], join=alloc_files, timeout_s=30)
+    peak = placement.end_step(Step)["peak_bytes"]
+    if feats["memory_peak"]:
+        assert 40 * MB <= peak <= 80 * MB, peak
+    else:
+        assert peak is None
+    assert feats["cgroup_kill"] == (tree.root.unified / "cgroup.kill").exists()

@@ -185,6 +185,8 @@ class ArmPlacement:
                 time.sleep(0.002)
             own = cg.counters()
             env = self._workload_counters().minus(self._before)
+            if env.events_hierarchical:      # v2 < 5.2: the workload's memory.events include the step's
+                env = _without(env, own)
         finally:                                     # also when reading counters failed
             acted = self.policy.remove_step(cg) if self.policy is not None else {}
             self.pool.retire(cg) if self.pool else cg.remove()
@@ -193,3 +195,11 @@ class ArmPlacement:
                 "max_events": own.max_events + env.max_events,
                 "oom_kills": own.oom_kills + env.oom_kills,
                 "pids_max_events": own.pids_max_events + env.pids_max_events, **acted}
+
+
+def _without(env: Counters, own: Counters) -> Counters:
+    """The workload's own events, from hierarchical counts that include the step's (one step runs
+    at a time per placement, so the step is the only child that counted during it)."""
+    return Counters(env.peak_bytes, env.cpu_usec, max(0, env.high_events - own.high_events),
+                    max(0, env.max_events - own.max_events), max(0, env.oom_kills - own.oom_kills),
+                    env.pids_max_events)

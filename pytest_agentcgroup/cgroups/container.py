@@ -16,8 +16,13 @@ both paths rather than measuring the wrong cgroup. runc also made our run-root a
 in the hierarchies we do not use (blkio, freezer, name=systemd, ...): they are adopted into the run
 root's and the workload's path sets so that their normal removal removes them too.
 
-On pure cgroup v2 the container's cgroup holds its init, and a cgroup with processes cannot give
-controllers to children (no internal processes), so the init is first moved into a leaf `init`.
+On pure cgroup v2 runc resolves a relative cgroup-parent differently: from the *parent* of its own
+cgroup (runc libcontainer/cgroups/fs2 `_defaultDirPath`: "the current user scope most probably has
+tasks in it already"). So there the executor is handed the workload's absolute path in the v2
+hierarchy (`/agentcgroup-…/<test>` below the mount, or the cgroup namespace's root), which runc
+takes from the hierarchy's root whoever started dockerd. The container's cgroup holds its init, and
+a cgroup with processes cannot give controllers to children (no internal processes), so the init is
+first moved into a leaf `init` and the container's cgroup becomes an inner node.
 """
 from __future__ import annotations
 
@@ -29,8 +34,12 @@ from .tree import RunTree
 
 
 def cgroup_parent(tree: RunTree, workload: Cgroup) -> str:
-    """The workload's path relative to this process's own cgroup: a relative `--cgroup-parent`."""
-    return str(workload.unified.relative_to(tree.host.unified))
+    """`--cgroup-parent` for a container under `workload`: on hybrid its path relative to this
+    process's own cgroup, on v2 its absolute path in the hierarchy (see the module docstring)."""
+    host = tree.host
+    if host.mode == "v2" and host.mount is not None:
+        return "/" + str(workload.unified.relative_to(host.mount))
+    return str(workload.unified.relative_to(host.unified))
 
 
 def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
@@ -55,7 +64,7 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
             if path.parent.parts[-len(rel):] == rel:
                 workload.paths.setdefault(f"docker:{key}", path.parent)
                 tree.root.paths.setdefault(f"docker:{key}", Path(*path.parent.parts[:len(path.parent.parts) - len(rel) + 1]))
-    cg = Cgroup(workload.host, paths)
+    cg = Cgroup(workload.host, paths, inner=True)      # steps are made below it, none join it
     if workload.host.mode == "v2":
         leaf = cg.unified / "init"
         leaf.mkdir(exist_ok=True)

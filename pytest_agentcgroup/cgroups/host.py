@@ -8,7 +8,9 @@ Two layouts are supported:
              for BPF, cpu.stat, PSI, cgroup.kill and cgroup.freeze.
 
 Everything the run creates lives *under* the cgroup this process is in (never beside it), so the
-run is accounted to whoever started it and a container's or session's limits still hold.
+run is accounted to whoever started it and a container's or session's limits still hold. On v2 the
+processes of that cgroup may have been moved into its `agentcgroup-init` leaf (delegate.py); a
+process found there belongs to the parent, which is the cgroup the run uses.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from pathlib import Path
 
 #: v1 controllers we use in hybrid mode. memory is required; the others are used when an arm asks.
 V1_CONTROLLERS = ("memory", "pids", "cpu")
+#: v2: the leaf the processes of the run's cgroup are moved into (delegate.py)
+INIT_LEAF = "agentcgroup-init"
 
 
 class CgroupUnavailable(RuntimeError):
@@ -27,8 +31,14 @@ class CgroupUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class CgroupHost:
     mode: str                       # "v2" or "hybrid"
-    unified: Path                   # this process's cgroup in the v2 tree
+    unified: Path                   # this process's cgroup in the v2 tree (the parent of its INIT_LEAF)
     v1: dict[str, Path]             # hybrid only: controller -> this process's v1 cgroup
+    mount: Path | None = None       # where the v2 hierarchy is mounted (its root cgroup)
+
+    @property
+    def is_root(self) -> bool:
+        """The v2 root cgroup, exempt from the no-internal-processes rule."""
+        return self.mount is not None and self.unified == self.mount
 
     @property
     def controllers(self) -> tuple[str, ...]:
@@ -76,12 +86,11 @@ def detect(*, mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc
     unified = Path(unified_mount) / rel_v2.lstrip("/")
     if "memory" in v1_mounts and "memory" in rel_v1:
         v1 = {c: Path(v1_mounts[c]) / rel_v1[c].lstrip("/") for c in V1_CONTROLLERS if c in v1_mounts and c in rel_v1}
-        return CgroupHost(mode="hybrid", unified=unified, v1=v1)
-    host = CgroupHost(mode="v2", unified=unified, v1={})
-    if "memory" not in host.controllers:
-        raise CgroupUnavailable(f"the memory controller is not available in {unified}/cgroup.controllers "
-                                "(not delegated to this cgroup?)")
-    return host
+        return CgroupHost(mode="hybrid", unified=unified, v1=v1, mount=Path(unified_mount))
+    if unified.name == INIT_LEAF:
+        unified = unified.parent
+    # which controllers the run needs, and whether they can be had, is delegate.py's to say
+    return CgroupHost(mode="v2", unified=unified, v1={}, mount=Path(unified_mount))
 
 
 def check_writable(host: CgroupHost) -> None:

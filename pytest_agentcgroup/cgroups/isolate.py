@@ -5,7 +5,8 @@ concurrent experiments do not measure each other.
 * CPUs, hybrid (v1 cpuset hierarchy): a cpuset cgroup `<own cpuset>/<run root name>` with the
   worker's slice; the worker process moves into it, so every step it spawns inherits the slice
   (the cpuset hierarchy is separate from the memory one, so memory accounting does not change).
-* CPUs, v2: `cpuset.cpus` on the worker's run root (needs the cpuset controller delegated).
+* CPUs, v2: `cpuset.cpus` on the worker's run root: cpuset is enabled in the subtree_control of
+  the cgroup pytest runs in (needs the cpuset controller delegated to it; delegate.py).
 * memory: a hard limit on the worker's run root (v1 memory.limit_in_bytes / v2 memory.max), which
   every test's and step's cgroup sits under.
 """
@@ -83,11 +84,8 @@ class WorkerIsolation:
                 self.close()
                 raise CgroupUnavailable(f"cannot set up cpuset {self._cpuset}: {exc.strerror}") from None
         else:
-            f = tree.root.unified / "cpuset.cpus"
-            if not f.exists():
-                raise CgroupUnavailable(f"the cpuset controller is not enabled for {tree.root.unified.parent} "
-                                        "(add +cpuset to its cgroup.subtree_control, or delegate it)")
-            f.write_text(_ranges(self.cpus))
+            tree.enable_at_root(("cpuset",))      # CgroupUnavailable: cpuset is not delegated here
+            (tree.root.unified / "cpuset.cpus").write_text(_ranges(self.cpus))
         tree.root.set_memory_max(self.memory_bytes)
 
     @property

@@ -4,6 +4,12 @@ In `hybrid` mode a Cgroup is a set of same-named directories: one in the v1 memo
 pids/cpu when an arm limits those) and one in the unified v2 tree. A process joins all of them, so
 limits and memory counters come from v1 while the cgroup id (what BPF programs see), cpu.stat,
 cgroup.kill and PSI come from v2. In `v2` mode there is just the unified directory.
+
+Every Cgroup is one of two kinds, chosen when it is made (`inner=`), because cgroup v2 forbids
+mixing them (the no-internal-processes rule): an *inner* node gives controllers to its children
+(cgroup.subtree_control) and never holds a process; a *leaf* is joined by processes and enables
+nothing. Joining an inner node or making a child of a leaf raises CgroupKindError in both layouts,
+so code that would only fail on a v2 kernel fails on a hybrid one too.
 """
 from __future__ import annotations
 
@@ -18,20 +24,28 @@ from .host import CgroupHost
 MB = 1024 * 1024
 
 
+class CgroupKindError(RuntimeError):
+    """A process joining an inner cgroup, or a child made under a leaf (see the module docstring)."""
+
+
 @dataclass
 class Counters:
-    """Kernel counters of one cgroup, read from cgroupfs. Local to the cgroup (not its children)."""
-    peak_bytes: int = 0        # v2 memory.peak | v1 memory.max_usage_in_bytes
+    """Kernel counters of one cgroup, read from cgroupfs. Local to the cgroup (not its children),
+    except where `events_hierarchical` says the kernel only had the hierarchical memory.events."""
+    peak_bytes: int | None = 0  # v2 memory.peak (5.19+; None before) | v1 memory.max_usage_in_bytes
     cpu_usec: int = 0          # v2 cpu.stat usage_usec (the unified tree has it in both layouts)
     high_events: int = 0       # v2 memory.events.local high | v1 upward usage-threshold crossings
     max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
     oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
     pids_max_events: int = 0   # forks refused at pids.max: pids.events max (v2 unified | v1 pids)
+    # v2 before 5.2 has no memory.events.local: memory.events counts this cgroup *and* its children
+    events_hierarchical: bool = False
 
     def minus(self, before: "Counters") -> "Counters":
         """Event deltas; peak and cpu are kept as they are now (they are not events)."""
         return Counters(self.peak_bytes, self.cpu_usec - before.cpu_usec,
-                        *(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)[2:]))
+                        *(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)[2:-1]),
+                        events_hierarchical=self.events_hierarchical)
 
 
 def _write(path: Path, value: str) -> None:
@@ -65,9 +79,10 @@ def _keyed_text(text: str) -> dict[str, int]:
 
 
 class Cgroup:
-    def __init__(self, host: CgroupHost, paths: dict[str, Path]):
+    def __init__(self, host: CgroupHost, paths: dict[str, Path], *, inner: bool):
         self.host = host
         self.paths = paths           # "unified" -> v2 dir; in hybrid also "memory"/"pids"/"cpu" -> v1 dirs
+        self.inner = inner           # inner: children, no processes; leaf: processes, no children
         self._threshold_fd: int | None = None   # v1 soft-limit crossing notifications (eventfd)
         self._threshold_crossings = 0           # crossings seen on the current eventfd
         self._earlier_breaches = 0              # upward crossings of soft limits set before it
@@ -76,30 +91,38 @@ class Cgroup:
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
     def make(cls, host: CgroupHost, parents: dict[str, Path], name: str,
-             controllers: tuple[str, ...] = ("memory",)) -> "Cgroup":
+             controllers: tuple[str, ...] = ("memory",), *, inner: bool) -> "Cgroup":
+        """mkdir `name` under `parents`; an inner node (v2) then enables `controllers` for its children."""
         paths = {}
         wanted = ["unified"] + ([c for c in controllers if c in parents] if host.mode == "hybrid" else [])
+        cg = cls(host, paths, inner=inner)
         try:
             for key in wanted:
                 path = parents[key] / name
                 path.mkdir(exist_ok=False)
                 paths[key] = path
+            if inner and host.mode == "v2":
+                cg._enable_subtree(controllers)
         except BaseException:
-            cls(host, paths).remove()
+            cg.remove()
             raise
-        cg = cls(host, paths)
-        if host.mode == "v2":
-            cg._enable_subtree(controllers)
         return cg
 
-    def child(self, name: str, controllers: tuple[str, ...] = ("memory",)) -> "Cgroup":
-        return Cgroup.make(self.host, self.paths, name, controllers)
+    def child(self, name: str, controllers: tuple[str, ...] = ("memory",), *, inner: bool = False) -> "Cgroup":
+        """A leaf (processes join it: a step, a tenant's process tree), or with inner=True a node
+        that only holds cgroups (a workload whose steps get cgroups of their own)."""
+        if not self.inner:
+            raise CgroupKindError(f"{self.unified} is a leaf cgroup (processes join it): it cannot have "
+                                  f"child cgroups; make it with inner=True to put {name!r} under it")
+        return Cgroup.make(self.host, self.paths, name, controllers, inner=inner)
 
     def _enable_subtree(self, controllers) -> None:
         # v2: a cgroup's children get a controller only when the parent lists it in
-        # cgroup.subtree_control. Our own nodes never hold processes, so this cannot hit EBUSY.
+        # cgroup.subtree_control, and only while the parent holds no process (EBUSY otherwise):
+        # why only inner nodes, which nothing joins, do it.
         want = " ".join(f"+{c}" for c in controllers)
-        _write(self.paths["unified"] / "cgroup.subtree_control", want)
+        if want:
+            _write(self.paths["unified"] / "cgroup.subtree_control", want)
 
     @property
     def unified(self) -> Path:
@@ -112,6 +135,9 @@ class Cgroup:
 
     def join_files(self) -> list[str]:
         """cgroup.procs files a process writes "0" into to join this cgroup (before it execs)."""
+        if self.inner:
+            raise CgroupKindError(f"{self.unified} is an inner cgroup (it gives controllers to its "
+                                  "children): no process may join it; make a leaf child for it")
         return [str(p / "cgroup.procs") for p in self.paths.values()]
 
     def pids(self) -> list[int]:
@@ -123,17 +149,47 @@ class Cgroup:
         return "populated 0" not in events if events else bool(self.pids())
 
     def kill(self) -> None:
-        """Kill every process in this cgroup and its children (v2 cgroup.kill; SIGKILL per pid as fallback)."""
+        """Kill every process in this cgroup and its children: v2 cgroup.kill (5.14+), else
+        `kill_frozen()`."""
         try:
             _write(self.unified / "cgroup.kill", "1")
             return
-        except OSError:          # no cgroup.kill (kernel < 5.14), or the cgroup is gone
+        except OSError:                  # no cgroup.kill (kernel < 5.14), or the cgroup is gone
+            if not self.unified.exists():
+                return
+        self.kill_frozen()
+
+    def kill_frozen(self) -> None:
+        """cgroup.kill for kernels before 5.14: freeze the subtree (cgroup.freeze, 5.2+) so nothing in
+        it can fork while we look, SIGKILL every pid in every cgroup of it, then thaw so the
+        killed tasks can die. Without cgroup.freeze a fork racing the sweep could survive, so
+        the sweep repeats until the subtree is empty (or 5 s have passed)."""
+        freeze = self.unified / "cgroup.freeze"
+        frozen = False
+        try:
+            _write(freeze, "1")
+            frozen = True
+        except OSError:
             pass
-        for pid in self.pids():
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        try:
+            deadline = time.monotonic() + 5.0
+            while True:
+                pids = [int(x) for d, _, _ in os.walk(self.unified)
+                        for x in _read_or(Path(d) / "cgroup.procs").split()]
+                for pid in pids:
+                    try:
+                        os.kill(pid, 9)
+                    except ProcessLookupError:
+                        pass
+                if frozen or not pids or time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+        finally:
+            if frozen:
+                try:
+                    _write(freeze, "0")
+                except OSError:
+                    pass
 
     def remove(self, *, timeout_s: float = 5.0) -> None:
         """Kill what is left, then rmdir this cgroup's directories (children first), with retries.
@@ -149,6 +205,31 @@ class Cgroup:
             self.kill()
         for path in self.paths.values():
             remove_tree(path, timeout_s=timeout_s)
+
+    def features(self) -> dict[str, bool]:
+        """What this kernel offers for this cgroup (probed, not assumed from a version): a recorded
+        memory peak (v2 memory.peak, 5.19+), local memory events (v2 memory.events.local, 5.2+),
+        cgroup.kill (5.14+; else kill_frozen), cgroup.freeze (5.2+) and PSI (memory.pressure
+        readable: CONFIG_PSI and not psi=0). Ask a cgroup below the root: the root has no limits."""
+        u = self.unified
+
+        def readable(path: Path) -> bool:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return False
+            try:
+                os.read(fd, 4096)
+                return True
+            except OSError:             # EOPNOTSUPP: PSI compiled in but disabled at boot
+                return False
+            finally:
+                os.close(fd)
+        v1 = self.host.mode == "hybrid"
+        return {"memory_peak": v1 or (u / "memory.peak").exists(),
+                "memory_events_local": v1 or (u / "memory.events.local").exists(),
+                "cgroup_kill": (u / "cgroup.kill").exists(), "cgroup_freeze": (u / "cgroup.freeze").exists(),
+                "psi": readable(u / "memory.pressure")}
 
     # -- limits ----------------------------------------------------------------------------------
     def set_memory_max(self, nbytes: int | None) -> None:
@@ -212,9 +293,13 @@ class Cgroup:
         pids_key = "unified" if self.host.mode == "v2" else "pids"
         c.pids_max_events = _keyed_text(self._read(pids_key, "pids.events")).get("max", 0)
         if self.host.mode == "v2":
-            peak = self._read("unified", "memory.peak") or self._read("unified", "memory.current")
-            c.peak_bytes = int(peak) if peak else 0
-            ev = _keyed_text(self._read("unified", "memory.events.local") or self._read("unified", "memory.events"))
+            # memory.peak is 5.19+. Before, the peak is unknown (None), never memory.current
+            # relabelled: a usage read after the step has ended is not its peak.
+            peak = self._read("unified", "memory.peak")
+            c.peak_bytes = int(peak) if peak else None
+            local = self._read("unified", "memory.events.local")      # 5.2+
+            c.events_hierarchical = not local
+            ev = _keyed_text(local or self._read("unified", "memory.events"))
             c.high_events, c.max_events, c.oom_kills = ev.get("high", 0), ev.get("max", 0), ev.get("oom_kill", 0)
             return c
         if "memory" not in self.paths:

@@ -1,8 +1,11 @@
 """The run's cgroup hierarchy: one root per run, one cgroup per test, one child per step.
 
-    <this process's cgroup>/agentcgroup-<pid>-<start ticks>/   run root (one per RunTree)
-        <test>/                                                 the workload: limits of env-wide arms
-            p<n>/ (s<step_id>/ unpooled)                        one tool call: per-step limits, counters
+    <this process's cgroup>/agentcgroup-<pid>-<start ticks>/   run root (one per RunTree), inner
+        <test>/                                                 the workload (inner): limits of env-wide arms
+            p<n>/ (s<step_id>/ unpooled)                        one tool call (a leaf): per-step limits, counters
+
+On pure v2 the controllers come from this process's cgroup, which first moves its processes into a
+leaf of their own (delegate.py); the last run to end under it undoes that.
 
 The run root's name says which process made it. A run killed with SIGKILL cannot clean up, so
 every new run first removes the run roots whose maker is gone (`sweep_stale`).
@@ -15,7 +18,8 @@ import re
 from pathlib import Path
 
 from ..replay.spawn import start_ticks
-from .host import CgroupHost, CgroupUnavailable, check_writable, hierarchies
+from .delegate import Delegation
+from .host import INIT_LEAF, CgroupHost, CgroupUnavailable, check_writable, hierarchies
 from .node import Cgroup, remove_tree
 
 PREFIX = "agentcgroup-"
@@ -39,11 +43,24 @@ def _parents(host: CgroupHost) -> dict[str, Path]:
         live = hierarchies(os.getpid())
     except OSError:
         live = {}
-    if live.get("unified") == host.unified:          # not a test's fake cgroupfs
+    own = live.get("unified")
+    if own is not None and own.name == INIT_LEAF:    # moved there by delegate.py
+        own = own.parent
+    if own == host.unified:                          # not a test's fake cgroupfs
         for key, path in live.items():
             if key != "unified" and not any(c in parents for c in key.split(",")):
                 parents[f"other:{key}"] = path
     return parents
+
+
+def live_run_roots(parent: Path) -> list[Path]:
+    """The run roots under `parent` whose maker still runs."""
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return []
+    return [e for e in entries if (m := _ROOT_RE.match(e.name)) and e.is_dir()
+            and start_ticks(int(m.group(1))) == int(m.group(2))]
 
 
 def sweep_stale(host: CgroupHost) -> list[Path]:
@@ -77,40 +94,59 @@ def sweep_stale_in(parent: Path) -> list[Path]:
 
 
 class RunTree:
-    """The run root. `workload(name)` makes a test's cgroup; `close()` removes everything."""
+    """The run root. `workload(name)` makes a test's cgroup; `close()` removes everything.
+
+    `controllers`: what the run's cgroups get (v2: enabled in every inner node's subtree_control;
+    hybrid: the v1 hierarchies used). `undone` lists what close() could not undo on v2."""
 
     def __init__(self, host: CgroupHost, *, controllers: tuple[str, ...] = ("memory", "pids")):
         check_writable(host)
         self.host = host
         self.controllers = tuple(c for c in controllers if host.mode == "v2" or c in host.v1)
         self.stale_removed = sweep_stale(host)
+        self.delegation = Delegation(host) if host.mode == "v2" else None
+        self.undone: list[str] = []
+        if self.delegation is not None:
+            self.delegation.ensure(self.controllers)
         try:
-            self.root = Cgroup.make(host, _parents(host), run_root_name(), self.controllers)
+            self.root = Cgroup.make(host, _parents(host), run_root_name(), self.controllers, inner=True)
         except PermissionError as exc:
+            self._release()
             raise CgroupUnavailable(f"cannot create cgroups under {Path(exc.filename).parent}: "
                                     f"{exc.strerror} (run as root, or in a delegated cgroup)") from None
-        except OSError as exc:
-            if host.mode == "v2" and exc.errno == 16:   # EBUSY: no-internal-processes rule
-                raise CgroupUnavailable(
-                    f"cannot enable controllers below {host.unified}: it holds processes; run under a "
-                    "delegated scope, e.g. `systemd-run --user --scope -p Delegate=yes pytest ...`") from None
+        except BaseException:
+            self._release()
             raise
         self._names: set[str] = set()
 
-    def workload(self, name: str) -> Cgroup:
+    def enable_at_root(self, controllers: tuple[str, ...]) -> None:
+        """v2: give the run root more controllers (e.g. cpuset for worker isolation) without passing
+        them on to the tests' cgroups. CgroupUnavailable names a controller that is not delegated."""
+        if self.delegation is not None:
+            self.delegation.ensure(controllers)
+
+    def workload(self, name: str, *, inner: bool = True) -> Cgroup:
+        """A test's cgroup under the run root: inner (steps, tenants get cgroups below it), or with
+        inner=False a leaf that processes join directly (e.g. a browser tenant's process tree)."""
         name = _safe_name(name)
         base, n = name, 1
         while name in self._names:
             n += 1
             name = f"{base}.{n}"
         self._names.add(name)
-        return self.root.child(name, self.controllers)
+        return self.root.child(name, self.controllers, inner=inner)
 
     def close(self) -> None:
         self.root.remove()
         for key, parent in _parents(self.host).items():   # what a container engine made in our name
             if key not in self.root.paths:
                 remove_tree(parent / self.root.unified.name)
+        self._release()
+
+    def _release(self) -> None:
+        # the last run under this cgroup (any process, any session) gives back what delegate.py took
+        if self.delegation is not None and not live_run_roots(self.host.unified):
+            self.undone = self.delegation.release()
 
 
 def _safe_name(name: str) -> str:

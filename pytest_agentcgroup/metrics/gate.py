@@ -5,7 +5,7 @@ Rules are text, one per metric, comma-separated (`--agentcgroup-gate-rules`, ini
 `agentcgroup_gate_rules`):
 
     oom_kills=+0                 may not rise at all (the kernel's count is deterministic here)
-    mem_high_events_total=+2     may rise by at most 2
+    mem_high_steps=+1            may rise by at most 1
     latency_p95_ms=+100%+500     may rise by at most 100 % of the baseline plus 500 ms
     total_steps=exact            may not change in either direction
 
@@ -35,7 +35,9 @@ from .store import METRICS_FILE, NoRun, read_records, record_key, resolve_run, r
 
 SCHEMA = "agentcgroup-baseline/1"
 SHOW = 10                     # new/missing entries listed by name; the rest are counted
-DEFAULT_RULES = "oom_kills=+0,timeouts=+0,mem_high_events_total=+2,latency_p95_ms=+100%+500"
+# soft-limit breaches are gated by the steps that breached (mem_high_steps), not by the event sum:
+# v1 counts upward threshold crossings (a few per step), v2 every reclaim above memory.high (hundreds)
+DEFAULT_RULES = "oom_kills=+0,timeouts=+0,mem_high_steps=+1,latency_p95_ms=+100%+500"
 # What ran is gated exactly: a step that stops (or starts) executing changes what the run measured.
 DEFAULT_RULES += ",executed_steps=exact,unstarted_steps=+0"
 _TOLERANCE = re.compile(r"^\+(?:(?P<pct>\d+(?:\.\d+)?)%)?(?:\+?(?P<abs>\d+(?:\.\d+)?))?$")

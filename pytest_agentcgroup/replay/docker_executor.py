@@ -10,7 +10,7 @@ and counted on its own, as under the other executors. `docker exec` cannot do th
 exec'd process in the container's cgroup, and it costs ~70 ms per call.
 
 Where the container's cgroup is: the executor is given `cgroup_parent` (the test's workload cgroup,
-relative to this session's own cgroups, see cgroups/container.py) and reports `init_pid`; the
+relative to this session's own cgroups on hybrid, absolute on v2: see cgroups/container.py) and reports `init_pid`; the
 cgroup layer reads where the init landed and nests the steps' cgroups there. Replay stays below
 cgroups: this module knows paths only as strings.
 

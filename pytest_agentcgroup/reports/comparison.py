@@ -57,7 +57,9 @@ class Tolerance:
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "total_steps": Tolerance(0), "executed_steps": Tolerance(0), "failed_steps": Tolerance(0),
     "oom_kills": Tolerance(0), "timeouts": Tolerance(0),
-    "mem_high_events_total": Tolerance(1),
+    # soft-limit breaches: v1 counts upward crossings (a few, exact), v2 every reclaim above
+    # memory.high (hundreds, timing-dependent); the steps that breached are the same on both
+    "mem_high_events_total": Tolerance(50, 2.0), "mem_high_steps": Tolerance(1),
     "mem_max_events_total": Tolerance(50, 2.0),
     "peak_rss_mb": Tolerance(8, 0.10),
     "latency_p50_ms": Tolerance(100, 1.0),

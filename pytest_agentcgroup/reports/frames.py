@@ -43,7 +43,7 @@ TEST_KEY = ["run", "experiment", "trace_id", "config", "seed", "params"]
 #: The metric columns of a test's row (runs.csv), in order: what `compare` can compare.
 TEST_METRICS = ["total_steps", "executed_steps", "failed_steps", "latency_p50_ms", "latency_p95_ms",
                 "latency_p99_ms", "latency_total_ms", "cpu_total_ms", "peak_rss_mb", "mem_high_events_total",
-                "mem_max_events_total", "oom_kills", "timeouts", "throttles_total", "freezes_total",
+                "mem_high_steps", "mem_max_events_total", "oom_kills", "timeouts", "throttles_total", "freezes_total",
                 "policy_kills_total", "pids_max_events_total"]
 #: Keys a metrics.jsonl record must have for a report to use it.
 REQUIRED = ("trace_id", "step_id", "config", "latency_ms", "oom_kills", "mem_high_events", "mem_max_events")

@@ -1,0 +1,138 @@
+"""Pure cgroup v2: make the cgroup this process runs in give the run's cgroups their controllers.
+
+On v2 a cgroup's children get a controller only when (1) the cgroup has it itself (listed in its
+cgroup.controllers: its parent delegated it), (2) lists it in its cgroup.subtree_control, which
+(3) a non-root cgroup may only do while it holds no process (the no-internal-processes rule).
+pytest usually runs in a cgroup that holds processes: itself, the shell that started it, xdist
+workers (a login session's scope, a `systemd-run --scope`, a container's cgroup). So, as systemd
+does with a delegated unit's payload and container runtimes with a container's init, every process
+of that cgroup is moved into a leaf of its own, and then the controllers are enabled:
+
+    <base>/                         pytest's cgroup: subtree_control +memory +pids (+cpuset)
+        agentcgroup-init/           what <base> held: pytest, the shell that started it, workers
+        agentcgroup-<pid>-<start>/  a run root (tree.py)
+
+The root cgroup is exempt from (3): there nothing moves. `release()` undoes it, when the last live
+run under <base> has ended: the controllers are disabled again and the processes moved back.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from .host import INIT_LEAF, CgroupHost, CgroupUnavailable
+
+HOW = ("run pytest in a cgroup delegated to you with these controllers, e.g. "
+       "`systemd-run --user --scope -p Delegate=yes pytest …` (a user's systemd session delegates "
+       "memory and pids) or, as root, `systemd-run --scope -p Delegate=yes pytest …`")
+
+
+def _words(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except OSError:
+        return []
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+class Delegation:
+    """Controllers enabled in `host.unified`'s cgroup.subtree_control for the run roots below it."""
+
+    def __init__(self, host: CgroupHost):
+        self.base = host.unified
+        self.is_root = host.is_root
+        self.init = self.base / INIT_LEAF
+        self.enabled: list[str] = []          # what this object turned on (the root cgroup's undo)
+
+    def ensure(self, controllers: tuple[str, ...]) -> None:
+        """Make `controllers` available to the base's children, or raise CgroupUnavailable saying
+        exactly what is missing: a controller not delegated, no write access, processes in the way."""
+        base = self.base
+        available = _words(base / "cgroup.controllers")
+        missing = [c for c in controllers if c not in available]
+        if missing:
+            raise CgroupUnavailable(
+                f"controller(s) {' '.join(missing)} not delegated to {base} (its cgroup.controllers: "
+                f"{' '.join(available) or 'none'}; the parent's cgroup.subtree_control does not give "
+                f"them): {HOW}")
+        todo = [c for c in controllers if c not in _words(base / "cgroup.subtree_control")]
+        if not todo:
+            return
+        if not os.access(base / "cgroup.subtree_control", os.W_OK):
+            raise CgroupUnavailable(
+                f"cannot enable {' '.join(todo)} in {base}/cgroup.subtree_control: not writable by uid "
+                f"{os.geteuid()} (this cgroup is not delegated to this user): {HOW}")
+        for attempt in range(5):               # a process forked between the move and the write: again
+            if not self.is_root:
+                self._move_into_init()
+            try:
+                _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in todo))
+            except OSError as exc:
+                if exc.errno == errno.EBUSY and attempt < 4:
+                    continue
+                left = _words(base / "cgroup.procs")
+                raise CgroupUnavailable(
+                    f"cannot enable {' '.join(todo)} in {base}/cgroup.subtree_control: {exc.strerror}"
+                    + (f" (it still holds pid(s) {' '.join(left[:10])})" if left else "") + f": {HOW}") from None
+            self.enabled += todo
+            return
+
+    def _move_into_init(self) -> None:
+        """Every process of the base cgroup into its INIT_LEAF (made if missing)."""
+        try:
+            self.init.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise CgroupUnavailable(f"cannot create {self.init}: {exc.strerror} (the processes of {self.base} "
+                                    f"must move into a leaf before it can enable controllers): {HOW}") from None
+        for pid in _words(self.base / "cgroup.procs"):
+            try:
+                _write(self.init / "cgroup.procs", pid)
+            except ProcessLookupError:
+                continue                          # it exited meanwhile
+            except OSError as exc:
+                raise CgroupUnavailable(
+                    f"cannot move pid {pid} ({_comm(pid)}) from {self.base} into {self.init}: {exc.strerror} "
+                    f"(a cgroup that holds processes cannot give controllers to its children): {HOW}") from None
+
+    def release(self) -> list[str]:
+        """Undo, when no other run needs it (the caller checks): disable the controllers and move the
+        processes of INIT_LEAF back. Returns what could not be undone, for the caller to report."""
+        left: list[str] = []
+        if self.init.is_dir():
+            # The base held processes before the first run moved them: its subtree_control was
+            # empty then, so everything in it now was enabled for the runs (runc enables more).
+            active = _words(self.base / "cgroup.subtree_control")
+        else:
+            active = [c for c in self.enabled if c in _words(self.base / "cgroup.subtree_control")]
+        if active:
+            try:
+                _write(self.base / "cgroup.subtree_control", " ".join(f"-{c}" for c in active))
+            except OSError as exc:          # a cgroup below (not ours) still uses them
+                return [f"{self.base}/cgroup.subtree_control: cannot disable {' '.join(active)}: {exc.strerror}"]
+        self.enabled = []
+        if not self.init.is_dir():
+            return left
+        for pid in _words(self.init / "cgroup.procs"):
+            try:
+                _write(self.base / "cgroup.procs", pid)
+            except ProcessLookupError:
+                continue
+            except OSError as exc:
+                left.append(f"pid {pid}: cannot move back to {self.base}: {exc.strerror}")
+        try:
+            self.init.rmdir()
+        except OSError as exc:
+            left.append(f"{self.init}: {exc.strerror}")
+        return left
+
+
+def _comm(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
