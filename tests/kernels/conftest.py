@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import vmharness
+from . import vmharness
 
 _VERDICTS = pytest.StashKey[list]()
 

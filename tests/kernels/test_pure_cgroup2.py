@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import vmharness
+from . import vmharness
 
 #: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
 SUBSET = ("tests/test_cgroups.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import vmharness
+from . import vmharness
 
 KERNEL = vmharness.Kernel("6.12", "6.12.117+deb12-amd64", Path("/boot/vmlinuz-6.12.117+deb12-amd64"))
 
