@@ -43,4 +43,6 @@ def test_soft_limit_breaches_are_gated_by_steps_not_by_layout_dependent_event_co
     # one more step above the soft limit is within +1, two more are not
     worse = [_record(1, high_events=5, step_id=i) for i in range(3)] + [_record(1, high_events=5, step_id=3)]
     verdict = gate.compare(gate.per_test(v1), gate.per_test(worse), rules)
-    assert [(f.rule.metric, f.baseline, f.now) for f in verdict.regressions] == [("mem_high_steps", 2, 4)]
+    # (the extra step also changes executed_steps, gated exactly by its own rule: not this test's concern)
+    assert [(f.rule.metric, f.baseline, f.now) for f in verdict.regressions
+            if f.rule.metric.startswith("mem_high")] == [("mem_high_steps", 2, 4)]
