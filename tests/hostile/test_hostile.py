@@ -265,8 +265,13 @@ def test_killing_its_parent_and_everything_reaches_only_the_step(hostile):
     drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if IS_ROOT else []
     canary = subprocess.Popen([*drop, "sleep", "120"])
     try:
+        # A canary, not a weapon: kill -9 -1 is sent only from a PID namespace other than the host's.
+        # Were the namespace lost (a regression), the step exits 42 instead of killing every process
+        # its uid may signal (as docker's root: the whole host), and the assertions below fail.
+        host_pidns = os.readlink("/proc/self/ns/pid")
+        guard = f'[ "$(readlink /proc/self/ns/pid)" = "{host_pidns}" ] && exit 42; '
         results = hostile.run("killparent", [bash(0, "kill -9 $PPID; sleep 2; exit 5"),
-                                             bash(1, "kill -9 -1; sleep 2; exit 5"), bash(2, "exit 0")])
+                                             bash(1, guard + "kill -9 -1; sleep 2; exit 5"), bash(2, "exit 0")])
         assert canary.poll() is None, "kill -9 -1 from a step reached a host process"
     finally:
         canary.kill()
