@@ -342,6 +342,10 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
             os.killpg(proc.pid, signal.SIGKILL)     # vng, virtme-run and qemu: its own session
             proc.wait()
             rc = None
+        except BaseException:                       # Ctrl-C, a killed worker: no VM outlives us
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
                        runs={r.name: read_run(out, r.name) for r in runs})
