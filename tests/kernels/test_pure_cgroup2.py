@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentcgroup.metrics.store import METRICS_FILE, NoRun, resolve_run
+
 from . import vmharness
 
 #: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
@@ -81,10 +83,11 @@ def exp1_problems(out: Path, kernel: vmharness.Kernel) -> list[str]:
     """The OOM kill counted exactly once under static-toolcall (and nowhere else), and the benchmark
     JSON's environment naming cgroup v2 and this kernel."""
     problems = []
-    metrics = out / "subset-results" / "metrics.jsonl"
     try:
+        metrics = resolve_run(out / "subset-results") / METRICS_FILE    # the run's own directory
         records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, NoRun) as exc:
+        metrics = out / "subset-results"
         return [f"exp1: cannot read {metrics}: {exc}"]
     kills, killed_steps, steps = Counter(), {}, Counter()
     for r in records:
