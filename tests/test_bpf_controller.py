@@ -183,8 +183,44 @@ def test_close_leaves_no_step_parked_or_stopped(run_tree):
         assert [a.what for a in ctl.actions] == ["throttle"]
         assert p.poll() is None
     finally:
-        ctl.close()                                  # lifts the tripwire, SIGCONTs, unloads
+        ctl.close()                                  # lifts the tripwire / v2 memory.high, SIGCONTs, unloads
+    if cg.host.mode == "v2":                         # memory.high 48 MiB would park a 120 MiB step
+        assert (cg.unified / "memory.high").read_text().strip() == "max"
     assert p.wait(30) == 0
+
+
+def test_normal_step_is_only_observed_and_released_with_no_soft_limit(run_tree):
+    """A normal step above the soft limit: the controller takes no action on it. On v1 the soft
+    limit throttles nothing, so it just finishes; on v2 the kernel itself throttles it at
+    memory.high (no swap: its anonymous memory cannot be reclaimed) until the controller releases it."""
+    rules = Rules.from_dict({"memory_high_mb": 48, "memory_max_mb": 256, "hold_ms": 20, "raise_step_mb": 64,
+                             "raise_max_mb": 192, "priorities": {"default": "normal"}})
+    ctl = Controller(rules)
+    try:
+        cg = run_tree.workload("observed", inner=False)
+        ctl.add_step(cg, "search")
+        p = grow(cg, 120)
+        if cg.host.mode == "v2":
+            deadline = time.monotonic() + 20
+            while cg.counters().high_events == 0 and time.monotonic() < deadline:
+                ctl.poll(20)
+            for _ in range(50):                       # one more second under the policy
+                ctl.poll(20)
+            assert cg.counters().high_events > 0, "the kernel never throttled the step at memory.high"
+            assert p.poll() is None, "a 120 MiB step finished under memory.high 48 MiB without swap"
+            assert (cg.unified / "memory.high").read_text().strip() == str(48 * MB)   # no grant: observed only
+        else:
+            deadline = time.monotonic() + 30
+            while p.poll() is None and time.monotonic() < deadline:
+                ctl.poll(20)
+            assert p.poll() == 0
+        assert ctl.actions == []
+    finally:
+        ctl.close()
+    if cg.host.mode == "v2":
+        assert (cg.unified / "memory.high").read_text().strip() == "max"
+    assert p.wait(30) == 0
+    assert cg.counters().oom_kills == 0
 
 
 def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tree):
@@ -197,7 +233,9 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
                              "source": {"format": "synthetic"},
                              "steps": [synthetic_step(0, 20, 100, cmd="pytest -x"),
                                        synthetic_step(1, 150, 200, cmd="pytest tests"),
-                                       synthetic_step(2, 150, 200, cmd="grep -r x .")]})
+                                       # a normal step is only observed: kept under the soft limit, which
+                                       # on v2 throttles it in-kernel (the test above shows that)
+                                       synthetic_step(2, 32, 200, cmd="grep -r x .")]})
     arm = Arm.from_dict("agentcgroup", {"policy": "agentcgroup", "memory_high_mb": 64, "memory_max_mb": 256,
                                         "rules": {"hold_ms": 20, "raise_step_mb": 64, "raise_max_mb": 192,
                                                   "priorities": {"test": "low"}}})
@@ -213,6 +251,7 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
     got = [(r.counters["kind"], r.counters["priority"], r.counters["throttles"] > 0, r.exit_code) for r in results]
     assert got == [("test", "low", False, 0), ("test", "low", True, 0), ("search", "normal", False, 0)], \
         [r.counters for r in results]
+    assert results[2].counters["raises"] == 0 and results[2].counters["high_events"] == 0, results[2].counters
 
 
 class _RecordingThrottle:
@@ -253,18 +292,20 @@ def test_v2_policy_grants_raise_memory_high_no_tripwire(tree):
         ctl.add_step(high, "edit")
         assert ctl.throttle.marks == {low.id: "stop", high.id: "notify"}
         for cg in (low, high):
-            assert (cg.unified / "memory.max").read_text() == str(128 * MB)
-            assert (cg.unified / "memory.high").read_text() == str(48 * MB)
+            assert (cg.unified / "memory.max").read_text().strip() == str(128 * MB)
+            assert (cg.unified / "memory.high").read_text().strip() == str(48 * MB)
             assert not (cg.unified / "memory.oom_control").exists()      # v2 needs no tripwire
         ev = lambda cg: SimpleNamespace(cgroup_id=cg.id, pid=sleeper.pid, trigger_ns=0, action_ns=1000)  # noqa: E731
         for _ in range(3):
             ctl.handle(ev(low))
             ctl.tick()                                      # hold 0: resumed with a grant at once
             ctl.handle(ev(high))
-        assert (low.unified / "memory.high").read_text() == str(72 * MB)   # 48 + 16, capped at 48 + 24
-        assert (high.unified / "memory.high").read_text() == str(72 * MB)
+        assert (low.unified / "memory.high").read_text().strip() == str(72 * MB)   # 48 + 16, capped at 48 + 24
+        assert (high.unified / "memory.high").read_text().strip() == str(72 * MB)
         assert ctl.remove_step(low) == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1,
                                         "raises": 2, "policy_kills": 0}
+        assert (low.unified / "memory.high").read_text().strip() == "max"     # released: nothing parks it
+        assert (low.unified / "memory.max").read_text().strip() == str(128 * MB)   # the ceiling stays
     finally:
         sleeper.kill()
         sleeper.wait()

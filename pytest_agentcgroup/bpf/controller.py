@@ -41,6 +41,9 @@ What happens, top to bottom (see `Controller.handle` and `Controller.tick`):
                          back on, so the kernel decides from there), thaw / SIGCONT.
        high           -> grant raise_step_mb at once; re-arm while there is room left to grant.
   4. tick(): due resumes run. `start()` runs poll+tick in a thread; `close()` resumes everything.
+     Releasing a step (remove_step, close) lifts what could park it: the v1 tripwire, and on v2
+     its memory.high (-> "max"; memory.max stays), for every priority: a normal step is only
+     observed while governed, but above memory.high the v2 kernel throttles it too.
 With ebpf = false nothing is loaded: steps get the same limits and the controller does nothing,
 so a difference between the two arms is the eBPF policy's doing.
 
@@ -345,6 +348,12 @@ class Controller:
         """Leave nothing parked, frozen or stopped (a removed step, or the controller closing)."""
         try:
             self._lift(step, log=False)
+            if self.throttle is not None and step.cg.host.mode == "v2" and step.soft_bytes is not None:
+                # v2 memory.high is what parks a step (the kernel throttles above it, and with no
+                # swap anonymous memory cannot be reclaimed below it): lifted like the v1 tripwire.
+                # memory.max (the ceiling) stays. The bpf-soft arm (no eBPF) keeps its limits.
+                (step.cg.unified / "memory.high").write_text("max")
+                step.soft_bytes = None
         except OSError:
             pass                        # the cgroup is already gone
         if step.frozen:
