@@ -13,7 +13,7 @@ import pytest
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, SandboxExecutor, replay
-from pytest_agentcgroup.replay.spawn import SpawnError, run
+from pytest_agentcgroup.proc import SpawnError, run
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
 
 

@@ -37,7 +37,7 @@ from typing import Callable, Iterable, Protocol
 from ..traces.ir import Trace
 from .executors import ExecutorUnavailable
 from .replayer import StepResult
-from .spawn import start
+from ..proc import start
 
 #: Debian's chromium; Playwright cannot download its own browser builds here.
 CHROMIUM = os.environ.get("AGENTCGROUP_CHROMIUM", "/usr/bin/chromium")

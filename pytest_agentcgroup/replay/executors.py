@@ -89,7 +89,7 @@ class SandboxExecutor:
       supplementary groups, empty capability sets and bounding set, no_new_privs) — the step has no
       capability anywhere, so it cannot remount the read-only /usr and /etc, mount a cgroupfs or
       proc, or write /proc/sys; it sees no /sys at all, and cannot make user namespaces of its own.
-      The join into the step's cgroups happens before that, as root (spawn.py), so the step starts
+      The join into the step's cgroups happens before that, as root (proc.py), so the step starts
       inside them and cannot leave them (no cgroupfs it could write). Without root, bwrap runs as
       the calling user (no capabilities either), but the workspace is then an unbounded directory;
     - the per-trace workspace (mounted at the trace's working directory) and the state directory
