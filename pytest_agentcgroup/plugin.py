@@ -40,7 +40,7 @@ from .metrics.controller import (REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKE
 from .metrics.records import SUMMARY_METRICS, step_record, summarize
 from .metrics.store import METRICS_FILE, ResultsStore, read_records, run_key
 from .replay import ExecutorUnavailable, make_executor, replay
-from .replay.docker_engine import DockerEngine
+from .engines.docker import DockerEngine
 from .reports.table import format_summary
 from .traces.corpus import Corpus
 from .traces.ir import Trace, TraceError

@@ -40,7 +40,7 @@ import shutil
 from pathlib import Path
 
 from ..traces.ir import Step, Trace
-from .docker_engine import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
+from ..engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from .executors import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, check_command, read_cwd,
                         step_cwd, step_script, step_timeout, trace_home)
 

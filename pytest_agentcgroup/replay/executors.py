@@ -16,15 +16,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ExecutorUnavailable
 from ..traces.ir import Step, Trace
 
 EMULATOR = str(Path(__file__).with_name("emulator.py"))
 EXECUTING_TOOLS = ("bash", "python")
 DEFAULT_TIMEOUT_S = 120.0
-
-
-class ExecutorUnavailable(RuntimeError):
-    """The executor cannot run on this host; the message names what is missing."""
 
 
 class StepRefused(ValueError):
@@ -299,7 +296,7 @@ def read_cwd(cwd_file: Path) -> str | None:
 
 
 def make_executor(name: str, *, time_scale: float, step_timeout_s: float, engine=None, cgroup_parent: str | None = None):
-    """emulate | sandbox | docker (the docker executor needs an `engine`: replay.docker_engine.DockerEngine)."""
+    """emulate | sandbox | docker (the docker executor needs an `engine`: engines.docker.DockerEngine)."""
     if name == "emulate":
         return EmulateExecutor(time_scale=time_scale, step_timeout_s=step_timeout_s)
     if name == "sandbox":

@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import ExecutorUnavailable
 from ..proc import SpawnError, start, start_ticks
 from .apt_sources import NoDebianMirror, debian_mirror
-from .executors import ExecutorUnavailable
 
 # Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
 # all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
