@@ -5,11 +5,10 @@ a script); executors/ turns a step into a process (emulate, sandbox, docker) beh
 May import: traces/, proc, errors, engines/. Never cgroups/, bpf/ or anything above: replay does
 not know about cgroups and is handed a Placement.
 """
-from .browser import BrowserTenant
 from .executors import (DockerExecutor, EmulateExecutor, ExecutorUnavailable, SandboxExecutor, StepRefused,
                         make_executor)
 from .replayer import Placement, StepResult, replay
 
-__all__ = ["EmulateExecutor", "SandboxExecutor", "DockerExecutor", "BrowserTenant",
+__all__ = ["EmulateExecutor", "SandboxExecutor", "DockerExecutor",
            "ExecutorUnavailable", "StepRefused", "make_executor",
            "Placement", "StepResult", "replay"]

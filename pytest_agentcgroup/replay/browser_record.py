@@ -24,7 +24,7 @@ from pathlib import Path
 from ..traces.convert import playwright
 from ..traces.corpus import update_manifest
 from ..traces.ir import Step, Trace, TraceError, write_trace
-from .browser import BrowserTenant
+from ..tenants.browser import BrowserTenant
 
 FAMILY = "playwright/"
 SUBSET = "browser"
