@@ -182,7 +182,7 @@ def test_browser_under_a_tight_memory_limit_is_oom_killed_and_cleaned_up(tree):
 
 
 def test_shipped_browser_traces_match_manifest_and_say_their_origin():
-    from pytest_agentcgroup.replay.browser_record import SCENARIOS, describe
+    from pytest_agentcgroup.tools.browser_record import SCENARIOS, describe
     from pytest_agentcgroup.traces.convert import playwright
     import json
     manifest = json.loads((REPO / "traces" / "manifest.json").read_text())
