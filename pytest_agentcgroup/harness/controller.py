@@ -1,7 +1,7 @@
 """The controller's side of a run (the pytest process itself, or xdist's controller when `-n N`):
 what happens once per session, after every test has run, whichever process ran it.
 
-* results: the run directory (store.py: `results/NNNN_<time>/`, or on resume the unfinished run
+* results: the run directory (metrics/store.py: `results/NNNN_<time>/`, or on resume the unfinished run
   it continues) is chosen once, here. Serially it is made when the first experiment test asks for
   its store (`open_run`), so a session without experiments leaves the results directory as it was.
   Under xdist the controller cannot know before the workers collect whether any test is an
@@ -16,6 +16,8 @@ what happens once per session, after every test has run, whichever process ran i
   environment snapshot in `machine_info["agentcgroup"]`.
 * the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
   `--agentcgroup-save-baseline`.
+
+May import: metrics/ (store, benchjson, environment, gate) and pytest.
 """
 from __future__ import annotations
 
@@ -25,9 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from . import benchjson, environment, gate
-from . import store
-from .store import begin_session, merge_workers, worker_dirs
+from ..metrics import benchjson, environment, gate, store
+from ..metrics.store import begin_session, merge_workers, worker_dirs
 
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
 WORKERINPUT_CONTINUES = "agentcgroup_continues"
@@ -127,7 +128,7 @@ class MetricsController:
 
     # -- after the last test ---------------------------------------------------------------------
     def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict]) -> list[dict]:
-        """Called by plugin.py's sessionfinish once the serial store is closed (`records` are its
+        """Called by session.py's finish once the serial store is closed (`records` are its
         file's records, `summaries` their summaries; both empty under xdist). Returns the run's
         summaries."""
         self.summaries = summaries
