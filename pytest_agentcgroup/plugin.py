@@ -55,8 +55,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is None:
         return
-    fixtures.close_session(state)    # a session interrupted before fixture teardown
-    harness_session.finish(session, state)
+    try:
+        fixtures.close_session(state)    # a session interrupted before fixture teardown
+    finally:                             # whatever closing raised: the results are kept and merged
+        harness_session.finish(session, state)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

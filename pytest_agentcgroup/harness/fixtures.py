@@ -215,14 +215,20 @@ def close_policies(state: State) -> None:
 def close_session(state: State) -> None:
     """The one teardown of what the session fixtures made: the policies' controllers, the worker's
     isolation, the run tree. Idempotent: the fixtures' finalizers call it, and plugin.py's
-    sessionfinish calls it again for a session interrupted before fixture teardown."""
-    close_policies(state)
-    if state.isolation is not None:
-        state.isolation.close()
-        state.isolation = None
-    if state.tree is not None:
-        state.tree.close()
-        state.tree = None
+    sessionfinish calls it again for a session interrupted before fixture teardown. Each is taken
+    off the state before it is closed, and closed whatever the others raised: an error is raised
+    (and reported) once, never retried at the end of the session."""
+    try:
+        close_policies(state)
+    finally:
+        isolation, state.isolation = state.isolation, None
+        try:
+            if isolation is not None:
+                isolation.close()
+        finally:
+            tree, state.tree = state.tree, None
+            if tree is not None:
+                tree.close()
 
 
 def _arm_policy(config: pytest.Config, arm: Arm):
