@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from conftest import cgroups_or_skip
 from pytest_agentcgroup.metrics import store
@@ -46,3 +45,15 @@ def test_an_error_closing_the_tree_keeps_the_results_and_is_reported(pytester, p
     assert len((run / store.METRICS_FILE).read_text().splitlines()) == 4
     assert store.finished(run)
     assert not leaked(host)
+
+
+def test_a_serial_run_started_from_an_xdist_worker_is_not_a_worker(pytester, project, monkeypatch):
+    cgroups_or_skip()
+    # what a pytest subprocess started by a test running under `-n N` inherits
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    result = run_study(pytester, "-k", "unlimited or static-env")
+    result.assert_outcomes(passed=2)
+    run = (pytester.path / "out" / "latest").resolve()
+    assert len((run / store.METRICS_FILE).read_text().splitlines()) == 2 * 4
+    assert not (run / "gw3").exists()

@@ -7,7 +7,6 @@ metrics/, config) and the harness's settings, state, collect and session.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -39,11 +38,11 @@ def agentcgroup_tree(request: pytest.FixtureRequest):
         tree = state.tree = RunTree(detect())
     except CgroupUnavailable as exc:
         pytest.skip(f"cgroups unavailable: {exc}")
+    worker = getattr(request.config, "workerinput", None)     # an xdist worker (never an inherited env var)
     try:
-        if setting(request.config, "isolate") and "PYTEST_XDIST_WORKER" in os.environ:
+        if setting(request.config, "isolate") and worker is not None:
             try:
-                state.isolation = WorkerIsolation(
-                    tree, int(os.environ["PYTEST_XDIST_WORKER"][2:]), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+                state.isolation = WorkerIsolation(tree, int(worker["workerid"][2:]), int(worker["workercount"]))
             except CgroupUnavailable as exc:
                 pytest.skip(f"--agentcgroup-isolate: {exc}")
         yield tree

@@ -9,7 +9,6 @@ May import: metrics/, reports.table and the harness's settings, state and contro
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -48,14 +47,15 @@ def results_store(config: pytest.Config) -> ResultsStore:
     the run directory made (store.py), so a session without experiments writes nothing."""
     state = config.stash[STATE]
     if state.store is None:
-        worker = os.environ.get("PYTEST_XDIST_WORKER")
-        if worker:
-            # The controller chose the run (workerinput); each worker writes its own file (one
-            # writer per file) and the controller merges them. A continued run's file was
-            # consolidated by the controller before the workers started; a worker only reads it.
-            run, continues = Path(config.workerinput[WORKERINPUT_RUN]), config.workerinput[WORKERINPUT_CONTINUES]
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            # An xdist worker (known by its workerinput: a serial pytest started from a worker
+            # inherits PYTEST_XDIST_WORKER). The controller chose the run; each worker writes its
+            # own file (one writer per file) and the controller merges them. A continued run's
+            # file was consolidated by the controller before the workers started; a worker only reads it.
+            run, continues = Path(workerinput[WORKERINPUT_RUN]), workerinput[WORKERINPUT_CONTINUES]
             earlier = read_records(run / METRICS_FILE) if continues else None
-            state.store = ResultsStore(run / worker, resume=continues, earlier=earlier)
+            state.store = ResultsStore(run / workerinput["workerid"], resume=continues, earlier=earlier)
         else:
             run, continues = config.stash[CONTROLLER].open_run()
             state.store = ResultsStore(run, resume=continues)
@@ -65,11 +65,12 @@ def results_store(config: pytest.Config) -> ResultsStore:
 def mark_report(item: pytest.Item, call, report) -> None:
     """plugin.py's pytest_runtest_makereport: under xdist, a benchmark's entry travels to the
     controller on the call report."""
-    if "PYTEST_XDIST_WORKER" in os.environ and "agentcgroup_case" in getattr(item, "fixturenames", ()):
+    if not hasattr(item.config, "workerinput"):      # not an xdist worker
+        return
+    if "agentcgroup_case" in getattr(item, "fixturenames", ()):
         setattr(report, REPORT_EXPERIMENT, True)     # the controller points results/latest at the run
     fixture = getattr(item, "funcargs", {}).get("benchmark")
-    if call.when == "call" and "PYTEST_XDIST_WORKER" in os.environ and getattr(fixture, "_mode", None) \
-            and not fixture.has_error:
+    if call.when == "call" and getattr(fixture, "_mode", None) and not fixture.has_error:
         seconds = item.stash.get(REPLAY_SECONDS, report.duration)
         setattr(report, benchjson.REPORT_ATTR, benchjson.entry(fixture, seconds))
 
