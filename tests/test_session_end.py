@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import json
+import types
+from pathlib import Path
 
-from conftest import cgroups_or_skip
+from conftest import cgroups_or_skip, step_rec
+from pytest_agentcgroup.harness.controller import WORKERINPUT_RUN, ControllerSettings, MetricsController
 from pytest_agentcgroup.metrics import store
 from test_plugin import leaked, project, run_study  # noqa: F401  (project: a fixture)
 
@@ -57,3 +60,39 @@ def test_a_serial_run_started_from_an_xdist_worker_is_not_a_worker(pytester, pro
     run = (pytester.path / "out" / "latest").resolve()
     assert len((run / store.METRICS_FILE).read_text().splitlines()) == 2 * 4
     assert not (run / "gw3").exists()
+
+
+def _controller(out: Path, *, resume: bool = False) -> MetricsController:
+    config = types.SimpleNamespace(pluginmanager=types.SimpleNamespace(has_plugin=lambda name: True))
+    return MetricsController(config, ControllerSettings(out=out, resume=resume))
+
+
+def test_two_parallel_sessions_get_distinct_run_directories_made_before_the_workers_start(tmp_path):
+    first, second = _controller(tmp_path / "out"), _controller(tmp_path / "out")
+    nodes = [types.SimpleNamespace(workerinput={}) for _ in range(4)]
+    for node in nodes[:2]:
+        first.pytest_configure_node(node)
+    for node in nodes[2:]:
+        second.pytest_configure_node(node)
+    runs = {n.workerinput[WORKERINPUT_RUN] for n in nodes}
+    assert len(runs) == 2, runs                     # one per session, shared by its workers
+    assert all(Path(r).is_dir() for r in runs)      # made by the controller, not by a first worker
+
+
+def test_xdist_session_selecting_nothing_leaves_no_run_and_rewrites_no_unfinished_run(pytester, project):
+    out = pytester.path / "out"
+    nothing = run_study(pytester, "-n", "2", "-k", "no-such-arm")
+    assert nothing.ret == 5, nothing.stdout.str()
+    assert not out.exists() or not store.runs(out), sorted(out.iterdir())
+
+    # a killed parallel run: its workers' files not yet merged into RUN/metrics.jsonl
+    run = store.new_run(out)
+    (run / "gw0").mkdir(parents=True)
+    (run / store.METRICS_FILE).write_text(json.dumps(step_rec("t/a", step_id=0)) + "\n")
+    (run / "gw0" / store.METRICS_FILE).write_text(json.dumps(step_rec("t/a", step_id=1)) + "\n")
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    again = run_study(pytester, "-n", "2", "-k", "no-such-arm", "--agentcgroup-resume")
+    assert again.ret == 5, again.stdout.str()
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert store.runs(out) == [run]
+
