@@ -96,3 +96,23 @@ def test_xdist_session_selecting_nothing_leaves_no_run_and_rewrites_no_unfinishe
     assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     assert store.runs(out) == [run]
 
+
+SKIPS_BEFORE_REPLAY = '''
+import pytest
+pytestmark = pytest.mark.experiment(name="exp1")
+
+def test_exp1(agentcgroup_replayer):
+    pytest.skip("decided not to replay after all")
+'''
+
+
+def test_resume_keeps_a_partial_attempt_of_a_test_that_never_replays(pytester, project):
+    cgroups_or_skip()
+    pytester.makepyfile(test_exp1=SKIPS_BEFORE_REPLAY)
+    run = store.new_run(pytester.path / "out")           # unfinished: a partial attempt of one test
+    run.mkdir(parents=True)
+    partial = json.dumps(step_rec("synthetic/oom-once", step_id=0)) + "\n"
+    (run / store.METRICS_FILE).write_text(partial)
+    result = run_study(pytester, "--agentcgroup-resume", "-k", "unlimited")
+    result.assert_outcomes(skipped=1)
+    assert (run / store.METRICS_FILE).read_text() == partial

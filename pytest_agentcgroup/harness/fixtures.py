@@ -152,10 +152,13 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         pytest.skip(str(exc))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if resume:
-        store.restart(case.key)          # a partial earlier attempt: its lines go, the trace is redone
+    restart_pending = resume             # a partial earlier attempt's lines go when the replay starts
 
     def run() -> Outcome:
+        nonlocal restart_pending
+        if restart_pending:              # not before: a test that skips before replaying keeps them
+            restart_pending = False
+            store.restart(case.key)
         records: list[dict] = []
 
         def on_step(result):
