@@ -24,10 +24,10 @@ import pytest
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.cgroups.arms import Arm
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
+from pytest_agentcgroup.harness.settings import setting
 from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
-from pytest_agentcgroup.plugin import setting
-from pytest_agentcgroup.replay import BrowserTenant, ExecutorUnavailable, make_executor, replay
-from pytest_agentcgroup.replay.browser import missing as browser_missing
+from pytest_agentcgroup.replay import ExecutorUnavailable, make_executor, replay
+from pytest_agentcgroup.tenants.browser import BrowserTenant, missing as browser_missing
 from pytest_agentcgroup.traces.classify import classify_command
 from pytest_agentcgroup.traces.corpus import Corpus
 

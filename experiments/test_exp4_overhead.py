@@ -35,7 +35,7 @@ from pytest_agentcgroup.cgroups.arms import ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent
 from pytest_agentcgroup.cgroups.host import _mounts
 from pytest_agentcgroup.metrics.records import percentile
-from pytest_agentcgroup.replay.docker_engine import LOCAL_IMAGE, SESSION_LABEL
+from pytest_agentcgroup.engines.docker import LOCAL_IMAGE, SESSION_LABEL
 from pytest_agentcgroup.replay.executors import ExecutorUnavailable, Launch
 from pytest_agentcgroup.replay.replayer import replay_step
 from pytest_agentcgroup.traces.ir import Step, Trace

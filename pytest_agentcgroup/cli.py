@@ -183,8 +183,8 @@ def _add_images(sub) -> None:
 
 
 def cmd_images_clean(args) -> int:
-    from .replay.docker_engine import remove_project_images
-    from .replay.executors import ExecutorUnavailable
+    from .engines.docker import remove_project_images
+    from .errors import ExecutorUnavailable
     try:
         removed = remove_project_images(args.image)
     except ExecutorUnavailable as exc:

@@ -20,6 +20,9 @@
 
 An ablation or size is a named set of overrides of the experiment: executor, time_scale,
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
+
+May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets). Read by reports/ and
+the pytest side.
 """
 from __future__ import annotations
 

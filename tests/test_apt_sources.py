@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.replay.apt_sources import (NoDebianMirror, debian_mirror, parse_deb822,
+from pytest_agentcgroup.engines.apt_sources import (NoDebianMirror, debian_mirror, parse_deb822,
                                                    parse_one_line, read_sources)
 
 ONE_LINE = """\

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS, Controller, Rules
-from pytest_agentcgroup.replay import spawn
+from pytest_agentcgroup import proc as spawn
 
 MB = 1 << 20
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup.bpf import features
-from pytest_agentcgroup.replay.spawn import run
+from pytest_agentcgroup.proc import run
 
 MB = 1 << 20
 

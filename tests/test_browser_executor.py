@@ -13,9 +13,9 @@ import pytest
 
 from pytest_agentcgroup.metrics.records import METRICS, step_record
 from pytest_agentcgroup.replay import ExecutorUnavailable
-from pytest_agentcgroup.replay.browser import BrowserTenant, missing
-from pytest_agentcgroup.replay.browser_driver import Skip, rewrite
-from pytest_agentcgroup.replay.webapp import serve
+from pytest_agentcgroup.tenants.browser import BrowserTenant, missing
+from pytest_agentcgroup.tenants.browser_driver import Skip, rewrite
+from pytest_agentcgroup.tenants.webapp import serve
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace
 
@@ -182,7 +182,7 @@ def test_browser_under_a_tight_memory_limit_is_oom_killed_and_cleaned_up(tree):
 
 
 def test_shipped_browser_traces_match_manifest_and_say_their_origin():
-    from pytest_agentcgroup.replay.browser_record import SCENARIOS, describe
+    from pytest_agentcgroup.tools.browser_record import SCENARIOS, describe
     from pytest_agentcgroup.traces.convert import playwright
     import json
     manifest = json.loads((REPO / "traces" / "manifest.json").read_text())
@@ -203,7 +203,7 @@ def test_shipped_browser_traces_match_manifest_and_say_their_origin():
 
 
 def test_two_driver_lines_arriving_together_are_both_read_at_once():
-    from pytest_agentcgroup.replay.browser import _Lines
+    from pytest_agentcgroup.tenants.browser import _Lines
     r, w = os.pipe()
     with os.fdopen(r, "rb") as pipe:
         os.write(w, b'{"event": "ready"}\n{"event": "step"}\n{"event"')

@@ -11,7 +11,7 @@ from pytest_agentcgroup.cgroups import RunTree
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.cgroups.tree import PREFIX, sweep_stale
-from pytest_agentcgroup.replay.spawn import run
+from pytest_agentcgroup.proc import run
 
 ALLOC = "import sys\nb = bytearray(int(sys.argv[1]) * 1048576)\nb[::4096] = b'x' * (len(b) // 4096)"
 

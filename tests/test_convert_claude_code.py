@@ -10,6 +10,7 @@ import pytest
 
 from pytest_agentcgroup.traces import convert as convert_pkg
 from pytest_agentcgroup.traces.convert import claude_code as cc
+from pytest_agentcgroup.traces.convert import claude_code_samples as ccs
 from pytest_agentcgroup.traces.ir import TOOLS, TraceError, parse_trace
 
 DATA = Path("/work/shared/datasets/agentcgroup-claude-code")
@@ -376,17 +377,17 @@ def test_not_a_task_directory(tmp_path):
 
 
 def test_parsers_directly():
-    assert cc.parse_mem_mb("185.3MB / 134.5GB") == pytest.approx((185.3e6 / 2**20, 134.5e9 / 2**20))
-    assert cc.parse_mem_mb("1.5KiB / 2TiB") == (1.5 / 1024, 2 * 1024.0 ** 2)
-    assert cc.parse_mem_mb("0B / 0B") == (0.0, 0.0)
-    assert cc.parse_cpu("62.21%") == 62.21 and cc.parse_cpu(3) == 3.0
+    assert ccs.parse_mem_mb("185.3MB / 134.5GB") == pytest.approx((185.3e6 / 2**20, 134.5e9 / 2**20))
+    assert ccs.parse_mem_mb("1.5KiB / 2TiB") == (1.5 / 1024, 2 * 1024.0 ** 2)
+    assert ccs.parse_mem_mb("0B / 0B") == (0.0, 0.0)
+    assert ccs.parse_cpu("62.21%") == 62.21 and ccs.parse_cpu(3) == 3.0
     for bad in ("", "MB / GB", "1e999MB / 1GB", "5 / 5"):
         with pytest.raises(TraceError):
-            cc.parse_mem_mb(bad)
+            ccs.parse_mem_mb(bad)
     with pytest.raises(TraceError):
-        cc.parse_cpu(True)
+        ccs.parse_cpu(True)
     with pytest.raises(TraceError):
-        cc.parse_cpu("nan%")
+        ccs.parse_cpu("nan%")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
-from pytest_agentcgroup.traces.convert import _common, swe_agent_rows as conv
+from pytest_agentcgroup.traces.convert import _swe_agent, swe_agent_rows as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
 from fuzzing import check_converter, json_nodes, mutate
 
@@ -101,17 +101,17 @@ def test_edit_path_is_the_open_file(traces):
     ("opener.sh", "bash", "bash"), ("cd src && ls", "bash", "bash"),
 ])
 def test_aci_mapping(action, tool, native):
-    t, n, args = _common.aci_step_fields(action)
+    t, n, args = _swe_agent.aci_step_fields(action)
     assert (t, n) == (tool, native)
     assert ("command" in args) == (tool == "bash")
 
 
 def test_last_fenced_block():
-    assert _common.last_fenced_block("a\n```\nls\n```\nthen\n```bash\npwd\n```\n") == "pwd\n"
+    assert _swe_agent.last_fenced_block("a\n```\nls\n```\nthen\n```bash\npwd\n```\n") == "pwd\n"
     nested = "x\n```\nedit 1:1\n```python\nprint(1)\n```\nend_of_edit\n```\n"
-    assert _common.last_fenced_block(nested) == "edit 1:1\n```python\nprint(1)\n```\nend_of_edit\n"
-    assert _common.last_fenced_block("no block here") is None
-    assert _common.last_fenced_block("```\nunclosed") is None
+    assert _swe_agent.last_fenced_block(nested) == "edit 1:1\n```python\nprint(1)\n```\nend_of_edit\n"
+    assert _swe_agent.last_fenced_block("no block here") is None
+    assert _swe_agent.last_fenced_block("```\nunclosed") is None
 
 
 def _row(*turns, instance="o__r-1_1"):

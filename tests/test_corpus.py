@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.traces import build_corpus as bc
+from pytest_agentcgroup.tools import build_corpus as bc
 from pytest_agentcgroup.traces.classify import KINDS, classify_command, dominant_kind
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import TraceError, read_traces

@@ -18,8 +18,9 @@ import pytest
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.cgroups.node import MB
-from pytest_agentcgroup.replay import DockerEngine, DockerExecutor, ExecutorUnavailable, replay
-from pytest_agentcgroup.replay.docker_engine import SESSION_LABEL, image_lock_file, swerebench_image
+from pytest_agentcgroup.engines.docker import DockerEngine
+from pytest_agentcgroup.replay import DockerExecutor, ExecutorUnavailable, replay
+from pytest_agentcgroup.engines.docker import SESSION_LABEL, image_lock_file, swerebench_image
 from pytest_agentcgroup.traces.ir import Step, Trace
 
 from conftest import EXP_MODULE

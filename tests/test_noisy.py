@@ -14,7 +14,7 @@ import pytest
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import SandboxExecutor, replay
-from pytest_agentcgroup.replay.spawn import run
+from pytest_agentcgroup.proc import run
 from pytest_agentcgroup.traces.corpus import Corpus
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"

@@ -8,7 +8,7 @@ from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, replay
 from pytest_agentcgroup.replay.executors import Launch
-from pytest_agentcgroup.replay.spawn import Parked, SpawnError, run
+from pytest_agentcgroup.proc import Parked, SpawnError, run
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
 
 

@@ -13,7 +13,7 @@ import pytest
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, SandboxExecutor, replay
-from pytest_agentcgroup.replay.spawn import SpawnError, run
+from pytest_agentcgroup.proc import SpawnError, run
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
 
 
@@ -135,7 +135,7 @@ def test_sandbox_step_timeout_from_the_trace(tree):
 
 
 def test_read_cwd_refuses_what_a_hostile_step_can_leave_in_its_place(tmp_path):
-    from pytest_agentcgroup.replay.executors import read_cwd
+    from pytest_agentcgroup.replay.executors.base import read_cwd
     f = tmp_path / "cwd"
     f.write_text("/work/repo\n")
     assert read_cwd(f) == "/work/repo" and not f.exists()           # the normal case, consumed
@@ -151,7 +151,7 @@ def test_read_cwd_refuses_what_a_hostile_step_can_leave_in_its_place(tmp_path):
 
 
 def test_unclean_working_directories_are_refused_not_interpreted():
-    from pytest_agentcgroup.replay.executors import StepRefused, clean_path, step_cwd, trace_home
+    from pytest_agentcgroup.replay.executors.base import StepRefused, clean_path, step_cwd, trace_home
     assert clean_path("/testbed/pkg") == "/testbed/pkg" and clean_path("/") == "/"
     for bad in ("/../../..", "/a/./b", "/a//b", "//a", "/a/", "rel/dir", "/a\nb", "/a\0b", "/" + "a" * 5000, 7, None):
         assert clean_path(bad) is None, bad
@@ -163,7 +163,7 @@ def test_unclean_working_directories_are_refused_not_interpreted():
 
 
 def test_a_command_no_program_can_be_given_is_refused_with_the_reason():
-    from pytest_agentcgroup.replay.executors import MAX_ARG_STRLEN, StepRefused, check_command
+    from pytest_agentcgroup.replay.executors.base import MAX_ARG_STRLEN, StepRefused, check_command
     check_command(bash(0, "x" * (MAX_ARG_STRLEN - 1)))                  # the longest that still runs
     with pytest.raises(StepRefused, match="MAX_ARG_STRLEN"):
         check_command(bash(0, "x" * MAX_ARG_STRLEN))

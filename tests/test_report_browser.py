@@ -18,11 +18,11 @@ pytest.importorskip("pandas", reason="pandas is not installed (the `report` extr
 
 from conftest import step_rec, write_results  # noqa: E402
 
-from pytest_agentcgroup.replay.browser import CHROMIUM, CHROMIUM_ARGS, missing  # noqa: E402
+from pytest_agentcgroup.tenants.browser import CHROMIUM, CHROMIUM_ARGS, missing  # noqa: E402
 from pytest_agentcgroup.reports import build_report  # noqa: E402
 
 def sync_playwright_or_skip():
-    """Playwright's sync API, or a skip naming what the host lacks (replay/browser.py `missing`)."""
+    """Playwright's sync API, or a skip naming what the host lacks (tenants/browser.py `missing`)."""
     why = missing()
     if why:
         pytest.skip(why)

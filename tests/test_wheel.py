@@ -79,9 +79,9 @@ names = sorted(p.name[:-len(".bpf.c")] for p in loader.BPF_DIR.glob("*.bpf.c"))
 print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "names": names,
                   "paths": [str(loader.source_path(n)) for n in names],
                   "emulator": EMULATOR, "assets": sorted(os.listdir(ASSETS)),
-                  # started as `python -m ...` in a tenant's cgroup (replay/browser.py)
-                  "modules": [importlib.util.find_spec(f"pytest_agentcgroup.replay.{m}").origin
-                              for m in ("browser_driver", "webapp", "emulator")]}))
+                  # started as `python -m ...` in a tenant's cgroup (tenants/browser.py)
+                  "modules": [importlib.util.find_spec(f"pytest_agentcgroup.{m}").origin
+                              for m in ("tenants.browser_driver", "tenants.webapp", "replay.emulator")]}))
 """
 
 

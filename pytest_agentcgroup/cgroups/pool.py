@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..replay.spawn import Parked
+from ..proc import Parked
 from .node import Cgroup
 
 

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from ..replay.spawn import start_ticks
+from ..proc import start_ticks
 from .delegate import Delegation
 from .host import INIT_LEAF, CgroupHost, CgroupUnavailable, check_writable, hierarchies
 from .node import Cgroup, remove_tree

@@ -2,7 +2,7 @@
 
 Under xdist pytest-benchmark disables itself, so each worker puts what a benchmark entry needs on
 the test report (`report.agentcgroup_benchmark`, plain JSON data that survives xdist's report
-serialization) and the controller writes the file (metrics/controller.py). An entry has exactly
+serialization) and the controller writes the file (harness/controller.py). An entry has exactly
 the keys `BenchmarkStats.as_dict()` gives (`group, name, fullname, params, param, extra_info,
 options, stats`), so `pytest-benchmark compare` reads the file like one of its own.
 """

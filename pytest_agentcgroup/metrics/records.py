@@ -45,7 +45,7 @@ METRICS = {m.name: m for m in (
     Metric("freezes", "count", "lower", "recorded", "policy arms: cgroup.freeze escalations by the controller"),
     Metric("policy_kills", "count", "lower", "recorded", "policy arms: cgroup.kill by the controller (not OOM kills)"),
     Metric("pids_max_events", "count", "lower", "recorded", "pids.events max (v2 | v1 pids): forks refused at pids.max"),
-    # Browser tenant steps (replay/browser.py)
+    # Browser tenant steps (tenants/browser.py)
     Metric("page_load_ms", "ms", "lower", "recorded",
            "browser Navigation Timing loadEventEnd of the navigation a browser step caused"),
     Metric("tenant_mem_mb", "MiB", "lower", "recorded",

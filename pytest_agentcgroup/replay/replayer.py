@@ -11,11 +11,11 @@ from typing import Callable, Protocol
 
 from ..traces.ir import Step, Trace
 from .executors import StepRefused
-from .spawn import SpawnError, run
+from ..proc import SpawnError, run
 
 
 class Placement(Protocol):
-    def begin_step(self, step: Step) -> list[str]: ...      # cgroup.procs files to join (or a spawn.Parked)
+    def begin_step(self, step: Step) -> list[str]: ...      # cgroup.procs files to join (or a proc.Parked)
     def kill_step(self) -> None: ...                        # end everything in the step's cgroup
     def end_step(self, step: Step) -> dict[str, float]: ... # counters after exit; removes the cgroup
 

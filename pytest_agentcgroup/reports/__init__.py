@@ -3,6 +3,9 @@
 static HTML report (html.py) and run-vs-run comparison (comparison.py).
 
     from pytest_agentcgroup.reports import load, build_report, compare
+
+May import: config, metrics/, traces/. Nothing below imports reports/ but the pytest side (table.py)
+and the command line.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .build_corpus import is_bursty, length_class, step_peaks
+from .shape import is_bursty, length_class, step_peaks
 from .classify import KINDS, classify_command, dominant_kind
 from .corpus import MANIFEST, MANIFEST_SCHEMA
 from .ir import Trace, TraceError, read_traces, write_trace

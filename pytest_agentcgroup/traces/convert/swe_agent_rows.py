@@ -7,7 +7,7 @@ text (SWE-agent's own parsing rule, nested fences respected). An `ai` turn witho
 kept as a `noop` step with `native_tool` "(no command)": SWE-agent answered it with a format error
 and ran nothing.
 
-What a command does (see `_common.aci_step_fields`): `open`/`goto`/`scroll_up`/`scroll_down` ->
+What a command does (see `_swe_agent.aci_step_fields`): `open`/`goto`/`scroll_up`/`scroll_down` ->
 `read`; `create`/`edit N:M ... end_of_edit` -> `edit`; `search_dir`/`search_file`/`find_file` ->
 `search`; `submit` -> `noop`; anything else -> `bash` with the block as `command`. ACI steps keep the
 raw text in `args.action` (never `args.command`: they are SWE-agent tools, not shell commands) plus
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import Step, Trace, TraceError
-from ._common import (check_str, check_type, fail, finish, head, id_part, iter_row_results, last_fenced_block,
-                      loads, make_trace_id, need, parquet_columns, parquet_schema_text, strict, swe_agent_step,
-                      swe_footer)
+from ._common import (check_str, check_type, fail, finish, head, id_part, iter_row_results, loads, make_trace_id,
+                      need, parquet_columns, parquet_schema_text, strict)
+from ._swe_agent import last_fenced_block, swe_agent_step, swe_footer
 
 FORMAT = "swe-agent-rows"
 COLUMNS = ("instance_id", "model_name", "trajectory")

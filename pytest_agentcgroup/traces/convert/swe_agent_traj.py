@@ -8,7 +8,7 @@ A `.traj` file is a JSON object with `trajectory`, a list of steps {`action`, `o
   `duration_ms`.
 
 Each trajectory step is one IR step; its `action` is mapped like a SWE-agent HF row's command (see
-`swe_agent_rows` and `_common.aci_step_fields`: ACI read/edit/search commands, `submit` -> `noop`,
+`swe_agent_rows` and `_swe_agent.aci_step_fields`: ACI read/edit/search commands, `submit` -> `noop`,
 the rest `bash`). An empty action (a format error SWE-agent answered without running anything) is a
 `noop` step with `native_tool` "(empty)".
 
@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 from ..ir import Measure, Step, Trace, TraceError
 from ._common import (check_number, check_str, check_type, fail, finish, guard, head, id_part, load_json_file,
-                      loads, make_source, make_trace_id, need, recorded_ms, strict, swe_agent_step, swe_footer)
+                      loads, make_source, make_trace_id, need, recorded_ms, strict)
+from ._swe_agent import swe_agent_step, swe_footer
 
 FORMAT = "swe-agent-traj"
 _TRAJ = re.compile(r'"trajectory"\s*:\s*\[')

@@ -1,5 +1,5 @@
 """The browser tenant's own process: serves the web app, drives chromium through Playwright, and
-replays browser steps one at a time, in lockstep with the parent (replay/browser.py).
+replays browser steps one at a time, in lockstep with the parent (tenants/browser.py).
 
 It is started already inside the tenant's cgroup (joined before exec), so the site's thread,
 Playwright's node driver and every chromium process it launches are accounted to the tenant.

@@ -39,10 +39,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ..traces.ir import Step, Trace
-from .docker_engine import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
-from .executors import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, ExecutorUnavailable, Launch, check_command, read_cwd,
-                        step_cwd, step_script, step_timeout, trace_home)
+from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
+from ...errors import ExecutorUnavailable
+from ...traces.ir import Step, Trace
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
+                   step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (

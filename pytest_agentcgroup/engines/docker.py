@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import spawn
+from ..errors import ExecutorUnavailable
+from ..proc import SpawnError, start, start_ticks
 from .apt_sources import NoDebianMirror, debian_mirror
-from .executors import ExecutorUnavailable
 
 # Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
 # all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
@@ -45,7 +45,7 @@ STATE_DIR = Path("/run/agentcgroup-dockerd")
 def session_tag(pid: int | None = None) -> str | None:
     """`<pid>-<start ticks>`: names a process unambiguously (pid reuse guard); None if it is gone."""
     pid = os.getpid() if pid is None else pid
-    ticks = spawn.start_ticks(pid)
+    ticks = start_ticks(pid)
     return None if ticks is None else f"{pid}-{ticks}"
 
 
@@ -285,17 +285,17 @@ def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str
         raise ExecutorUnavailable("no Docker engine is reachable, and starting dockerd needs root")
     log = str(state_dir / "dockerd.log")
     with open(log, "ab") as fh:
-        # Own session (spawn.start): a Ctrl-C at the terminal must not take dockerd down before we
+        # Own session (proc.start): a Ctrl-C at the terminal must not take dockerd down before we
         # have removed our containers. dockerd runs in our cgroups (or those `join` names: the
         # session's own, outside an isolated worker's cpuset), so a relative --cgroup-parent given to
         # a container is relative to this session's cgroups (see cgroups/container.py).
         try:
             # cgroupfs driver: on a systemd host with cgroup v2 dockerd would pick systemd's, which
             # only accepts a `*.slice` cgroup parent, not our relative path (the v1 default already)
-            proc = spawn.start([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false",
-                                "--exec-opt", "native.cgroupdriver=cgroupfs"],
-                               join=join, stdout=fh, stderr=subprocess.STDOUT)
-        except spawn.SpawnError as exc:
+            proc = start([dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false",
+                           "--exec-opt", "native.cgroupdriver=cgroupfs"],
+                          join=join, stdout=fh, stderr=subprocess.STDOUT)
+        except SpawnError as exc:
             raise ExecutorUnavailable(f"dockerd: {exc}") from None
     (state_dir / "dockerd.pid").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + timeout_s

@@ -34,10 +34,10 @@ import tempfile
 import time
 from typing import Callable, Iterable, Protocol
 
+from ..errors import ExecutorUnavailable
+from ..proc import start
+from ..replay.replayer import StepResult
 from ..traces.ir import Trace
-from .executors import ExecutorUnavailable
-from .replayer import StepResult
-from .spawn import start
 
 #: Debian's chromium; Playwright cannot download its own browser builds here.
 CHROMIUM = os.environ.get("AGENTCGROUP_CHROMIUM", "/usr/bin/chromium")
@@ -101,7 +101,7 @@ class BrowserTenant:
         results: list[StepResult] = []
         errlog = tempfile.TemporaryFile(mode="w+")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = start([sys.executable, "-m", "pytest_agentcgroup.replay.browser_driver"],
+        proc = start([sys.executable, "-m", "pytest_agentcgroup.tenants.browser_driver"],
                      join=place.join_files() if place else (), env=env, stdin=subprocess.PIPE,
                      stdout=subprocess.PIPE, stderr=errlog)
         lines = _Lines(proc.stdout)

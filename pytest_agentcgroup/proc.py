@@ -10,6 +10,9 @@ before the step is known, it waits for `run(argv, join=parked)` to send it the s
 has to exec. The fork from a large Python process (most of a spawn's cost here: the join must run
 between fork and exec, which rules out vfork) and the joins are then off the step's critical path
 (cgroups/pool.py prepares them between steps).
+
+A low-level module: it imports nothing from the package, and cgroups/ (tree, pool), replay/,
+tenants/ and engines/ all use it, so that no cgroup code has to import replay/ to start a process.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ checkout) and one heavy page (`/report`: a large table plus in-page JavaScript w
 cost the browser real memory and CPU). Unknown paths get a small 404 page with a link home, so a
 trace that names a page we do not have still loads something.
 
-    python -m pytest_agentcgroup.replay.webapp            # serve on 127.0.0.1, an ephemeral port
+    python -m pytest_agentcgroup.tenants.webapp            # serve on 127.0.0.1, an ephemeral port
 
 State (sessions, carts, orders) is kept per server, in memory. Binds 127.0.0.1 only.
 """

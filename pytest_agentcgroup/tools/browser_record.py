@@ -21,10 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..tenants.browser import BrowserTenant
 from ..traces.convert import playwright
 from ..traces.corpus import update_manifest
 from ..traces.ir import Step, Trace, TraceError, write_trace
-from .browser import BrowserTenant
 
 FAMILY = "playwright/"
 SUBSET = "browser"

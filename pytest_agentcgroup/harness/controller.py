@@ -1,21 +1,25 @@
 """The controller's side of a run (the pytest process itself, or xdist's controller when `-n N`):
 what happens once per session, after every test has run, whichever process ran it.
 
-* results: the run directory (store.py: `results/NNNN_<time>/`, or on resume the unfinished run
-  it continues) is chosen once, here. Serially it is made when the first experiment test asks for
-  its store (`open_run`), so a session without experiments leaves the results directory as it was.
-  Under xdist the controller cannot know before the workers collect whether any test is an
-  experiment, so it only chooses the path and hands it to every worker (`workerinput`); the first
-  worker that writes makes it. Only a resume consolidates, before the workers start, the unfinished
-  run it continues (store.begin_session): that run is what was asked for. At the end the workers'
-  `RUN/<worker>/metrics.jsonl` are merged into `RUN/metrics.jsonl` + `RUN/summary.json`, the run
-  is marked finished (not after Ctrl-C) and `results/latest` points at it.
+* results: the run directory (metrics/store.py: `results/NNNN_<time>/`, or on resume the unfinished run
+  it continues) is chosen and made once, here. Serially it is made when the first experiment test
+  asks for its store (`open_run`), so a session without experiments leaves the results directory as
+  it was. Under xdist the workers need the path when they start, before anyone knows whether a test
+  will run: the controller makes the new run's directory then (`reserve_run`: two sessions cannot
+  take the same number) and hands it to every worker (`workerinput`); when no experiment test ran
+  it removes it again. A resume consolidates the unfinished run it continues (store.begin_session)
+  only once a worker has collected tests to run, before any is scheduled
+  (`pytest_xdist_node_collection_finished`): `-k` selecting nothing leaves that run as it was. At
+  the end the workers' `RUN/<worker>/metrics.jsonl` are merged into `RUN/metrics.jsonl` +
+  `RUN/summary.json`, the run is marked finished (not after Ctrl-C) and `results/latest` points at it.
 * benchmark JSON: under xdist pytest-benchmark records nothing, so the entries that workers put on
   their test reports (benchjson.REPORT_ATTR) are written here in its schema. Serially
   pytest-benchmark writes the file and the hooks below add to it: params as test ids, and the
   environment snapshot in `machine_info["agentcgroup"]`.
 * the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
   `--agentcgroup-save-baseline`.
+
+May import: metrics/ (store, benchjson, environment, gate) and pytest.
 """
 from __future__ import annotations
 
@@ -25,9 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from . import benchjson, environment, gate
-from . import store
-from .store import begin_session, merge_workers, worker_dirs
+from ..metrics import benchjson, environment, gate, store
+from ..metrics.store import begin_session, merge_workers, worker_dirs
 
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
 WORKERINPUT_CONTINUES = "agentcgroup_continues"
@@ -57,7 +60,9 @@ class MetricsController:
         self.earlier: list[dict] = []          # resume: what the continued run held before
         self.run: Path | None = None           # the run directory, once chosen
         self.continues = False                 # the run is an unfinished earlier one (resume)
+        self.begun = False                     # a resumed run was consolidated (begin_session)
         self.opened = False                    # serial: an experiment asked for the run
+        self.reserved: list[Path] = []         # xdist: directories made before any test ran
         self.summaries: list[dict] = []
         self.gate_lines: list[str] = []
         self.json_written: Path | None = None
@@ -67,15 +72,41 @@ class MetricsController:
         return self.config.pluginmanager.has_plugin("dsession")
 
     # -- the run directory -------------------------------------------------------------------------
-    def choose_run(self) -> Path:
-        """Once per session: the unfinished newest run on resume (consolidated now), else a new
-        run's path. Nothing is made for a new run."""
+    def choose_run(self, *, begin: bool = True) -> Path:
+        """Once per session: the unfinished newest run on resume (consolidated now, unless
+        `begin` is false), else a new run's path. Nothing is made for a new run."""
         if self.run is None:
             found = store.unfinished_run(self.s.out) if self.s.resume else None
             self.continues = found is not None
             self.run = found if found is not None else store.new_run(self.s.out)
-            if self.continues:
-                self.earlier = begin_session(self.run)
+        if begin:
+            self._begin()
+        return self.run
+
+    def _begin(self) -> None:
+        if self.continues and not self.begun:
+            self.earlier = begin_session(self.run)
+            self.begun = True
+
+    def _make_new_run(self) -> Path:
+        """Make the chosen new run's directory; another session took that number meanwhile: the next."""
+        while True:
+            try:
+                self.run.mkdir(parents=True)
+                return self.run
+            except FileExistsError:
+                self.run = store.new_run(self.s.out)
+
+    def reserve_run(self) -> Path:
+        """xdist, before the workers start: choose the run and make a new run's directory (and
+        the results directory, if missing), remembering what was made so that `finish` can remove
+        it when no experiment test ran. A resumed run is not consolidated yet."""
+        if self.run is None:
+            self.choose_run(begin=False)
+            if not self.continues:
+                out = Path(self.s.out)
+                missing = [d for d in (out, *out.parents) if not d.exists()]
+                self.reserved = [self._make_new_run(), *missing]
         return self.run
 
     def open_run(self) -> tuple[Path, bool]:
@@ -86,21 +117,23 @@ class MetricsController:
             if self.continues:
                 run.mkdir(parents=True, exist_ok=True)
             else:
-                while True:                    # another session took this number meanwhile: the next
-                    try:
-                        run.mkdir(parents=True)
-                        break
-                    except FileExistsError:
-                        run = self.run = store.new_run(self.s.out)
+                run = self._make_new_run()
             store.point_latest(run)
             self.opened = True
         return run, self.continues
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        """xdist: every worker gets the one run directory chosen here."""
-        node.workerinput[WORKERINPUT_RUN] = str(self.choose_run())
+        """xdist: every worker gets the one run directory chosen and made here."""
+        node.workerinput[WORKERINPUT_RUN] = str(self.reserve_run())
         node.workerinput[WORKERINPUT_CONTINUES] = self.continues
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        """xdist: a worker will run tests (the controller schedules them after this hook): a
+        resumed run is consolidated now, before any of them reads it."""
+        if ids:
+            self._begin()
 
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
@@ -127,15 +160,16 @@ class MetricsController:
 
     # -- after the last test ---------------------------------------------------------------------
     def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict]) -> list[dict]:
-        """Called by plugin.py's sessionfinish once the serial store is closed (`records` are its
+        """Called by session.py's finish once the serial store is closed (`records` are its
         file's records, `summaries` their summaries; both empty under xdist). Returns the run's
         summaries."""
         self.summaries = summaries
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
         run = self.run
-        used = run is not None and (self.opened or bool(worker_dirs(run)))
-        if not used:                           # no experiment wrote: the results directory is untouched
+        used = run is not None and (self.opened or (bool(worker_dirs(run)) and (self.begun or not self.continues)))
+        if not used:                           # no experiment wrote: the results directory is left as it was
+            self._give_back()
             return self.summaries
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)
@@ -146,6 +180,15 @@ class MetricsController:
         if ran and (self.s.baseline or self.s.save_baseline):
             self._gate(session, records)
         return self.summaries
+
+    def _give_back(self) -> None:
+        """Remove what reserve_run made, if it is still empty (no worker wrote)."""
+        for d in self.reserved:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        self.reserved = []
 
     def _write_benchmark_json(self, path: Path) -> None:
         hook = self.config.hook

@@ -1,0 +1,313 @@
+"""The plugin's fixtures: host -> run tree (session) -> workload cgroup (test) -> step cgroups /
+replay, the Docker engine, and the policy arms' controllers. This module owns every teardown of
+what they make (close_session; plugin.py's sessionfinish only calls it again after an interrupt).
+
+May import everything below the pytest side (traces/, proc, replay/, engines/, cgroups/, bpf/,
+metrics/, config) and the harness's settings, state, collect and session.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from ..bpf.controller import Rules, missing_features, policy_for
+from ..bpf.loader import BPFBuildError, BPFUnavailable
+from ..cgroups import CgroupUnavailable, RunTree, detect
+from ..cgroups.arms import Arm, ArmPlacement
+from ..cgroups.container import cgroup_parent, steps_in_container
+from ..cgroups.isolate import WorkerIsolation
+from ..engines.docker import DockerEngine
+from ..metrics import budgets
+from ..metrics.records import SUMMARY_METRICS, step_record, summarize
+from ..replay import ExecutorUnavailable, make_executor, replay
+from ..traces.ir import Trace, TraceError
+from .collect import Case
+from .session import results_store
+from .settings import setting
+from .state import REPLAY_SECONDS, STATE, State
+
+
+@pytest.fixture(scope="session")
+def agentcgroup_tree(request: pytest.FixtureRequest):
+    """The run's cgroup root under this process's own cgroup; removed at the end of the session.
+    Skips (naming what is missing) where cgroups cannot be created."""
+    state = request.config.stash[STATE]
+    try:
+        tree = state.tree = RunTree(detect())
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cgroups unavailable: {exc}")
+    worker = getattr(request.config, "workerinput", None)     # an xdist worker (never an inherited env var)
+    try:
+        if setting(request.config, "isolate") and worker is not None:
+            try:
+                state.isolation = WorkerIsolation(tree, int(worker["workerid"][2:]), int(worker["workercount"]))
+            except CgroupUnavailable as exc:
+                pytest.skip(f"--agentcgroup-isolate: {exc}")
+        yield tree
+    finally:
+        close_session(state)
+
+
+@pytest.fixture
+def workload_cgroup(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
+    """This test's own cgroup (a child of the run root); killed and removed after the test."""
+    cg = agentcgroup_tree.workload(request.node.name)
+    try:
+        yield cg
+    finally:
+        cg.remove()
+
+
+@pytest.fixture
+def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
+    """Factory: `step_cgroups(name, arm=None, inner=False)` makes a child of the workload cgroup, with
+    the arm's limits when given: a leaf that processes join, or with inner=True a node for cgroups
+    of its own. The workload's removal removes them too."""
+    def make(name: str, arm: Arm | None = None, *, inner: bool = False):
+        cg = workload_cgroup.child(name, agentcgroup_tree.controllers, inner=inner)
+        if arm is not None:
+            arm.apply(cg)
+        return cg
+    return make
+
+
+@pytest.fixture(scope="session")
+def agentcgroup_docker(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
+    """The Docker engine (a running one, or a dockerd started now and stopped at the end of the
+    session; under --agentcgroup-isolate started outside the worker's cpuset, which its containers'
+    cgroups then nest in). Every container the session made is removed at its end. Skips naming
+    what is missing."""
+    isolation = request.config.stash[STATE].isolation
+    try:
+        engine = DockerEngine.acquire(join=isolation.outside if isolation else ())
+    except ExecutorUnavailable as exc:
+        pytest.skip(f"docker: {exc}")
+    try:
+        yield engine
+    finally:
+        engine.release()
+
+
+@pytest.fixture
+def agentcgroup_trace(request: pytest.FixtureRequest, agentcgroup_case: Case) -> Trace:
+    try:
+        return request.config.stash[STATE].load_corpus(request.config).load(agentcgroup_case.trace_id)
+    except TraceError as exc:
+        pytest.fail(f"trace {agentcgroup_case.trace_id}: {exc}", pytrace=False)
+
+
+@dataclass
+class Outcome:
+    """What one replay of a trace under an arm produced."""
+    case: Case
+    records: list[dict]
+
+    @property
+    def summary(self) -> dict:
+        return summarize(self.records, self.case.arm.name)
+
+    def violations(self, budget: dict | None = None) -> list[budgets.Violation]:
+        budget = self.case.experiment.budgets.get(self.case.arm.name, {}) if budget is None else budget
+        return budgets.check(self.records, budget, self.case.arm)
+
+    def assert_within_budget(self, budget: dict | None = None) -> None:
+        """Fail naming trace, step, counter and budget for every violation of the experiment's
+        budget for this arm (or of `budget`)."""
+        bad = self.violations(budget)
+        if bad:
+            lines = "\n  ".join(str(v) for v in bad)
+            pytest.fail(f"{self.case.experiment.name} under arm {self.case.arm.name}: "
+                        f"{len(bad)} budget violation(s):\n  {lines}", pytrace=False)
+
+
+@pytest.fixture
+def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case, agentcgroup_trace: Trace,
+                         workload_cgroup, agentcgroup_tree: RunTree, agentcgroup_placement):
+    """A callable replaying this test's trace under its arm, step by step, in `workload_cgroup`.
+    Each step's record is appended (and flushed) to metrics.jsonl as soon as the step ends."""
+    config, case = request.config, agentcgroup_case
+    marker = request.node.get_closest_marker("experiment")
+    time_scale = setting(config, "time_scale", marker=marker, experiment=case.experiment)
+    executor_name = setting(config, "executor", marker=marker, experiment=case.experiment)
+    store = results_store(config)
+    steps = {s.step_id: s for s in agentcgroup_trace.steps}
+    # Decide whether this test runs at all before anything is started or any result dropped: a
+    # complete result is kept, a policy arm this host cannot run skips (its earlier lines kept too).
+    resume = setting(config, "resume")
+    if resume and store.complete(case.key, len(steps)):
+        pytest.skip(f"resume: {case} is already complete in {store.path}")
+    _arm_policy(config, case.arm)
+    docker = {}
+    if executor_name == "docker":
+        docker = {"engine": request.getfixturevalue("agentcgroup_docker"),
+                  "cgroup_parent": cgroup_parent(agentcgroup_tree, workload_cgroup)}
+    try:
+        executor = make_executor(executor_name, time_scale=time_scale, **docker,
+                                 step_timeout_s=setting(config, "step_timeout", marker=marker, experiment=case.experiment))
+        if docker:          # the image (built once when missing) before replay: a failed build skips
+            executor.image = executor.image or executor.image_for(agentcgroup_trace)
+    except ExecutorUnavailable as exc:
+        pytest.skip(str(exc))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    restart_pending = resume             # a partial earlier attempt's lines go when the replay starts
+
+    def run() -> Outcome:
+        nonlocal restart_pending
+        if restart_pending:              # not before: a test that skips before replaying keeps them
+            restart_pending = False
+            store.restart(case.key)
+        records: list[dict] = []
+
+        def on_step(result):
+            rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
+                   **step_record(result, steps[result.step_id], config=case.arm.name,
+                                 time_scale=time_scale, executor=executor_name)}
+            records.append(rec)
+            store.append(rec)
+
+        nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
+        try:
+            replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True),
+                   on_step=on_step)
+        except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
+            pytest.skip(str(exc))
+        except Exception as exc:                # the executor crashed: the test fails, its records are kept
+            done = {r["step_id"] for r in records}
+            at = next((s.step_id for s in agentcgroup_trace.steps if s.step_id not in done), None)
+            exc.add_note(f"agentcgroup: the {executor_name} executor crashed replaying {case.trace_id} under arm "
+                         f"{case.arm.name}" + (f" at step {at}" if at is not None else " after its last step")
+                         + f"; {len(records)} step record(s) kept in {store.path}")
+            raise
+        bad = budgets.harness_failures(records, executor_name)
+        if bad:                                 # whatever the arm's budget says: nothing passes silently
+            lines = "\n  ".join(bad)
+            pytest.fail(f"{case.experiment.name} under arm {case.arm.name}: {len(bad)} step(s) did not run "
+                        f"as replayed ({executor_name} executor; records kept in {store.path}):\n  {lines}",
+                        pytrace=False)
+        return Outcome(case, records)
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy arms (`policy = "agentcgroup"`: the agentcgroup arm and its bpf-soft control): one controller
+# per arm for the whole session (the eBPF program is compiled once), its event loop running in a
+# thread while a test places steps with it; closed at the end of the session, also on failure and
+# Ctrl-C, so no program of ours stays loaded.
+
+@pytest.fixture(scope="session")
+def agentcgroup_policies(request: pytest.FixtureRequest, agentcgroup_tree: RunTree):
+    """Arm -> the session's controller of that policy arm (made on first use). Keyed by the arm
+    itself, not its name: a sweep's ablation of an arm is another arm with the same name."""
+    state = request.config.stash[STATE]
+    try:
+        yield state.policies
+    finally:
+        close_policies(state)
+
+
+def close_policies(state: State) -> None:
+    while state.policies:
+        _, ctl = state.policies.popitem()
+        ctl.close()
+
+
+def close_session(state: State) -> None:
+    """The one teardown of what the session fixtures made: the policies' controllers, the worker's
+    isolation, the run tree. Idempotent: the fixtures' finalizers call it, and plugin.py's
+    sessionfinish calls it again for a session interrupted before fixture teardown. Each is taken
+    off the state before it is closed, and closed whatever the others raised: an error is raised
+    (and reported) once, never retried at the end of the session."""
+    try:
+        close_policies(state)
+    finally:
+        isolation, state.isolation = state.isolation, None
+        try:
+            if isolation is not None:
+                isolation.close()
+        finally:
+            tree, state.tree = state.tree, None
+            if tree is not None:
+                tree.close()
+
+
+def _arm_policy(config: pytest.Config, arm: Arm):
+    """The session's controller of a policy arm (None for a static arm); skips naming the missing
+    kernel feature where the arm needs eBPF and the host has none."""
+    if arm.policy is None:
+        return None
+    policies = config.stash[STATE].policies
+    errors = config.stash[STATE].policy_errors
+    if arm in errors:                          # compiled once per session: later tests fail the same way
+        pytest.fail(errors[arm], pytrace=False)
+    if arm not in policies:
+        why = missing_features(Rules.from_arm(arm))
+        if why:
+            pytest.skip(f"arm {arm.name} needs eBPF: {why}")
+        try:
+            policies[arm] = policy_for(arm)
+        except BPFUnavailable as exc:          # a missing kernel feature or privilege: not ours to fix
+            pytest.skip(f"arm {arm.name} needs eBPF: {exc}")
+        except BPFBuildError as exc:           # our program is broken: that is a failure, never a skip
+            errors[arm] = f"arm {arm.name}: {exc}"
+            pytest.fail(errors[arm], pytrace=False)
+    return policies[arm]
+
+
+@pytest.fixture
+def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agentcgroup_tree: RunTree,
+                          agentcgroup_policies):
+    """Factory: `agentcgroup_placement(arm=None, workload=None, *, kind_of=None, nest_in=None,
+    pool=False)` -> an ArmPlacement (the replayer's Placement) of `arm` (an Arm or an arm name of
+    the config; default: this test's arm) in `workload` (default: this test's cgroup). A policy
+    arm's controller runs until the end of the test. `kind_of(step)` names what the policy's
+    priorities are keyed by (default: the step's kind, traces/classify.py step_kind); `nest_in()`
+    the cgroup steps are made under instead of the workload (a container's: cgroups/container.py
+    steps_in_container); `pool` makes step cgroups between steps, off their path (cgroups/pool.py)."""
+    running = []
+
+    def make(arm: Arm | str | None = None, workload=None, *, kind_of=None, nest_in=None, pool=False) -> ArmPlacement:
+        if arm is None:
+            arm = request.getfixturevalue("agentcgroup_case").arm
+        elif isinstance(arm, str):
+            conf = request.config.stash[STATE].load_config(request.config)
+            if arm not in conf.arms:
+                pytest.fail(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
+            arm = conf.arms[arm]
+        policy = _arm_policy(request.config, arm)
+        if policy is not None and policy not in running:
+            policy.start()
+            running.append(policy)
+        return ArmPlacement(arm, workload if workload is not None else workload_cgroup,
+                            agentcgroup_tree.controllers, policy=policy, kind_of=kind_of, nest_in=nest_in, pool=pool)
+    try:
+        yield make
+    finally:
+        for policy in running:
+            policy.stop()
+
+
+@pytest.fixture
+def agentcgroup_run(request: pytest.FixtureRequest, agentcgroup_replayer, agentcgroup_case: Case, benchmark):
+    """Replay once through pytest-benchmark (`pedantic`, one round) and put the metrics — each with
+    unit, direction and provenance — into `benchmark.extra_info`, so `--benchmark-json` exports
+    every trace × arm. Returns the Outcome."""
+    def run() -> Outcome:
+        box = []
+        benchmark.group = agentcgroup_case.experiment.name
+        start = time.perf_counter()
+        benchmark.pedantic(lambda: box.append(agentcgroup_replayer()), rounds=1, iterations=1, warmup_rounds=0)
+        request.node.stash[REPLAY_SECONDS] = time.perf_counter() - start    # xdist: benchmark times nothing
+        outcome = box[0]
+        s = outcome.summary
+        benchmark.extra_info.update({
+            "experiment": agentcgroup_case.experiment.name, "arm": agentcgroup_case.arm.name,
+            "trace_id": agentcgroup_case.trace_id, "limits": agentcgroup_case.arm.limits,
+            "seed": agentcgroup_case.seed, "params": agentcgroup_case.params,
+            "metrics": {k: SUMMARY_METRICS[k].describe(v) for k, v in s.items() if k in SUMMARY_METRICS},
+            "steps": s["total_steps"], "oom_kills": s["oom_kills"],
+        })
+        return outcome
+    return run

@@ -1,0 +1,99 @@
+"""The session side: what each pytest process does once per session, and what travels between xdist
+workers and the controller. The controller (this process serially, xdist's controller under
+`-n N`) gets a MetricsController (controller.py); each process opens one results store when its
+first experiment test needs it (a worker writes its own file in the run directory the controller
+chose); a worker's reports carry its benchmark entries; at the end the store is closed and the
+controller merges, marks and gates the run.
+
+May import: metrics/, reports.table and the harness's settings, state and controller.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ..metrics import benchjson, gate
+from ..metrics.store import METRICS_FILE, ResultsStore, read_records
+from ..reports.table import format_summary
+from .controller import (REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, ControllerSettings,
+                         MetricsController)
+from .settings import setting
+from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
+
+
+def configure(config: pytest.Config) -> None:
+    """plugin.py's pytest_configure: the session state, and on the controller its MetricsController."""
+    config.stash[STATE] = State()
+    if hasattr(config, "workerinput"):         # an xdist worker: the controller does the rest
+        return
+    try:
+        rules = gate.parse_rules(setting(config, "gate_rules"))
+    except gate.GateError as exc:
+        raise pytest.UsageError(f"--agentcgroup-gate-rules: {exc}") from None
+    controller = MetricsController(config, ControllerSettings(
+        out=Path(setting(config, "out")), resume=setting(config, "resume"), baseline=setting(config, "baseline"),
+        rules=rules, save_baseline=setting(config, "save_baseline")))
+    config.stash[CONTROLLER] = controller
+    config.pluginmanager.register(controller, "agentcgroup-controller")
+    if config.getoption("dist", "no") != "no" and not setting(config, "isolate"):
+        config.issue_config_time_warning(pytest.PytestWarning(
+            "agentcgroup: xdist workers share CPUs and memory, so latency measured by one includes the "
+            "others' load; use --agentcgroup-isolate for a disjoint cpuset and memory share per worker"), stacklevel=2)
+
+
+def results_store(config: pytest.Config) -> ResultsStore:
+    """This process's results store, made when the first experiment test needs it: only then is
+    the run directory made (store.py), so a session without experiments writes nothing."""
+    state = config.stash[STATE]
+    if state.store is None:
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            # An xdist worker (known by its workerinput: a serial pytest started from a worker
+            # inherits PYTEST_XDIST_WORKER). The controller chose the run; each worker writes its
+            # own file (one writer per file) and the controller merges them. A continued run's
+            # file was consolidated by the controller before the workers started; a worker only reads it.
+            run, continues = Path(workerinput[WORKERINPUT_RUN]), workerinput[WORKERINPUT_CONTINUES]
+            earlier = read_records(run / METRICS_FILE) if continues else None
+            state.store = ResultsStore(run / workerinput["workerid"], resume=continues, earlier=earlier)
+        else:
+            run, continues = config.stash[CONTROLLER].open_run()
+            state.store = ResultsStore(run, resume=continues)
+    return state.store
+
+
+def mark_report(item: pytest.Item, call, report) -> None:
+    """plugin.py's pytest_runtest_makereport: under xdist, a benchmark's entry travels to the
+    controller on the call report."""
+    if not hasattr(item.config, "workerinput"):      # not an xdist worker
+        return
+    if "agentcgroup_case" in getattr(item, "fixturenames", ()):
+        setattr(report, REPORT_EXPERIMENT, True)     # the controller points results/latest at the run
+    fixture = getattr(item, "funcargs", {}).get("benchmark")
+    if call.when == "call" and getattr(fixture, "_mode", None) and not fixture.has_error:
+        seconds = item.stash.get(REPLAY_SECONDS, report.duration)
+        setattr(report, benchjson.REPORT_ATTR, benchjson.entry(fixture, seconds))
+
+
+def finish(session: pytest.Session, state: State) -> None:
+    """plugin.py's sessionfinish, once the fixtures' resources are closed: close this process's
+    store, and on the controller merge, mark, gate (controller.py)."""
+    records = []
+    if state.store is not None:
+        state.summaries, records = state.store.close(), state.store.records
+    controller = session.config.stash.get(CONTROLLER, None)
+    if controller is not None:
+        state.summaries = controller.finish(session, records, state.summaries)
+
+
+def terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """plugin.py's pytest_terminal_summary: the run's summary table and where its results are."""
+    state = config.stash.get(STATE, None)
+    if state is None or not state.summaries:
+        return
+    terminalreporter.write_sep("=", "agentcgroup summary")
+    for line in format_summary(state.summaries).splitlines():
+        terminalreporter.write_line(line)
+    controller = config.stash.get(CONTROLLER, None)
+    run = controller.run if controller is not None else None
+    terminalreporter.write_line(f"results: {run or setting(config, 'out')} (metrics.jsonl, summary.json)")

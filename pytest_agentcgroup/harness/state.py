@@ -1,0 +1,55 @@
+"""The session's state and the stash keys the harness modules share.
+
+May import: config, traces/, cgroups/, metrics/ and the harness's settings and controller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from .. import config as cfgmod
+from ..cgroups import RunTree
+from ..cgroups.isolate import WorkerIsolation
+from ..metrics.store import ResultsStore
+from ..traces.corpus import Corpus
+from ..traces.ir import TraceError
+from .controller import MetricsController
+from .settings import setting
+
+
+@dataclass
+class State:
+    """What one pytest process holds for its session (in `config.stash[STATE]`): the loaded config
+    and corpus, and what the session fixtures made, so that fixtures.close_session can undo it."""
+    experiments: cfgmod.Config | None = None
+    corpus: Corpus | None = None
+    tree: RunTree | None = None
+    isolation: WorkerIsolation | None = None
+    store: ResultsStore | None = None
+    summaries: list = field(default_factory=list)
+    failures: dict = field(default_factory=dict)
+    policies: dict = field(default_factory=dict)      # Arm -> its session's controller (policy arms only)
+    policy_errors: dict = field(default_factory=dict)  # Arm -> why its eBPF program failed to build
+
+    def load_config(self, config: pytest.Config) -> cfgmod.Config:
+        if self.experiments is None:
+            try:
+                self.experiments = cfgmod.load(setting(config, "config"))
+            except cfgmod.ConfigError as exc:
+                pytest.fail(str(exc), pytrace=False)
+        return self.experiments
+
+    def load_corpus(self, config: pytest.Config) -> Corpus:
+        if self.corpus is None:
+            root = setting(config, "traces") or str(self.load_config(config).traces)
+            try:
+                self.corpus = Corpus.open(root)
+            except TraceError as exc:
+                pytest.fail(f"trace corpus: {exc}", pytrace=False)
+        return self.corpus
+
+
+STATE = pytest.StashKey[State]()
+CONTROLLER = pytest.StashKey[MetricsController]()
+REPLAY_SECONDS = pytest.StashKey[float]()

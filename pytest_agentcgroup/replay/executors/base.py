@@ -1,0 +1,125 @@
+"""What every executor shares: the `Launch` it returns for a step, `StepRefused` for a step that
+cannot run as recorded (the replayer records the message as the step's error), and the rules for
+running a recorded command (a clean cwd, a command the kernel can pass, the cwd carried from step
+to step) that the sandbox and docker executors both follow.
+
+An executor turns a step into a process: it returns an argv (or None for a step that executes
+nothing) and keeps the per-trace state an agent's runtime keeps between tool calls.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...traces.ir import Step, Trace
+
+EXECUTING_TOOLS = ("bash", "python")
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class StepRefused(ValueError):
+    """This step cannot be run as recorded (e.g. a command longer than the kernel passes to a
+    program, a working directory that is not a clean absolute path); the replayer records the
+    message as the step's error, with the step not executed."""
+
+
+@dataclass
+class Launch:
+    argv: list[str]
+    cwd: str
+    timeout_s: float
+    env: dict = field(default_factory=dict)
+
+
+PATH_MAX = 4096
+# The kernel copies at most MAX_ARG_STRLEN bytes (32 pages, NUL included) of any one argv string
+# into a new program; the command is one (the shell's `-c` argument), so longer cannot start.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def clean_path(path) -> str | None:
+    """`path` if it is a clean absolute path (no `.`/`..`/`//` parts, no NUL or newline, at most
+    PATH_MAX bytes), else None. A trace's cwd reaches bwrap and Docker's API as a mount point and a
+    working directory: anything else there is refused rather than interpreted."""
+    if (not isinstance(path, str) or not path.startswith("/") or "\0" in path or "\n" in path
+            or len(path.encode("utf-8", "surrogateescape")) > PATH_MAX or os.path.normpath(path) != path
+            or path.startswith("//")):
+        return None
+    return path
+
+
+def trace_home(trace: Trace) -> str:
+    """Where the trace's work happens: its first clean absolute working directory (not `/`), else
+    /workspace. A step whose own cwd is not clean is refused when it is launched (step_cwd)."""
+    first = next((c for c in (s.args.get("cwd") for s in trace.steps) if clean_path(c) not in (None, "/")), None)
+    return first or "/workspace"
+
+
+def step_cwd(step: Step) -> str:
+    """The step's recorded working directory, or StepRefused naming why it cannot be used."""
+    cwd = step.args["cwd"]
+    if clean_path(cwd) is None:
+        shown = repr(cwd) if len(repr(cwd)) <= 80 else repr(cwd)[:77] + "..."
+        raise StepRefused(f"step {step.step_id}: args.cwd {shown} is not a clean absolute path "
+                          "(absolute, no '.'/'..'/'//' parts, no NUL or newline, at most 4096 bytes)")
+    return cwd
+
+
+def check_command(step: Step) -> None:
+    """StepRefused for a command no program could be started with (too long for one argv string, or
+    containing a NUL byte), instead of a start that fails somewhere inside (exit 126, E2BIG)."""
+    cmd = step.command
+    if not isinstance(cmd, str):
+        raise StepRefused(f"step {step.step_id}: {step.tool} step without a command string")
+    size = len(cmd.encode("utf-8", "surrogateescape")) + 1
+    if size > MAX_ARG_STRLEN:
+        raise StepRefused(f"step {step.step_id}: command of {size - 1} bytes is longer than the kernel passes "
+                          f"to a program in one argument (MAX_ARG_STRLEN {MAX_ARG_STRLEN} bytes with its NUL); "
+                          "not executed")
+    if "\0" in cmd:
+        raise StepRefused(f"step {step.step_id}: command contains a NUL byte, which no argv can carry; not executed")
+
+
+def step_timeout(step: Step, default_s: float) -> float:
+    """The executor's step timeout, shortened to the step's own where the trace recorded one."""
+    return min(default_s, step.args["timeout_ms"] / 1000.0) if step.args.get("timeout_ms") else default_s
+
+
+def step_script(tool: str, cwd_file: str) -> str:
+    """The `sh -c` script of one executing step, run as `sh -c SCRIPT sh CWD COMMAND`: start in the
+    directory the previous step ended in, run the command, write where it ended to `cwd_file`."""
+    if tool == "bash":
+        body = 'cd "$1" 2>/dev/null; eval "$2"'
+    else:   # an interpreter step: the code runs in a fresh python3 (an IPython kernel's state is not kept)
+        body = 'cd "$1" 2>/dev/null; python3 -c "$2"'
+    return body + f'; rc=$?; pwd > {cwd_file}; exit $rc'
+
+
+CWD_MAX_BYTES = PATH_MAX    # more is not a directory a shell printed
+
+
+def read_cwd(cwd_file: Path) -> str | None:
+    """The directory a step's shell ended in (written by step_script), consumed; None if absent.
+
+    The step can write that file too, and the step is hostile: it could leave a FIFO (a read would
+    block forever), a symlink to /dev/zero or to a host file (read through a bind mount or
+    /proc/PID/root, it would resolve on the host), or gigabytes. So: no symlink followed, no
+    blocking open, a regular file only, a bounded read, and the file is removed whatever it was."""
+    try:
+        fd = os.open(cwd_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        cwd = os.read(fd, CWD_MAX_BYTES + 1).decode("utf-8", "replace").strip()
+    finally:
+        if fd is not None:
+            os.close(fd)
+        try:
+            cwd_file.unlink()
+        except OSError:
+            pass
+    return cwd if cwd.startswith("/") and len(cwd) <= CWD_MAX_BYTES and "\n" not in cwd else None

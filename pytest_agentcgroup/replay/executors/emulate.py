@@ -1,0 +1,53 @@
+"""The `emulate` executor: each step runs the resource emulator (replay/emulator.py) with the
+step's recorded profile, durations scaled by the time scale."""
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ...traces.ir import Step, Trace
+from .base import DEFAULT_TIMEOUT_S, Launch
+
+EMULATOR = str(Path(__file__).parent.parent / "emulator.py")
+
+
+class EmulateExecutor:
+    """Every step with replay data runs the resource emulator; durations are scaled by time_scale.
+
+    Memory peaks are not scaled: a limit means the same thing at any speed. A step without any
+    replay data still runs (an empty emulation: the spawn and cgroup cost only), so every step of
+    every arm is measured the same way.
+    """
+    name = "emulate"
+
+    def __init__(self, *, time_scale: float = 1.0, step_timeout_s: float = DEFAULT_TIMEOUT_S):
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.time_scale = time_scale
+        self.step_timeout_s = step_timeout_s
+        self.workdir: str | None = None
+
+    def start(self, trace: Trace) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
+
+    def stop(self) -> None:
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def launch(self, step: Step) -> Launch | None:
+        p = step.profile
+        val = lambda m: m.value if m is not None else 0.0      # noqa: E731
+        s = self.time_scale
+        duration = val(step.duration_ms) * s
+        argv = [sys.executable, "-I", "-S", EMULATOR, str(int(val(p.peak_mb) * 1024 * 1024)),
+                f"{val(p.ramp_ms) * s:.3f}", f"{val(p.cpu_ms) * s:.3f}", str(int(val(p.io_bytes))),
+                f"{duration:.3f}", self.workdir or tempfile.gettempdir()]
+        # The emulated step must never outlive its own (scaled) length by much: the timeout is the
+        # trace's own timeout scaled, but at least the emulation plus a generous start-up margin.
+        timeout = self.step_timeout_s
+        if step.args.get("timeout_ms"):
+            timeout = min(timeout, max(step.args["timeout_ms"] / 1000.0 * s, duration / 1000.0 + 10.0))
+        return Launch(argv=argv, cwd=self.workdir or "/", timeout_s=timeout)

@@ -1,0 +1,139 @@
+"""The `sandbox` executor: a step's real command under bubblewrap, as an unprivileged user."""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ...errors import ExecutorUnavailable
+from ...traces.ir import Step, Trace
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
+                   step_timeout, trace_home)
+
+
+class SandboxExecutor:
+    """The step's real command under bubblewrap, as an unprivileged user.
+
+    Commands come from public datasets, so they are hostile by default:
+    - started as root, bwrap runs as `nobody` (setpriv: real and effective uid/gid 65534, no
+      supplementary groups, empty capability sets and bounding set, no_new_privs) — the step has no
+      capability anywhere, so it cannot remount the read-only /usr and /etc, mount a cgroupfs or
+      proc, or write /proc/sys; it sees no /sys at all, and cannot make user namespaces of its own.
+      The join into the step's cgroups happens before that, as root (proc.py), so the step starts
+      inside them and cannot leave them (no cgroupfs it could write). Without root, bwrap runs as
+      the calling user (no capabilities either), but the workspace is then an unbounded directory;
+    - the per-trace workspace (mounted at the trace's working directory) and the state directory
+      live in one tmpfs of `workspace_mb` (default 1 GiB) that we mount per trace, so a step that
+      fills it gets ENOSPC and nothing reaches the host's disk; its pages are charged to the memory
+      cgroup of the step that wrote them. /tmp is a fresh tmpfs of `tmp_mb` (default 256 MiB);
+    - no network (own network namespace with loopback only), own PID namespace (`kill -9 -1`
+      reaches only the step's own processes), the session's own process group, killed with its
+      parent, and a per-step timeout.
+    The working directory carries across steps as in an agent's persistent shell: each step starts
+    where the previous one ended (`cd` included).
+    """
+    name = "sandbox"
+    STATE = "/.agentcgroup-state"
+    # `nobody` needs no set-up on any Debian host or VM (base-passwd), owns no files on a normal
+    # host, and the step sees none of the host's files anyway (only read-only /usr and /etc);
+    # its own PID namespace keeps it from signalling other processes of that user.
+    STEP_USER = "nobody"
+
+    def __init__(self, *, step_timeout_s: float = DEFAULT_TIMEOUT_S, bwrap: str | None = None,
+                 workspace_mb: int = 1024, tmp_mb: int = 256):
+        self.bwrap = bwrap or shutil.which("bwrap")
+        if not self.bwrap:
+            raise ExecutorUnavailable("the sandbox executor needs bubblewrap (`bwrap`), which is not installed "
+                                      "(Debian package bubblewrap; `make setup` installs it)")
+        self.step_timeout_s = step_timeout_s
+        self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
+        # as root: drop to STEP_USER (and bound the workspace); as anyone else: bwrap as that user
+        self.as_root = os.geteuid() == 0
+        self.setpriv = shutil.which("setpriv") if self.as_root else None
+        if self.as_root and not self.setpriv:
+            raise ExecutorUnavailable("the sandbox executor, run as root, needs setpriv (Debian package "
+                                      "util-linux) to start bwrap as an unprivileged user")
+        try:
+            entry = pwd.getpwnam(self.STEP_USER)
+            self.step_uid, self.step_gid = entry.pw_uid, entry.pw_gid
+        except KeyError:
+            self.step_uid = self.step_gid = 65534      # the kernel's overflow id, what nobody is on Debian
+        self.base = self.workspace = self.state = None
+        self.bounded = False            # True: workspace + state dir are our size-limited tmpfs
+        self.home = "/workspace"
+        self.cwd = self.home
+
+    def start(self, trace: Trace) -> None:
+        self.home = trace_home(trace)
+        self.cwd = self.home
+        self.base = tempfile.mkdtemp(prefix="agentcgroup-sbx-")
+        if self.as_root:
+            # bwrap, as STEP_USER, must traverse base to bind ws and state: 0711, nothing listable
+            os.chmod(self.base, 0o711)
+            opts = f"size={int(self.workspace_mb)}m,mode=0711,nosuid,nodev"
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "agentcgroup-ws", self.base],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                os.rmdir(self.base)
+                self.base = None
+                raise ExecutorUnavailable(f"the sandbox executor cannot mount its size-limited workspace "
+                                          f"(tmpfs, {opts}): {done.stderr.strip() or done.returncode}")
+            self.bounded = True
+        self.workspace, self.state = os.path.join(self.base, "ws"), os.path.join(self.base, "state")
+        for d in (self.workspace, self.state):
+            os.mkdir(d, 0o700)
+            if self.as_root:
+                os.chown(d, self.step_uid, self.step_gid)
+
+    def stop(self) -> None:
+        self._sync_cwd()
+        base, self.base, self.workspace, self.state = self.base, None, None, None
+        if base is None:
+            return
+        if self.bounded:
+            # The step's processes are gone (killed with their cgroup); detach anyway, so that
+            # nothing a step left behind can keep the mount (and its memory) from going.
+            subprocess.run(["umount", "--lazy", base], capture_output=True)
+            self.bounded = False
+            try:
+                os.rmdir(base)
+            except OSError:
+                pass
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+    def _sync_cwd(self) -> None:
+        # The wrapper writes the shell's final directory here; a killed step leaves the old one.
+        if self.state:
+            self.cwd = read_cwd(Path(self.state, "cwd")) or self.cwd
+
+    def launch(self, step: Step) -> Launch | None:
+        self._sync_cwd()
+        if step.tool not in EXECUTING_TOOLS:
+            return None
+        check_command(step)
+        if step.args.get("cwd"):
+            self.cwd = step_cwd(step)
+        script = step_script(step.tool, f"{self.STATE}/cwd")
+        drop = ([self.setpriv, f"--reuid={self.step_uid}", f"--regid={self.step_gid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if self.as_root else [])
+        argv = [*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+                "--die-with-parent", "--new-session",
+                "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
+                *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
+                "--proc", "/proc", "--dev", "/dev", "--size", str(int(self.tmp_mb) * 1024 * 1024), "--tmpfs", "/tmp",
+                "--bind", self.workspace, self.home, "--bind", self.state, self.STATE,
+                "--chdir", self.home, "--setenv", "HOME", self.home, "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+                "--", "/bin/sh", "-c", script, "sh", self.cwd, step.command]
+        timeout = step_timeout(step, self.step_timeout_s)
+        return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+
+    @staticmethod
+    def _root_link(name: str) -> list[str]:
+        path = Path("/") / name
+        if path.is_symlink():
+            return ["--symlink", os.readlink(path), f"/{name}"]
+        return ["--ro-bind", str(path), f"/{name}"] if path.exists() else []

@@ -1,0 +1,152 @@
+"""The package's layout holds mechanically (issue 12): the hook module is small, no module holds
+several rooms' worth of code, cgroups/ never imports replay/, the static import graph of the
+package has no cycle, and a room imports only rooms below it (README "Layout").
+
+The graph is read with ast from the sources (every import, function-local ones included), so an
+import hidden inside a function counts as much as one at the top. Importing `a.b.c` runs
+`a/b/__init__.py` too, so an import of a module is also an edge to each package above it that the
+importing module is not itself inside (those have run before it; so has the top-level package).
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "pytest_agentcgroup"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+HOOK_MODULE_MAX_LINES = 250
+MODULE_MAX_LINES = 450
+
+#: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
+#: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (proc, errors)
+#: at the bottom, the Docker engine below the executors that use it, the browser tenant above
+#: replay, the experiment config above metrics (it validates budgets), and the pytest side
+#: (harness/), the corpus tools and the entry points (plugin.py, cli.py) on top.
+RANKS = {
+    "errors": 0, "proc": 0, "traces": 0,
+    "engines": 1,
+    "replay": 2,
+    "tenants": 3,
+    "cgroups": 4,
+    "bpf": 5,
+    "metrics": 6,
+    "config": 7,
+    "reports": 8,
+    "harness": 9, "tools": 9,
+    "plugin": 10, "cli": 10, "": 10,        # "": the package's own __init__ (its small data API)
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The package module `name` refers to: itself, or for `from pkg import attr` the package."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == PACKAGE or target.startswith(PACKAGE + "."):
+                # `from . import x` imports the module x when there is one
+                found |= {_resolve(f"{target}.{a.name}") for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {_resolve(a.name) for a in node.names if a.name.startswith(PACKAGE + ".")}
+    mine = module.split(".")
+    edges = set()
+    for target in found - {None, module}:
+        parts = target.split(".")
+        # and the packages above it that this module is not inside (those already run before it)
+        edges |= {".".join(parts[:i]) for i in range(2, len(parts) + 1) if parts[:i] != mine[:i]}
+    return edges - {module}
+
+
+GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_graph_sees_the_package():
+    # a broken walk (no modules, no edges) must not make the checks below pass
+    assert len(MODULES) > 50 and f"{PACKAGE}.plugin" in MODULES and f"{PACKAGE}.cgroups.tree" in MODULES
+    assert f"{PACKAGE}.proc" in GRAPH[f"{PACKAGE}.cgroups.tree"]
+    assert f"{PACKAGE}.harness.fixtures" in GRAPH[f"{PACKAGE}.plugin"]
+
+
+def test_the_hook_module_is_small():
+    lines = len((ROOT / "plugin.py").read_text().splitlines())
+    assert lines <= HOOK_MODULE_MAX_LINES, f"plugin.py has {lines} lines (at most {HOOK_MODULE_MAX_LINES}: hooks only)"
+
+
+def test_no_module_is_over_the_size_limit():
+    big = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MODULE_MAX_LINES}
+    assert not big, f"modules over {MODULE_MAX_LINES} lines (split them by role): {big}"
+
+
+def test_every_room_has_a_rank():
+    assert {_room(m) for m in MODULES} <= set(RANKS), {_room(m) for m in MODULES} - set(RANKS)
+
+
+def test_cgroups_imports_nothing_from_replay():
+    bad = {m: sorted(t for t in ts if _room(t) == "replay") for m, ts in GRAPH.items() if _room(m) == "cgroups"}
+    assert not {m: t for m, t in bad.items() if t}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_lower_rooms_never_import_higher_ones(module):
+    mine = RANKS[_room(module)]
+    up = sorted(t for t in GRAPH[module] if _room(t) != _room(module) and RANKS[_room(t)] >= mine)
+    assert not up, f"{module} (room {_room(module) or PACKAGE}, rank {mine}) imports from rooms at or above it: {up}"
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}          # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for t in sorted(GRAPH.get(m, ())):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (cycle := visit(t)):
+                return cycle
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            cycle = visit(m)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_runtime_never_imports_the_corpus_tools():
+    users = sorted(m for m, ts in GRAPH.items() if _room(m) != "tools" and any(_room(t) == "tools" for t in ts))
+    assert not users

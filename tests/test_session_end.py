@@ -1,0 +1,118 @@
+"""The session glue (harness/session.py, harness/controller.py), issue 11's review findings:
+
+* an error while the run tree is closed must not cost the run its results (the store is closed,
+  the run merged and marked, the error still reported);
+* an xdist worker is known by its `workerinput`, not by an environment variable a serial pytest
+  inherits from the xdist worker that started it;
+* under xdist the controller makes the run directory once, before the workers start, so two
+  sessions cannot both take the same run number;
+* a session that runs no experiment test (`-k` selecting nothing) neither leaves a run nor
+  rewrites the unfinished run a resume would continue.
+"""
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+from conftest import cgroups_or_skip, step_rec
+from pytest_agentcgroup.harness.controller import WORKERINPUT_RUN, ControllerSettings, MetricsController
+from pytest_agentcgroup.metrics import store
+from test_plugin import leaked, project, run_study  # noqa: F401  (project: a fixture)
+
+FAILING_CLOSE = '''
+from pytest_agentcgroup.cgroups.tree import RunTree
+
+_close = RunTree.close
+
+
+def _failing_close(self):
+    _close(self)
+    raise OSError("injected: closing the run tree failed")
+
+
+RunTree.close = _failing_close
+'''
+
+
+def test_an_error_closing_the_tree_keeps_the_results_and_is_reported(pytester, project):
+    host = cgroups_or_skip()
+    pytester.makeconftest(FAILING_CLOSE)
+    result = run_study(pytester, "-k", "unlimited")
+    out = result.stdout.str()
+    assert "injected: closing the run tree failed" in out, out
+    assert result.ret != 0
+    run = (pytester.path / "out" / "latest").resolve()
+    summary = json.loads((run / "summary.json").read_text())      # the store was closed all the same
+    assert [s["config"] for s in summary] == ["unlimited"]
+    assert len((run / store.METRICS_FILE).read_text().splitlines()) == 4
+    assert store.finished(run)
+    assert not leaked(host)
+
+
+def test_a_serial_run_started_from_an_xdist_worker_is_not_a_worker(pytester, project, monkeypatch):
+    cgroups_or_skip()
+    # what a pytest subprocess started by a test running under `-n N` inherits
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "4")
+    result = run_study(pytester, "-k", "unlimited or static-env")
+    result.assert_outcomes(passed=2)
+    run = (pytester.path / "out" / "latest").resolve()
+    assert len((run / store.METRICS_FILE).read_text().splitlines()) == 2 * 4
+    assert not (run / "gw3").exists()
+
+
+def _controller(out: Path, *, resume: bool = False) -> MetricsController:
+    config = types.SimpleNamespace(pluginmanager=types.SimpleNamespace(has_plugin=lambda name: True))
+    return MetricsController(config, ControllerSettings(out=out, resume=resume))
+
+
+def test_two_parallel_sessions_get_distinct_run_directories_made_before_the_workers_start(tmp_path):
+    first, second = _controller(tmp_path / "out"), _controller(tmp_path / "out")
+    nodes = [types.SimpleNamespace(workerinput={}) for _ in range(4)]
+    for node in nodes[:2]:
+        first.pytest_configure_node(node)
+    for node in nodes[2:]:
+        second.pytest_configure_node(node)
+    runs = {n.workerinput[WORKERINPUT_RUN] for n in nodes}
+    assert len(runs) == 2, runs                     # one per session, shared by its workers
+    assert all(Path(r).is_dir() for r in runs)      # made by the controller, not by a first worker
+
+
+def test_xdist_session_selecting_nothing_leaves_no_run_and_rewrites_no_unfinished_run(pytester, project):
+    out = pytester.path / "out"
+    nothing = run_study(pytester, "-n", "2", "-k", "no-such-arm")
+    assert nothing.ret == 5, nothing.stdout.str()
+    assert not out.exists() or not store.runs(out), sorted(out.iterdir())
+
+    # a killed parallel run: its workers' files not yet merged into RUN/metrics.jsonl
+    run = store.new_run(out)
+    (run / "gw0").mkdir(parents=True)
+    (run / store.METRICS_FILE).write_text(json.dumps(step_rec("t/a", step_id=0)) + "\n")
+    (run / "gw0" / store.METRICS_FILE).write_text(json.dumps(step_rec("t/a", step_id=1)) + "\n")
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    again = run_study(pytester, "-n", "2", "-k", "no-such-arm", "--agentcgroup-resume")
+    assert again.ret == 5, again.stdout.str()
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert store.runs(out) == [run]
+
+
+SKIPS_BEFORE_REPLAY = '''
+import pytest
+pytestmark = pytest.mark.experiment(name="exp1")
+
+def test_exp1(agentcgroup_replayer):
+    pytest.skip("decided not to replay after all")
+'''
+
+
+def test_resume_keeps_a_partial_attempt_of_a_test_that_never_replays(pytester, project):
+    cgroups_or_skip()
+    pytester.makepyfile(test_exp1=SKIPS_BEFORE_REPLAY)
+    run = store.new_run(pytester.path / "out")           # unfinished: a partial attempt of one test
+    run.mkdir(parents=True)
+    partial = json.dumps(step_rec("synthetic/oom-once", step_id=0)) + "\n"
+    (run / store.METRICS_FILE).write_text(partial)
+    result = run_study(pytester, "--agentcgroup-resume", "-k", "unlimited")
+    result.assert_outcomes(skipped=1)
+    assert (run / store.METRICS_FILE).read_text() == partial
