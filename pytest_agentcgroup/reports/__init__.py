@@ -7,7 +7,7 @@ static HTML report (html.py) and run-vs-run comparison (comparison.py).
 from __future__ import annotations
 
 _LAZY = {"load": "frames", "Results": "frames", "ResultsError": "frames", "build_report": "html",
-         "compare": "comparison", "Tolerance": "comparison"}
+         "compare": "comparison"}
 
 
 def __getattr__(name: str):
