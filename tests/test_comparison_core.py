@@ -65,6 +65,10 @@ def test_gate_and_compare_give_the_same_worse_direction_verdict(tmp_path, capsys
     result = compare(base, new, rules, only_worse=True)
     compared = {(d.key["trace_id"], d.key["config"], d.metric, d.a, d.b) for d in result.beyond}
     assert compared == gated
+    # a baseline file saved from the base run, as `make run` gates against, gives the same verdict
+    gate.save(read_records(Path(base) / "metrics.jsonl"), tmp_path / "baseline.json")
+    saved = compare(tmp_path / "baseline.json", new, rules, only_worse=True)
+    assert {(d.key["trace_id"], d.key["config"], d.metric, d.a, d.b) for d in saved.beyond} == gated
     # on the command line too: the same rule text, the same exit code
     args = ["compare", base, new, "--only-worse", *(["--tol", rules] if rules else [])]
     assert cli.main(args) == (1 if verdict.failed else 0)

@@ -44,7 +44,8 @@ def add_parsers(sub) -> None:
         epilog="Example: agentcgroup compare results-a results-b --tol latency_p95_ms=50%+100,oom_kills=+0. Exit "
                "codes: 0 within tolerance, 1 differences beyond tolerance, 2 usage error or unreadable input "
                "(named on stderr).")
-    c.add_argument("a", metavar="A", type=Path, help="the reference run (run or results directory)")
+    c.add_argument("a", metavar="A", type=Path,
+                   help="the reference run (run or results directory, or a baseline file as the gate's)")
     c.add_argument("b", metavar="B", type=Path, help="the run compared with A (run or results directory)")
     c.add_argument("--tol", action="append", default=[], metavar="RULES",
                    help="METRIC=TOLERANCE rules, comma-separated, as the gate's; repeatable; given rules replace "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..metrics import compare as core
+from ..metrics import gate
 from ..metrics.registry import REGISTRY
 from .frames import ResultsError, load
 
@@ -80,7 +81,8 @@ def _num(x, sign: bool = False, prefix: str = "") -> str:
 
 
 def compare(a: str | Path, b: str | Path, rules: str | list | None = None, only_worse: bool = False) -> Comparison:
-    """Compare run B against run A, test by test. `rules` is rule text (README, "Tolerances") or
+    """Compare run B against run A, test by test (either may also be a baseline file, as the gate
+    reads it). `rules` is rule text (README, "Tolerances") or
     parsed rules; None takes the core's defaults for the check (every metric with a default
     tolerance; with `only_worse`, the gate's). Raises ResultsError on unreadable input and
     metrics.compare.RuleError (a ValueError) on a bad rule."""
@@ -90,6 +92,12 @@ def compare(a: str | Path, b: str | Path, rules: str | list | None = None, only_
         rules = core.parse_rules(rules)
     values = []
     for d in (a, b):
+        if Path(d).is_file():                  # a baseline file or benchmark JSON, as the gate reads it
+            try:
+                values.append(gate.load(d))
+            except gate.GateError as exc:
+                raise ResultsError(str(exc)) from None
+            continue
         records = load(d).records
         if not records:
             raise ResultsError(f"{d}: no step records")
