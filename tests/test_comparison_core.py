@@ -90,7 +90,8 @@ def test_the_pair_differs_in_both_directions_and_only_worse_ones_fail_the_gate(t
         ("t/b", "static-toolcall", "latency_p95_ms", "worse"), ("t/a", "unlimited", "test", "lost-test"),
         ("t/a", "added", "test", "new-test")}
     tight = compare(base, new, "latency_p95_ms=10%")
-    assert ("t/a", "static-toolcall", "better") in {(d.key["trace_id"], d.key["config"], d.verdict) for d in tight.beyond}
+    assert ("t/a", "static-toolcall", "better") in {
+        (d.key["trace_id"], d.key["config"], d.verdict) for d in tight.beyond}
     assert "better" not in {d.verdict for d in compare(base, new, "latency_p95_ms=10%", only_worse=True).beyond}
 
 
@@ -166,5 +167,5 @@ def test_compare_json_names_the_rule_of_each_row(tmp_path, capsys):
     assert cli.main(["compare", base, new, "--tol", "oom_kills=+0", "--json", "--only-worse"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["rules"] == "oom_kills=+0" and report["only_worse"] is True
-    assert [(d["trace_id"], d["config"], d["metric"], d["verdict"], d["rule"], d["unit"]) for d in report["differences"]] == [
-        ("t/a", "static-toolcall", "oom_kills", "worse", "oom_kills=+0", "count")]
+    assert [(d["trace_id"], d["config"], d["metric"], d["verdict"], d["rule"], d["unit"])
+            for d in report["differences"]] == [("t/a", "static-toolcall", "oom_kills", "worse", "oom_kills=+0", "count")]
