@@ -7,7 +7,7 @@
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
-    agentcgroup compare A B [--tol METRIC=SPEC]... [--only-worse] [--all] [--json]
+    agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: README, "Tolerances")
     agentcgroup images clean [--image NAME]...
 
 Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):

@@ -1,20 +1,12 @@
 """The regression gate: compare a run with a baseline per trace × arm (× seed × params) and per
-metric, and fail on what got worse beyond a tolerance.
+metric, and fail on what got worse beyond a tolerance. It is the comparison core (compare.py) in
+its worse-only mode: the rules, their syntax (README, "Tolerances"), the metrics (registry.py) and
+the treatment of a test in one run only are the core's, shared with `agentcgroup compare`.
 
-Rules are text, one per metric, comma-separated (`--agentcgroup-gate-rules`, ini
-`agentcgroup_gate_rules`):
-
-    oom_kills=+0                 may not rise at all (the kernel's count is deterministic here)
-    mem_high_steps=+1            may rise by at most 1
-    latency_p95_ms=+100%+500     may rise by at most 100 % of the baseline plus 500 ms
-    total_steps=exact            may not change in either direction
-
-METRIC is one of the numbers a trace × arm's summary holds (records.SUMMARY_METRICS; a per-step
-counter such as `throttles` is gated through its sum, `throttles_total`); any other name is a usage
-error. "Worse" is the metric's own better-direction: a rise for `lower`-is-better metrics, a fall
-for `higher`. A baseline saved before a metric existed does not hold it: the verdict lists such
-rules as unchecked. A trace × arm in this run but not in the baseline is reported as
-`new`, one in the baseline but not in this run as `missing`; neither fails the gate (a `-k`
+Rules (`--agentcgroup-gate-rules`, ini `agentcgroup_gate_rules`) default to the registry's
+regression metrics (DEFAULT_RULES). A baseline saved before a metric existed does not hold it: the
+verdict lists such rules as unchecked. A trace × arm in this run but not in the baseline is reported
+as `new`, one in the baseline but not in this run as `missing`; neither fails the gate (a `-k`
 selection or a newly added arm must not fail it; regenerate the baseline to cover them).
 
 A baseline is a file written by `save()` (schema `agentcgroup-baseline/1`), a run directory or its
@@ -24,85 +16,32 @@ pytest-benchmark JSON written by this plugin.
 from __future__ import annotations
 
 import json
-import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .records import SUMMARY_METRICS, summarize
-from .store import METRICS_FILE, NoRun, read_records, record_key, resolve_run, run_key
+from . import compare as core
+from .compare import Rule
+from .registry import REGISTRY
+from .store import METRICS_FILE, NoRun, read_records, resolve_run, run_key
 
 SCHEMA = "agentcgroup-baseline/1"
 SHOW = 10                     # new/missing entries listed by name; the rest are counted
-# soft-limit breaches are gated by the steps that breached (mem_high_steps), not by the event sum:
-# v1 counts upward threshold crossings (a few per step), v2 every reclaim above memory.high (hundreds)
-DEFAULT_RULES = "oom_kills=+0,timeouts=+0,mem_high_steps=+1,latency_p95_ms=+100%+500"
-# What ran is gated exactly: a step that stops (or starts) executing changes what the run measured.
-DEFAULT_RULES += ",executed_steps=exact,unstarted_steps=+0"
-_TOLERANCE = re.compile(r"^\+(?:(?P<pct>\d+(?:\.\d+)?)%)?(?:\+?(?P<abs>\d+(?:\.\d+)?))?$")
+# oom_kills=+0,timeouts=+0,mem_high_steps=+1,latency_p95_ms=+100%+500,executed_steps=exact,unstarted_steps=+0
+DEFAULT_RULES = core.default_rules(worse_only=True)
 
 
 class GateError(ValueError):
     """A rule or baseline that cannot be used; the message names the rule or the file."""
 
 
-@dataclass(frozen=True)
-class Rule:
-    metric: str
-    pct: float = 0.0            # tolerance relative to the baseline, in percent
-    abs: float = 0.0            # absolute tolerance, in the metric's unit
-    exact: bool = False         # any change fails, better or worse
-
-    @classmethod
-    def parse(cls, text: str) -> "Rule":
-        metric, sep, tol = (s.strip() for s in text.partition("="))
-        if not sep or metric not in SUMMARY_METRICS:
-            what = f"no per-test metric {metric!r}; " if sep else ""
-            raise GateError(f"gate rule {text!r}: {what}expected METRIC=TOLERANCE with METRIC one of "
-                            + ", ".join(SUMMARY_METRICS))
-        if tol == "exact":
-            return cls(metric, exact=True)
-        m = _TOLERANCE.match(tol)
-        if not m or (m["pct"] is None and m["abs"] is None):
-            raise GateError(f"gate rule {text!r}: tolerance must be +N, +X%, +X%+N or exact")
-        if SUMMARY_METRICS[metric].better == "none":
-            raise GateError(f"gate rule {text!r}: {metric} has no better direction; use {metric}=exact")
-        return cls(metric, pct=float(m["pct"] or 0), abs=float(m["abs"] or 0))
-
-    @property
-    def unit(self) -> str:
-        return SUMMARY_METRICS[self.metric].unit
-
-    def limit(self, base: float) -> float:
-        """The worst value still accepted."""
-        slack = abs(base) * self.pct / 100.0 + self.abs
-        return base - slack if SUMMARY_METRICS[self.metric].better == "higher" else base + slack
-
-    def breaks(self, base: float, now: float) -> bool:
-        if self.exact:
-            return now != base
-        return now < self.limit(base) if SUMMARY_METRICS[self.metric].better == "higher" else now > self.limit(base)
-
-    def describe_limit(self, base: float) -> str:
-        if self.exact:
-            return f"== {base:g}"
-        op = ">=" if SUMMARY_METRICS[self.metric].better == "higher" else "<="
-        return f"{op} {round(self.limit(base), 3):g}"
-
-    def __str__(self) -> str:
-        if self.exact:
-            return f"{self.metric}=exact"
-        return f"{self.metric}=+" + (f"{self.pct:g}%" if self.pct else "") + (
-            f"+{self.abs:g}" if self.abs and self.pct else f"{self.abs:g}" if not self.pct else "")
-
-
 def parse_rules(text: str | list[str]) -> list[Rule]:
-    parts = text if isinstance(text, list) else re.split(r"[,\n]", text)
-    rules = [Rule.parse(p) for p in (s.strip() for s in parts) if p]
-    if not rules:
+    if not (text if isinstance(text, list) else text.strip(" ,\n")):
         raise GateError("no gate rules given")
-    return rules
+    try:
+        return core.parse_rules(text)
+    except core.RuleError as exc:
+        raise GateError(f"gate {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,10 +51,7 @@ Key = tuple          # store.run_key: (experiment, arm, trace_id, seed, params a
 
 
 def per_test(records: list[dict]) -> dict[Key, dict]:
-    groups: dict[Key, list[dict]] = defaultdict(list)
-    for r in records:
-        groups[record_key(r)].append(r)
-    return {k: summarize(recs, k[1]) for k, recs in groups.items()}
+    return core.test_values(records)
 
 
 def _key(obj: dict) -> Key:
@@ -163,9 +99,9 @@ def save(records: list[dict], path: str | Path, *, note: str = "") -> int:
     for (exp, arm, trace, seed, params), metrics in sorted(per_test(records).items(), key=lambda kv: str(kv[0])):
         tests.append({"experiment": exp, "arm": arm, "trace_id": trace, "seed": seed,
                       "params": json.loads(params),
-                      "metrics": {m: v for m, v in metrics.items() if m in SUMMARY_METRICS}})
+                      "metrics": {m: v for m, v in metrics.items() if m in REGISTRY}})
     doc = {"schema": SCHEMA, "made": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-           "note": note, "units": {m: d.unit for m, d in SUMMARY_METRICS.items()}, "tests": tests}
+           "note": note, "units": {m: d.unit for m, d in REGISTRY.items()}, "tests": tests}
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
@@ -199,19 +135,10 @@ class Verdict:
 
 
 def compare(baseline: dict[Key, dict], current: dict[Key, dict], rules: list[Rule]) -> Verdict:
-    regressions, unchecked = [], {}
-    for key in sorted(set(current) & set(baseline), key=str):
-        for rule in rules:
-            if rule.metric not in baseline[key]:
-                unchecked[rule.metric] = None
-            base, now = baseline[key].get(rule.metric), current[key].get(rule.metric)
-            if base is None or now is None:
-                continue              # e.g. no executed step: no latency to compare
-            if rule.breaks(base, now):
-                regressions.append(Finding(key, rule, base, now))
-    return Verdict(regressions, sorted(set(current) - set(baseline), key=str),
-                   sorted(set(baseline) - set(current), key=str), len(set(current) & set(baseline)),
-                   list(unchecked))
+    c = core.compare_tests(baseline, current, rules, worse_only=True)
+    regressions = [Finding(r.key, r.rule, r.base, r.new) for r in sorted(c.counted, key=lambda r: str(r.key))]
+    return Verdict(regressions, sorted(c.tests_with("new-test"), key=str), sorted(c.tests_with("lost-test"), key=str),
+                   c.tests, c.unchecked)
 
 
 def _where(key: Key) -> list[str]:

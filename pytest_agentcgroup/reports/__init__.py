@@ -1,6 +1,7 @@
-"""Reports: terminal tables (table.py, loaded with the plugin), and — with the `report` extra
-(pandas, matplotlib) — DataFrames of results directories (frames.py), figures (figures.py), the
-static HTML report (html.py) and run-vs-run comparison (comparison.py).
+"""Reports: terminal tables (table.py, loaded with the plugin), run-vs-run comparison (comparison.py:
+the comparison core on two runs, no extra needed), and — with the `report` extra (pandas,
+matplotlib) — DataFrames of results directories (frames.py), figures (figures.py) and the static
+HTML report (html.py).
 
     from pytest_agentcgroup.reports import load, build_report, compare
 
@@ -10,7 +11,7 @@ and the command line.
 from __future__ import annotations
 
 _LAZY = {"load": "frames", "Results": "frames", "ResultsError": "frames", "build_report": "html",
-         "compare": "comparison", "Tolerance": "comparison"}
+         "compare": "comparison"}
 
 
 def __getattr__(name: str):

@@ -32,24 +32,28 @@ def add_parsers(sub) -> None:
                         "--config's corpus; neither: no such page)")
     r.set_defaults(func=cmd_report)
 
-    from .comparison import DEFAULT_TOLERANCES
+    from ..metrics.compare import SYNTAX, default_rules
     c = sub.add_parser(
-        "compare", help="compare two results directories test by test, within tolerances",
+        "compare", help="compare two runs test by test, within tolerances (the regression gate's core)",
         description="Compare run B against run A (each a run directory, or a results directory = its newest "
-                    "run) for every trace × arm × seed (× params) and metric. "
-                    "A difference is beyond tolerance when |B - A| > max(absolute, relative × |A|). Which "
-                    "side is worse follows each metric's direction. Tests in one directory only always count. "
-                    "Default tolerances: " + ", ".join(f"{k}={v}" for k, v in DEFAULT_TOLERANCES.items()) + ".",
-        epilog="Example: agentcgroup compare results-a results-b --tol latency_p95_ms=50%,100. Exit codes: 0 within "
-               "tolerance, 1 differences beyond tolerance, 2 usage error or unreadable input (named on stderr).")
-    c.add_argument("a", metavar="A", type=Path, help="the reference run (run or results directory)")
+                    "run) for every trace × arm × seed (× params) and metric, with the regression gate's rules "
+                    f"(README, 'Tolerances'): METRIC=TOLERANCE, TOLERANCE {SYNTAX}, an allowance in the "
+                    "metric's worse direction (either way unless --only-worse). A test in one run only counts "
+                    "unless --only-worse. Default rules: " + default_rules(worse_only=False) + "; with "
+                    "--only-worse the gate's: " + default_rules(worse_only=True) + ".",
+        epilog="Example: agentcgroup compare results-a results-b --tol latency_p95_ms=50%+100,oom_kills=+0. Exit "
+               "codes: 0 within tolerance, 1 differences beyond tolerance, 2 usage error or unreadable input "
+               "(named on stderr).")
+    c.add_argument("a", metavar="A", type=Path,
+                   help="the reference run (run or results directory, or a baseline file as the gate's)")
     c.add_argument("b", metavar="B", type=Path, help="the run compared with A (run or results directory)")
-    c.add_argument("--tol", action="append", default=[], metavar="METRIC=SPEC",
-                   help="tolerance of a metric: N (absolute, metric's unit), N%% (of A) or N%%,M (the larger); "
-                        "repeatable")
+    c.add_argument("--tol", action="append", default=[], metavar="RULES",
+                   help="METRIC=TOLERANCE rules, comma-separated, as the gate's; repeatable; given rules replace "
+                        "the defaults")
     c.add_argument("--only-worse", action="store_true",
-                   help="count only differences in the worse direction (a regression check, not reproducibility)")
-    c.add_argument("--all", action="store_true", help="also list differences within tolerance")
+                   help="count only the worse direction, as the regression gate does (a regression check, not "
+                        "reproducibility)")
+    c.add_argument("--all", action="store_true", help="also list differences within tolerance or not counted")
     c.add_argument("--json", action="store_true", help="print the differences as JSON on stdout")
     c.set_defaults(func=cmd_compare)
 
@@ -99,29 +103,28 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    if _missing_report_extra("compare"):
-        return 2
-    from .comparison import Tolerance, compare
-    from .frames import COLUMNS
+    from ..metrics.compare import RuleError, parse_rules
+    from ..metrics.registry import REGISTRY
+    from .comparison import compare
     from .frames import ResultsError
-    tolerances = {}
     try:
-        for item in args.tol:
-            metric, sep, spec = item.partition("=")
-            if not sep:
-                raise ValueError(f"--tol {item!r}: expected METRIC=SPEC, e.g. latency_p95_ms=50%")
-            tolerances[metric.strip()] = Tolerance.parse(spec)
-        result = compare(args.a, args.b, tolerances, only_worse=args.only_worse)
-    except (ValueError, ResultsError) as exc:     # ResultsError is a ValueError: one message either way
+        rules = parse_rules(",".join(args.tol)) if args.tol else None
+    except RuleError as exc:
+        print(f"agentcgroup compare: --tol: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = compare(args.a, args.b, rules, only_worse=args.only_worse)
+    except ResultsError as exc:
         print(f"agentcgroup compare: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        json.dump({"a": str(result.a), "b": str(result.b), "tests": result.tests,
-                   "tolerances": {k: str(v) for k, v in result.tolerances.items()},
+        json.dump({"a": str(result.a), "b": str(result.b), "tests": result.tests, "only_worse": result.only_worse,
+                   "rules": ",".join(str(r) for r in result.rules),
                    "differences": [{**d.key, "metric": d.metric, "a": d.a, "b": d.b, "delta": d.delta,
                                     "allowed": d.allowed, "verdict": d.verdict, "beyond": d.beyond,
-                                    **({"unit": COLUMNS[d.metric].unit, "provenance": COLUMNS[d.metric].provenance}
-                                       if d.metric in COLUMNS else {})}
+                                    "rule": None if d.rule is None else str(d.rule),
+                                    **({"unit": REGISTRY[d.metric].unit, "provenance": REGISTRY[d.metric].provenance}
+                                       if d.metric in REGISTRY else {})}
                                    for d in result.differences if args.all or d.beyond]}, sys.stdout, indent=1)
         print()
     else:

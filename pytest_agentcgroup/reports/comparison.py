@@ -1,97 +1,48 @@
-"""Run-vs-run comparison: do two results directories agree, test by test (trace × arm × seed ×
-params), within a tolerance per metric? The reproducibility check of a seed: run twice, compare.
+"""Run-vs-run comparison: do two runs agree, test by test (trace × arm × seed × params), within a
+tolerance per metric? The reproducibility check of a seed: run twice, compare.
 
-A tolerance allows |B − A| ≤ max(absolute, relative × |A|), in the metric's unit. Which side of a
-difference is worse follows the metric's direction (METRICS: lower is better for latency, memory
-and every kernel counter); a metric without a direction (steps) is only "changed". By default any
-difference beyond tolerance counts (a reproducibility check); `only_worse` counts only those in the
-worse direction (a regression check). A test present in one directory only always counts.
+This is the comparison core (metrics/compare.py) on two run directories: the rules, their syntax
+(README, "Tolerances"), the metrics and their directions (metrics/registry.py) and the treatment of
+a test in one run only are the core's, shared with the regression gate. By default every difference
+beyond tolerance counts, and a test in one run only (a reproducibility check); `only_worse` counts
+only the worse direction, exactly as the gate does (a regression check). Needs no pandas: the runs
+are read with frames.load's checks, but not as DataFrames.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .frames import COLUMNS, TEST_KEY, TEST_METRICS, ResultsError, load
-
-KEY = [k for k in TEST_KEY if k != "run"]
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    absolute: float = 0.0
-    relative: float = 0.0          # a fraction of |A|: 0.5 = 50 %
-
-    def allowed(self, a: float) -> float:
-        return max(self.absolute, self.relative * abs(a))
-
-    def __str__(self) -> str:
-        terms = ([f"{self.relative * 100:g}%"] if self.relative else []) + \
-                ([f"{self.absolute:g}"] if self.absolute or not self.relative else [])
-        return ",".join(terms)
-
-    @classmethod
-    def parse(cls, spec: str) -> "Tolerance":
-        """`N` (absolute, in the metric's unit), `N%` (relative to A), or both: `50%,100`."""
-        absolute = relative = 0.0
-        for term in (t.strip() for t in spec.split(",")):
-            m = re.fullmatch(r"(\d+(?:\.\d+)?)(%?)", term)
-            if not m:
-                raise ValueError(f"tolerance {spec!r}: expected N, N% or N%,M (non-negative numbers)")
-            if m.group(2):
-                relative = float(m.group(1)) / 100
-            else:
-                absolute = float(m.group(1))
-        return cls(absolute, relative)
-
-
-#: Defaults for two runs on one machine. Counts of what the kernel did are exact for the emulator's
-#: deterministic profiles — except limit hits (v1 memory.failcnt, v2 `max` events), which count
-#: reclaim attempts and so vary with timing: two smoke runs here counted 73 vs 154 and 124 vs 78 on
-#: one trace. Latency and CPU time vary with machine load: on a shared 2-core machine, a trace's p95
-#: went from 91 to 262 ms between two runs. What a policy arm's controller did (throttles at memcg
-#: reclaim, freezes after repeated throttles) and forks refused at pids.max (a fork loop's attempts
-#: until it is stopped) follow timing the same way as limit hits (set from the mechanism, not
-#: measured twice yet); a controller kill is an outcome, exact like an OOM kill.
-DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "total_steps": Tolerance(0), "executed_steps": Tolerance(0), "failed_steps": Tolerance(0),
-    "oom_kills": Tolerance(0), "timeouts": Tolerance(0),
-    # soft-limit breaches: v1 counts upward crossings (a few, exact), v2 every reclaim above
-    # memory.high (hundreds, timing-dependent); the steps that breached are the same on both
-    "mem_high_events_total": Tolerance(50, 2.0), "mem_high_steps": Tolerance(1),
-    "mem_max_events_total": Tolerance(50, 2.0),
-    "peak_rss_mb": Tolerance(8, 0.10),
-    "latency_p50_ms": Tolerance(100, 1.0),
-    "latency_p95_ms": Tolerance(250, 1.0),
-    "cpu_total_ms": Tolerance(500, 1.0),
-    "throttles_total": Tolerance(5, 1.0), "freezes_total": Tolerance(2, 1.0), "policy_kills_total": Tolerance(0),
-    "pids_max_events_total": Tolerance(50, 2.0),
-}
+from ..metrics import compare as core
+from ..metrics import gate
+from ..metrics.registry import REGISTRY
+from .frames import ResultsError, load
 
 
 @dataclass(frozen=True)
 class Difference:
-    key: dict                      # experiment, trace_id, config, seed, params
-    metric: str                    # a metric name, or "test" for a test missing on one side
-    a: float | None
-    b: float | None
-    allowed: float | None
-    verdict: str                   # worse | better | changed | only in A | only in B
-    beyond: bool                   # outside the tolerance (and counted)
+    """One row of the core's comparison, named for A (the base) and B (the new run)."""
+    row: core.Row
 
-    @property
-    def delta(self) -> float | None:
-        return None if self.a is None or self.b is None else self.b - self.a
+    key = property(lambda self: core.describe_key(self.row.key))
+    metric = property(lambda self: self.row.metric)     # a metric name, or "test" for a test in one run only
+    a = property(lambda self: self.row.base)
+    b = property(lambda self: self.row.new)
+    delta = property(lambda self: self.row.delta)
+    allowed = property(lambda self: self.row.allowed)
+    verdict = property(lambda self: self.row.verdict)
+    beyond = property(lambda self: self.row.counts)     # counted: the check fails on it
+    rule = property(lambda self: self.row.rule)
 
 
 @dataclass
 class Comparison:
     a: Path
     b: Path
-    tolerances: dict[str, Tolerance]
+    rules: list[core.Rule]
+    only_worse: bool = False
     tests: int = 0                                     # tests present on both sides
-    differences: list[Difference] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)   # every row that is not `same`
 
     @property
     def beyond(self) -> list[Difference]:
@@ -100,10 +51,14 @@ class Comparison:
     def format(self, show_all: bool = False) -> str:
         rows = [d for d in self.differences if show_all or d.beyond]
         heads = ["experiment", "trace", "arm", "seed", "params", "metric", "A", "B", "Δ", "allowed", "verdict"]
-        cells = [[d.key["experiment"], d.key["trace_id"], d.key["config"], str(d.key["seed"]), d.key["params"] or "-",
-                  d.metric + (f" ({COLUMNS[d.metric].unit}, {COLUMNS[d.metric].provenance})" if d.metric in COLUMNS else ""),
-                  _num(d.a), _num(d.b), _num(d.delta, sign=True), _num(d.allowed, prefix="±"),
-                  d.verdict + ("" if d.beyond else " (within)")] for d in rows]
+        cells = []
+        for d in rows:
+            k = d.row.key
+            m = REGISTRY.get(d.metric)
+            cells.append([k[0] or "-", k[2], k[1], str(k[3]), "-" if k[4] == "{}" else k[4],
+                          d.metric + (f" ({m.unit}, {m.provenance})" if m else ""),
+                          _num(d.a), _num(d.b), _num(d.delta, sign=True),
+                          _num(d.allowed, prefix="+" if self.only_worse else "±"), d.verdict])
         lines = [f"A = {self.a}", f"B = {self.b}"]
         if cells:
             widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
@@ -112,8 +67,9 @@ class Comparison:
                       *("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells)]
         within = len(self.differences) - len(self.beyond)
         lines.append(f"{self.tests} test(s) in both; {len(self.beyond)} difference(s) beyond tolerance"
-                     + (f", {within} within" if within else "")
-                     + "; tolerances: " + ", ".join(f"{k}={v}" for k, v in self.tolerances.items()))
+                     + (" in the worse direction" if self.only_worse else "")
+                     + (f", {within} within or not counted" if within else "")
+                     + "; rules: " + ",".join(str(r) for r in self.rules))
         return "\n".join(lines)
 
 
@@ -124,43 +80,28 @@ def _num(x, sign: bool = False, prefix: str = "") -> str:
     return prefix + s
 
 
-def compare(a: str | Path, b: str | Path, tolerances: dict[str, Tolerance] | None = None,
-            only_worse: bool = False) -> Comparison:
-    """Compare results directory B against A, test by test; raises ResultsError on unreadable input."""
-    tol = {**DEFAULT_TOLERANCES, **(tolerances or {})}
-    for m in tol:
-        if m not in TEST_METRICS:
-            raise ValueError(f"no per-test metric {m!r} to compare (metrics: {', '.join(TEST_METRICS)})")
-    rows = {}
-    for side, d in (("A", a), ("B", b)):
-        df = load(d).tests
-        rows[side] = {tuple(r[k] for k in KEY): r for r in df.to_dict("records")}
-        if not rows[side]:
-            raise ResultsError(f"{d}: no step records")
-    out = Comparison(Path(a), Path(b), tol)
-    for key in list(rows["A"]) + [k for k in rows["B"] if k not in rows["A"]]:
-        ra, rb = rows["A"].get(key), rows["B"].get(key)
-        kd = dict(zip(KEY, key))
-        if ra is None or rb is None:
-            out.differences.append(Difference(kd, "test", None, None, None,
-                                              "only in A" if rb is None else "only in B", True))
+def compare(a: str | Path, b: str | Path, rules: str | list | None = None, only_worse: bool = False) -> Comparison:
+    """Compare run B against run A, test by test (either may also be a baseline file, as the gate
+    reads it). `rules` is rule text (README, "Tolerances") or
+    parsed rules; None takes the core's defaults for the check (every metric with a default
+    tolerance; with `only_worse`, the gate's). Raises ResultsError on unreadable input and
+    metrics.compare.RuleError (a ValueError) on a bad rule."""
+    if rules is None:
+        rules = core.default_rules(worse_only=only_worse)
+    if not isinstance(rules, list) or not all(isinstance(r, core.Rule) for r in rules):
+        rules = core.parse_rules(rules)
+    values = []
+    for d in (a, b):
+        if Path(d).is_file():                  # a baseline file or benchmark JSON, as the gate reads it
+            try:
+                values.append(gate.load(d))
+            except gate.GateError as exc:
+                raise ResultsError(str(exc)) from None
             continue
-        out.tests += 1
-        for metric, t in tol.items():
-            va, vb = _value(ra.get(metric)), _value(rb.get(metric))
-            if va == vb:
-                continue
-            if va is None or vb is None:
-                out.differences.append(Difference(kd, metric, va, vb, None, "changed", True))
-                continue
-            better = COLUMNS[metric].better
-            verdict = "changed" if better == "none" else (
-                "worse" if (vb > va) == (better == "lower") else "better")
-            allowed = t.allowed(va)
-            beyond = abs(vb - va) > allowed + 1e-9 and not (only_worse and verdict == "better")
-            out.differences.append(Difference(kd, metric, va, vb, allowed, verdict, beyond))
-    return out
-
-
-def _value(x):
-    return None if x is None or x != x else float(x)
+        records = load(d).records
+        if not records:
+            raise ResultsError(f"{d}: no step records")
+        values.append(core.test_values(records))
+    c = core.compare_tests(values[0], values[1], rules, worse_only=only_worse)
+    return Comparison(Path(a), Path(b), rules, only_worse, c.tests,
+                      [Difference(r) for r in c.rows if r.verdict != "same"])

@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ..metrics.records import METRICS, SUMMARY_METRICS, Metric, summarize
+from ..metrics.compare import test_values
+from ..metrics.records import METRICS, SUMMARY_METRICS, Metric
+from ..metrics.registry import REGISTRY
 from ..metrics.store import METRICS_FILE, NoRun, resolve_run, worker_dirs
 
 #: Every column a report shows, with unit, direction and provenance: the store's METRICS, as a test's
 #: or an arm's summary holds them (SUMMARY_METRICS: oom_kills there is the steps' sum), plus what a
-#: per-test row derives from a trace's steps, plus the replayed inputs (their provenance is the
-#: trace's own, per step in `profile_source`).
-COLUMNS: dict[str, Metric] = {**METRICS, **SUMMARY_METRICS, **{m.name: m for m in (
+#: per-test row derives from a trace's steps (the metric registry), plus the replayed inputs (their
+#: provenance is the trace's own, per step in `profile_source`).
+COLUMNS: dict[str, Metric] = {**METRICS, **SUMMARY_METRICS, **{
+    m.name: Metric(m.name, m.unit, m.better, m.provenance, m.meaning)
+    for m in REGISTRY.values() if m.name not in SUMMARY_METRICS}, **{m.name: m for m in (
     Metric("traces", "count", "none", "derived", "distinct traces replayed"),
     Metric("executed_steps", "count", "none", "derived", "steps that ran a command (sandbox skips edits/reads)"),
-    Metric("failed_steps", "count", "lower", "derived", "executed steps with a non-zero exit code or a signal"),
-    Metric("latency_total_ms", "ms", "lower", "derived", "sum of latency_ms over the trace's steps"),
-    Metric("cpu_total_ms", "ms", "lower", "derived", "sum of cpu_ms over the trace's steps"),
-    Metric("peak_rss_mb", "MiB", "lower", "derived", "largest max_rss_mb of the trace's steps"),
     Metric("replayed_duration_ms", "ms", "none", "trace", "the trace's step duration × time_scale "
            "(recorded/derived/synthetic: see profile_source)"),
     Metric("replayed_peak_mb", "MiB", "none", "trace", "the trace's step memory peak "
@@ -167,21 +167,11 @@ def load(dirs: str | Path | list[str | Path]) -> Results:
 
 
 def _test_row(key: tuple, recs: list[dict]) -> dict:
-    s = summarize(recs, key[3])
-    executed = [r for r in recs if r["executed"]]
-
-    def total(k):
-        vals = [r[k] for r in recs if r.get(k) is not None]
-        return round(sum(vals), 3) if vals else None
-
-    peaks = [r["max_rss_mb"] for r in recs if r.get("max_rss_mb") is not None]
+    [values] = test_values(recs).values()       # the numbers the gate and `compare` compare
     return {
         **dict(zip(TEST_KEY, key)),
         "executor": ",".join(sorted({str(r.get("executor", "")) for r in recs})),
-        **{k: s[k] for k in TEST_METRICS if k in s},          # what the arm's summary already holds
-        "failed_steps": sum(1 for r in executed if r.get("exit_code") not in (0, None) or r.get("signal")),
-        "latency_total_ms": total("latency_ms"), "cpu_total_ms": total("cpu_ms"),
-        "peak_rss_mb": max(peaks) if peaks else None,
+        **{k: values[k] for k in TEST_METRICS if k in values},
     }
 
 

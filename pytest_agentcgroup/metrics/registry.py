@@ -1,0 +1,78 @@
+"""The registry of per-test metrics: every number one test (trace × arm × seed × params) is compared
+by — in the regression gate (gate.py) and in `agentcgroup compare` (reports/comparison.py), both
+through the comparison core (compare.py).
+
+Each entry says the metric's unit, which direction is better (`lower`, `higher`, or `none`: any
+change is only a change, compared with `exact`), where the number comes from (`recorded` by the
+kernel or the wall clock in this run, `derived` from recorded numbers, `synthetic`, or `measured`
+by a benchmark), one line of meaning, and its default tolerance (README, "Tolerances"). One
+default per metric serves both commands: the same noise gets the same allowance.
+
+`regression` marks the metrics a regression check (the gate, `compare --only-worse`) checks when no
+rules are given: outcomes that a baseline saved on another day must still match — kills, timeouts,
+steps above the soft limit, what ran — and the p95 latency, loosely, to catch a hang. A
+reproducibility check (`compare` without `--only-worse`) checks every metric with a default.
+
+Adding a metric is one entry here (and the number in records.summarize or compare.test_values).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .records import SUMMARY_METRICS
+
+
+@dataclass(frozen=True)
+class TestMetric:
+    name: str
+    unit: str
+    better: str                  # lower | higher | none
+    provenance: str              # recorded | derived | synthetic | measured
+    meaning: str
+    tolerance: str | None        # default tolerance; None: compared only when a rule names the metric
+    regression: bool = False     # in the regression check's default rules
+
+    __test__ = False             # not a pytest test class, despite the name
+
+
+def _summary(name: str, tolerance: str | None, regression: bool = False) -> TestMetric:
+    """A number of a test's summary (records.summarize): unit, direction, provenance and meaning as
+    records.py declares them, so that they are said once."""
+    m = SUMMARY_METRICS[name]
+    return TestMetric(name, m.unit, m.better, m.provenance, m.source, tolerance, regression)
+
+
+# Defaults are for two runs of the same study on this shared 2-core machine. Counts of what the
+# kernel did are exact for the emulator's deterministic profiles — except limit hits (v1
+# memory.failcnt, v2 `max` events) and v2 `high` events, which count reclaim attempts and so vary
+# with timing (two smoke runs counted 73 vs 154 and 124 vs 78 on one trace). Latency and CPU time
+# follow machine load (a trace's p95 went from 91 to 262 ms between two runs): the p95 may double
+# plus 500 ms — the gate catches a hang or a slow path, not a few percent. What a policy arm's
+# controller did (throttles, freezes) and forks refused at pids.max follow timing like limit hits;
+# a controller kill is an outcome, exact like an OOM kill.
+# The order is the order of the default rules and of `compare`'s rows.
+REGISTRY: dict[str, TestMetric] = {m.name: m for m in (
+    _summary("oom_kills", "+0", regression=True),
+    _summary("timeouts", "+0", regression=True),
+    _summary("policy_kills_total", "+0"),
+    # soft-limit breaches: v1 counts upward crossings (a few), v2 every reclaim above memory.high
+    # (hundreds, timing-dependent); the steps that breached are the same on both
+    _summary("mem_high_steps", "+1", regression=True),
+    _summary("mem_high_events_total", "+200%+50"),
+    _summary("mem_max_events_total", "+200%+50"),
+    _summary("pids_max_events_total", "+200%+50"),
+    _summary("throttles_total", "+100%+5"),
+    _summary("freezes_total", "+100%+2"),
+    _summary("latency_p50_ms", "+100%+100"),
+    _summary("latency_p95_ms", "+100%+500", regression=True),
+    _summary("latency_p99_ms", None),
+    TestMetric("latency_total_ms", "ms", "lower", "derived", "sum of latency_ms over the test's steps", None),
+    TestMetric("cpu_total_ms", "ms", "lower", "derived", "sum of cpu_ms over the test's steps", "+100%+500"),
+    TestMetric("peak_rss_mb", "MiB", "lower", "derived", "largest max_rss_mb of the test's steps", "+10%+8"),
+    _summary("total_steps", "exact"),
+    # what ran is exact: a step that stops (or starts) executing changes what the run measured
+    _summary("executed_steps", "exact", regression=True),
+    _summary("unstarted_steps", "+0", regression=True),
+    TestMetric("failed_steps", "count", "lower", "derived",
+               "executed steps with a non-zero exit code or a signal", "+0"),
+)}
