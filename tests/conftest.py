@@ -123,3 +123,9 @@ def write_results(directory: Path, records: list[dict]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return directory
+
+
+@pytest.fixture(scope="module")
+def fuzz_dir(tmp_path_factory):
+    """One scratch folder per converter test module for the files its fuzz tests write."""
+    return tmp_path_factory.mktemp("fuzz")

@@ -12,8 +12,9 @@ from pytest_agentcgroup.traces import convert as convert_pkg
 from pytest_agentcgroup.traces.convert import claude_code as cc
 from pytest_agentcgroup.traces.convert import claude_code_samples as ccs
 from pytest_agentcgroup.traces.ir import TOOLS, TraceError, parse_trace
+from converter_checks import DATASETS
 
-DATA = Path("/work/shared/datasets/agentcgroup-claude-code")
+DATA = DATASETS / "agentcgroup-claude-code"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="agentcgroup-claude-code dataset not present")
 
 
@@ -515,18 +516,16 @@ def test_real_task_without_resources_json(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing: the task directory's three files, mutated
 
-from hypothesis import HealthCheck, given, settings, strategies as st   # noqa: E402
-from fuzzing import check_converter, json_nodes, mutate as mutate_json   # noqa: E402
+from hypothesis import given, settings, strategies as st   # noqa: E402
+from converter_checks import FUZZ, check_converter, json_values, mutated   # noqa: E402
 
-_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**10), st.floats(), st.text(max_size=20),
-                  st.sampled_from(["2026-02-07T09:44:42.394Z", "12MB / 1GB", "0B / 0B", "50%", "Bash", "\u0000"]))
-_value = st.recursive(_leaf, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
-    st.sampled_from(["samples", "epoch", "mem_usage", "cpu_percent", "tool", "input", "timestamp", "end_timestamp",
-                     "command", "traces", "tool_calls", "resource_samples"]), kids, max_size=4), max_leaves=12)
+_value = json_values(
+    ["2026-02-07T09:44:42.394Z", "12MB / 1GB", "0B / 0B", "50%", "Bash"],
+    ["samples", "epoch", "mem_usage", "cpu_percent", "tool", "input", "timestamp", "end_timestamp", "command",
+     "traces", "tool_calls", "resource_samples"], width=3, max_leaves=12)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(FUZZ, max_examples=80)
 @given(data=st.data())
 def test_fuzz_mutated_task(tmp_path_factory, data):
     root = tmp_path_factory.mktemp("ccfuzz")
@@ -541,11 +540,7 @@ def test_fuzz_mutated_task(tmp_path_factory, data):
     task = root / "m" / "t"
     task.mkdir(parents=True)
     name = data.draw(st.sampled_from(sorted(keep)))
-    doc = keep[name]
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(json_nodes(doc))))
-        doc = mutate_json(doc, path, data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"])),
-                          data.draw(_value))
+    doc = mutated(data, keep[name], _value)
     for f, d in keep.items():
         (task / f).write_text(json.dumps(d if f != name else doc))
     check_converter(cc, task)

@@ -8,26 +8,24 @@ action events. Agent actions are steps except the `system` prompt; user `message
 from __future__ import annotations
 
 import json
+from functools import partial
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import openhands_events as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
-from fuzzing import check_converter, json_nodes, mutate
+from converter_checks import (DATASETS, FUZZ, check_converter, expect_trace_error, json_values,
+                              maybe_cut, mutated, only_trace, real_sample)
 
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 FOLDER = DATASETS / "openhands-events"
 GUI, WRONG, MULTI = (FOLDER / n for n in ("basic_gui_mode.json", "wrong_initial_state.json", "multiswe_output.jsonl"))
 needs_data = pytest.mark.skipif(not FOLDER.is_dir(), reason=f"real samples not present: {FOLDER}")
 
 
-def _one(path):
-    (t,) = conv.convert(path)
-    return t
+_one = partial(only_trace, conv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,13 +167,7 @@ def test_records_array_and_single_object(tmp_path):
     assert _one(p).trace_id == "openhands-events/solo"
 
 
-def _err(path, match):
-    with pytest.raises(TraceError) as ei:
-        list(conv.convert(path))
-    msg = str(ei.value)
-    assert str(path) in msg
-    for m in match:
-        assert m in msg, msg
+_err = partial(expect_trace_error, conv)
 
 
 RUN = {"command": "ls"}
@@ -229,21 +221,13 @@ def test_truncated_array_and_wrong_top_level(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=30),
-                      st.sampled_from(["run", "read", "edit", "think", "agent", "user", "2025-01-01T00:00:00",
-                                       "2025-13-01T00:00:00+05:00", "\u0000"]))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-    st.sampled_from(["id", "cause", "action", "observation", "args", "extras", "metadata", "working_dir",
-                     "source", "timestamp", "command", "path", "timeout", "history", "content"]), kids, max_size=6),
-    max_leaves=25)
+json_value = json_values(
+    ["run", "read", "edit", "think", "agent", "user", "2025-01-01T00:00:00", "2025-13-01T00:00:00+05:00"],
+    ["id", "cause", "action", "observation", "args", "extras", "metadata", "working_dir", "source", "timestamp",
+     "command", "path", "timeout", "history", "content"], max_leaves=25)
 
 
-@pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz")
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(doc=json_value, jsonl=st.booleans())
 def test_fuzz_generated(fuzz_dir, doc, jsonl):
     p = fuzz_dir / ("gen.jsonl" if jsonl else "gen.json")
@@ -253,8 +237,7 @@ def test_fuzz_generated(fuzz_dir, doc, jsonl):
 
 @pytest.fixture(scope="module")
 def small_real_events():
-    if not WRONG.is_file():
-        pytest.skip(f"real sample not present: {WRONG}")
+    real_sample(WRONG)
     events = json.loads(WRONG.read_text())
     for e in events:
         e.pop("tool_call_metadata", None)
@@ -263,18 +246,11 @@ def small_real_events():
     return events
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(data=st.data())
 def test_fuzz_mutated_real_stream(fuzz_dir, small_real_events, data):
-    events = small_real_events
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(json_nodes(events))))
-        op = data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"]))
-        events = mutate(events, path, op, data.draw(json_value))
+    events = mutated(data, small_real_events, json_value)
     text = json.dumps({"instance_id": "fz", "history": events} if data.draw(st.booleans()) else events)
-    if data.draw(st.booleans()):
-        text = text[:data.draw(st.integers(0, len(text)))]
     p = fuzz_dir / "mut.json"
-    p.write_text(text)
+    p.write_text(maybe_cut(data, text))
     check_converter(conv, p)

@@ -14,16 +14,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pytest_agentcgroup.cli import main
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import openhands_resolver as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
-from fuzzing import check_converter, json_nodes, mutate
+from converter_checks import DATASETS, FUZZ, check_converter, json_values, maybe_cut, mutated
 
 FIXTURE = Path(__file__).parent / "data" / "openhands-resolver" / "output.jsonl"
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 EXECUTING = {"bash", "python", "edit", "read", "browser", "search"}
 
 
@@ -140,20 +139,13 @@ def test_bad_records(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
-                      st.sampled_from(["run", "run_ipython", "message", "finish", "read", "ls", "\u0000",
-                                       "root@x:/w # ", "2024-08-02T10:15:00"]))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
-    st.sampled_from(["history", "action", "observation", "command", "code", "path", "args", "content", "source",
-                     "timestamp", "instruction", "issue", "instance_id"]), kids, max_size=4), max_leaves=15)
+json_value = json_values(
+    ["run", "run_ipython", "message", "finish", "read", "ls", "root@x:/w # ", "2024-08-02T10:15:00"],
+    ["history", "action", "observation", "command", "code", "path", "args", "content", "source", "timestamp",
+     "instruction", "issue", "instance_id"], width=3, max_leaves=15)
 
 
-@pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz")
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(doc=json_value, jsonl=st.booleans())
 def test_fuzz_generated(fuzz_dir, doc, jsonl):
     p = fuzz_dir / ("gen.jsonl" if jsonl else "gen.json")
@@ -168,18 +160,9 @@ def fixture_record(request):
     return rec
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(FUZZ, max_examples=60)
 @given(data=st.data())
 def test_fuzz_mutated_fixture(fuzz_dir, fixture_record, data):
-    doc = fixture_record
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(json_nodes(doc))))
-        op = data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"]))
-        doc = mutate(doc, path, op, data.draw(json_value))
-    text = json.dumps(doc)
-    if data.draw(st.booleans()):
-        text = text[:data.draw(st.integers(0, len(text)))]
     p = fuzz_dir / "mut.jsonl"
-    p.write_text(text)
+    p.write_text(maybe_cut(data, json.dumps(mutated(data, fixture_record, json_value))))
     check_converter(conv, p)

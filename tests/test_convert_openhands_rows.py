@@ -7,33 +7,31 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import _common, openhands_rows as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
-from fuzzing import check_converter, json_nodes, mutate
+from converter_checks import (DATASETS, FUZZ, check_converter, expect_trace_error, json_values,
+                              maybe_cut, mutated, real_sample)
 
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 SAMPLE = DATASETS / "openhands-swe-rebench-row" / "sample_raw.json"
 needs_sample = pytest.mark.skipif(not SAMPLE.is_file(), reason=f"real sample not present: {SAMPLE}")
 
 
 @pytest.fixture(scope="module")
 def traces():
-    if not SAMPLE.is_file():
-        pytest.skip(f"real sample not present: {SAMPLE}")
+    real_sample(SAMPLE)
     return list(conv.convert(SAMPLE))
 
 
 @pytest.fixture(scope="module")
 def rows():
-    if not SAMPLE.is_file():
-        pytest.skip(f"real sample not present: {SAMPLE}")
+    real_sample(SAMPLE)
     return json.loads(SAMPLE.read_text())
 
 
@@ -180,14 +178,7 @@ def test_rejected_editor_subcommand_is_a_noop(tmp_path):
                                     "args": {"op": "delete", "path": "/a", "rejected": True}}
 
 
-def _err(path, match=()):
-    with pytest.raises(TraceError) as ei:
-        list(conv.convert(path))
-    msg = str(ei.value)
-    assert str(path) in msg
-    for m in match:
-        assert m in msg, msg
-    return ei.value
+_err = partial(expect_trace_error, conv)
 
 
 @pytest.mark.parametrize("row, expect", [
@@ -265,21 +256,13 @@ def test_foreign_file_gets_unknown_origin_but_dataset_licence(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing: only TraceError may escape; whatever converts is a valid trace
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-                      st.text(max_size=30), st.sampled_from(["execute_bash", "str_replace_editor", "view",
-                                                              "assistant", "tool", "\u0000", "[Current working directory: /x]"]))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-    st.sampled_from(["role", "content", "tool_calls", "function", "name", "arguments", "command", "path",
-                     "timeout", "is_input", "trajectory", "instance_id", "view_range", "x"]), kids, max_size=5),
-    max_leaves=20)
+json_value = json_values(
+    ["execute_bash", "str_replace_editor", "view", "assistant", "tool", "[Current working directory: /x]"],
+    ["role", "content", "tool_calls", "function", "name", "arguments", "command", "path", "timeout", "is_input",
+     "trajectory", "instance_id", "view_range", "x"])
 
 
-@pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz")
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(rows=st.lists(json_value, max_size=3) | json_value)
 def test_fuzz_generated(fuzz_dir, rows):
     p = fuzz_dir / "gen.json"
@@ -298,19 +281,9 @@ def small_real_row(rows):
     return row
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(data=st.data())
 def test_fuzz_mutated_real_row(fuzz_dir, small_real_row, data):
-    row = small_real_row
-    for _ in range(data.draw(st.integers(1, 3))):
-        nodes = list(json_nodes(row))
-        path = data.draw(st.sampled_from(nodes))
-        op = data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"]))
-        row = mutate(row, path, op, data.draw(json_value))
     p = fuzz_dir / "mut.jsonl"
-    text = json.dumps(row) + "\n"
-    if data.draw(st.booleans()):
-        text = text[:data.draw(st.integers(0, len(text)))]  # truncated line
-    p.write_text(text)
+    p.write_text(maybe_cut(data, json.dumps(mutated(data, small_real_row, json_value)) + "\n"))
     check_converter(conv, p)

@@ -7,26 +7,24 @@ Expected steps were read off each archive's library-side `*.trace` members by ha
 from __future__ import annotations
 
 import json
+from functools import partial
 import zipfile
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import playwright as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
-from fuzzing import check_converter
+from converter_checks import (DATASETS, FUZZ, check_converter, expect_trace_error, json_values,
+                              only_trace, real_sample)
 
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 FOLDER = DATASETS / "playwright-trace"
 T137, LIB146, TEST1 = FOLDER / "trace-1.37.zip", FOLDER / "trace-library-1.46.zip", FOLDER / "test-trace1.zip"
 needs_data = pytest.mark.skipif(not FOLDER.is_dir(), reason=f"real samples not present: {FOLDER}")
 
 
-def _one(path):
-    (t,) = conv.convert(path)
-    return t
+_one = partial(only_trace, conv)
 
 
 @needs_data
@@ -138,14 +136,7 @@ def test_version_9_title_and_bounds(tmp_path):
         _one(_zip(tmp_path / "v2.zip", {"trace.trace": _nd({**HEADER, "version": 2}, ev)}))
 
 
-def _err(path, match):
-    with pytest.raises(TraceError) as ei:
-        list(conv.convert(path))
-    msg = str(ei.value)
-    assert str(path) in msg
-    for m in match:
-        assert m in msg, msg
-    return ei.value
+_err = partial(expect_trace_error, conv)
 
 
 @pytest.mark.parametrize("members, expect", [
@@ -224,19 +215,13 @@ def test_too_many_members(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
-                      st.sampled_from(["before", "after", "action", "context-options", "Frame", "Test", "c1", "\u0000"]))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
-    st.sampled_from(["type", "version", "callId", "startTime", "endTime", "class", "method", "params", "selector",
-                     "url", "metadata", "id", "internal", "apiName"]), kids, max_size=6), max_leaves=20)
+json_value = json_values(
+    ["before", "after", "action", "context-options", "Frame", "Test", "c1"],
+    ["type", "version", "callId", "startTime", "endTime", "class", "method", "params", "selector", "url",
+     "metadata", "id", "internal", "apiName"])
 
 
-@pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz")
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(events=st.lists(json_value, max_size=6), header=st.booleans())
 def test_fuzz_generated(fuzz_dir, events, header):
     lines = ([json.dumps(HEADER)] if header else []) + [json.dumps(e) for e in events]
@@ -245,14 +230,12 @@ def test_fuzz_generated(fuzz_dir, events, header):
 
 @pytest.fixture(scope="module")
 def real_lines():
-    if not LIB146.is_file():
-        pytest.skip(f"real sample not present: {LIB146}")
+    real_sample(LIB146)
     with zipfile.ZipFile(LIB146) as zf:
         return zf.read("trace.trace").decode().splitlines()
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(data=st.data())
 def test_fuzz_mutated_real_trace(fuzz_dir, real_lines, data):
     lines = list(real_lines)
@@ -278,11 +261,10 @@ def test_fuzz_mutated_real_trace(fuzz_dir, real_lines, data):
     check_converter(conv, _zip(fuzz_dir / "mut.zip", {"trace.trace": "\n".join(lines)}))
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(FUZZ, max_examples=50)
 @given(cut=st.integers(0, 2000), flip=st.integers(0, 2000), byte=st.integers(0, 255))
 def test_fuzz_corrupted_archive_bytes(fuzz_dir, cut, flip, byte):
-    if not LIB146.is_file():
-        pytest.skip(f"real sample not present: {LIB146}")
+    real_sample(LIB146)
     data = bytearray(LIB146.read_bytes())
     if flip < len(data):
         data[flip] = byte

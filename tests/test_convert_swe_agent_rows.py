@@ -6,32 +6,30 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import partial
 from collections import Counter
-from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import _swe_agent, swe_agent_rows as conv
 from pytest_agentcgroup.traces.ir import TraceError, parse_trace
-from fuzzing import check_converter, json_nodes, mutate
+from converter_checks import (DATASETS, FUZZ, check_converter, expect_trace_error, json_values,
+                              maybe_cut, mutated, real_sample)
 
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 SAMPLE = DATASETS / "swe-agent-hf-rows" / "rows_1-3.json"
 
 
 @pytest.fixture(scope="module")
 def traces():
-    if not SAMPLE.is_file():
-        pytest.skip(f"real sample not present: {SAMPLE}")
+    real_sample(SAMPLE)
     return list(conv.convert(SAMPLE))
 
 
 @pytest.fixture(scope="module")
 def rows():
-    if not SAMPLE.is_file():
-        pytest.skip(f"real sample not present: {SAMPLE}")
+    real_sample(SAMPLE)
     return json.loads(SAMPLE.read_text())
 
 
@@ -144,13 +142,7 @@ def test_cwd_carries_from_the_previous_output(tmp_path):
     assert t.steps[3].to_json() == {"step_id": 3, "tool": "noop", "native_tool": "(no command)", "args": {}}
 
 
-def _err(path, match):
-    with pytest.raises(TraceError) as ei:
-        list(conv.convert(path))
-    msg = str(ei.value)
-    assert str(path) in msg
-    for m in match:
-        assert m in msg, msg
+_err = partial(expect_trace_error, conv)
 
 
 @pytest.mark.parametrize("row, expect", [
@@ -193,20 +185,12 @@ def test_parquet(rows, traces, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
-                      st.sampled_from(["ai", "user", "system", "```\nls\n```", "```\nedit 1:2\nx\nend_of_edit\n```",
-                                       "(Current directory: /x)", "\u0000"]))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-    st.sampled_from(["role", "text", "trajectory", "instance_id", "mask", "system_prompt"]), kids, max_size=4),
-    max_leaves=20)
+json_value = json_values(
+    ["ai", "user", "system", "```\nls\n```", "```\nedit 1:2\nx\nend_of_edit\n```", "(Current directory: /x)"],
+    ["role", "text", "trajectory", "instance_id", "mask", "system_prompt"])
 
 
-@pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz")
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(doc=st.lists(json_value, max_size=3) | json_value)
 def test_fuzz_generated(fuzz_dir, doc):
     p = fuzz_dir / "gen.json"
@@ -225,18 +209,10 @@ def small_real_row(rows):
     return row
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@FUZZ
 @given(data=st.data())
 def test_fuzz_mutated_real_row(fuzz_dir, small_real_row, data):
-    row = small_real_row
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(json_nodes(row))))
-        op = data.draw(st.sampled_from(["replace", "delete", "nul", "fence"] if path else ["replace"]))
-        row = mutate(row, path, op, data.draw(json_value))
-    text = json.dumps(row) + "\n"
-    if data.draw(st.booleans()):
-        text = text[:data.draw(st.integers(0, len(text)))]
+    row = mutated(data, small_real_row, json_value, ops=("replace", "delete", "nul", "fence"))
     p = fuzz_dir / "mut.jsonl"
-    p.write_text(text)
+    p.write_text(maybe_cut(data, json.dumps(row) + "\n"))
     check_converter(conv, p)

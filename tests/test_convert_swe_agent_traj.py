@@ -7,26 +7,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
+from functools import partial
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import swe_agent_traj as conv
-from pytest_agentcgroup.traces.ir import TraceError, parse_trace
-from fuzzing import check_converter, json_nodes, mutate
+from pytest_agentcgroup.traces.ir import parse_trace
+from converter_checks import (DATASETS, FUZZ, check_converter, expect_trace_error, json_values,
+                              maybe_cut, mutated, only_trace, real_sample)
 
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 FOLDER = DATASETS / "swe-agent-traj"
 V0_REPO, V0_CTF = FOLDER / "v0_test-repo-i1.traj", FOLDER / "v0_ctf_networking_1.traj"
 V1_REPO, V1_MARSH = FOLDER / "v1_test-repo-6e44b9.traj", FOLDER / "v1_marshmallow_fc_replace_src.traj"
 needs_data = pytest.mark.skipif(not FOLDER.is_dir(), reason=f"real samples not present: {FOLDER}")
 
 
-def _one(path):
-    (t,) = conv.convert(path)
-    return t
+_one = partial(only_trace, conv)
 
 
 @needs_data
@@ -121,13 +119,7 @@ def test_state_is_after_the_action(tmp_path):
     assert t.steps[3].to_json() == {"step_id": 3, "tool": "noop", "native_tool": "(empty)", "args": {}}
 
 
-def _err(path, match):
-    with pytest.raises(TraceError) as ei:
-        list(conv.convert(path))
-    msg = str(ei.value)
-    assert str(path) in msg
-    for m in match:
-        assert m in msg, msg
+_err = partial(expect_trace_error, conv)
 
 
 @pytest.mark.parametrize("doc, expect", [
@@ -160,20 +152,12 @@ def test_truncated(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Fuzzing
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=30),
-                      st.sampled_from(["open a.py", "edit 1:2\nx\nend_of_edit", "submit", "ls",
-                                       '{"open_file": "n/a", "working_dir": "/x"}', "\u0000"]))
-json_value = st.recursive(json_leaf, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-    st.sampled_from(["trajectory", "action", "state", "working_dir", "open_file", "execution_time", "history",
-                     "role", "content"]), kids, max_size=5), max_leaves=20)
+json_value = json_values(
+    ["open a.py", "edit 1:2\nx\nend_of_edit", "submit", "ls", '{"open_file": "n/a", "working_dir": "/x"}'],
+    ["trajectory", "action", "state", "working_dir", "open_file", "execution_time", "history", "role", "content"])
 
 
-@pytest.fixture(scope="module")
-def fuzz_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("fuzz")
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(doc=json_value)
 def test_fuzz_generated(fuzz_dir, doc):
     p = fuzz_dir / "gen.traj"
@@ -184,8 +168,7 @@ def test_fuzz_generated(fuzz_dir, doc):
 @pytest.fixture(scope="module", params=["v0", "v1"])
 def small_real_traj(request):
     path = V0_REPO if request.param == "v0" else V1_REPO
-    if not path.is_file():
-        pytest.skip(f"real sample not present: {path}")
+    real_sample(path)
     doc = json.loads(path.read_text())
     doc.pop("replay_config", None)
     for s in doc["trajectory"]:
@@ -197,18 +180,9 @@ def small_real_traj(request):
     return doc
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(FUZZ, max_examples=50)
 @given(data=st.data())
 def test_fuzz_mutated_real_traj(fuzz_dir, small_real_traj, data):
-    doc = small_real_traj
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(st.sampled_from(list(json_nodes(doc))))
-        op = data.draw(st.sampled_from(["replace", "delete", "nul"] if path else ["replace"]))
-        doc = mutate(doc, path, op, data.draw(json_value))
-    text = json.dumps(doc)
-    if data.draw(st.booleans()):
-        text = text[:data.draw(st.integers(0, len(text)))]
     p = fuzz_dir / "mut.traj"
-    p.write_text(text)
+    p.write_text(maybe_cut(data, json.dumps(mutated(data, small_real_traj, json_value))))
     check_converter(conv, p)
