@@ -60,10 +60,11 @@ int agcg_stop_onset(struct reclaim_begin_args *args) {
     u64 now = bpf_ktime_get_ns();
     u32 tid = (u32)bpf_get_current_pid_tgid();
     struct stop_watch *w = agcg_stop_tasks.lookup(&tid);
-    if (!w || w->stop_ns)
+    if (!w)
         return 0;
-    w->reclaims += 1;
-    if (w->onset_ns)
+    if (!w->stop_ns)
+        w->reclaims += 1;
+    if (w->onset_ns)            /* still recorded after a stop: a stop may come before any reclaim */
         return 0;
     w->onset_ns = now;
     read_progress(w, &w->onset_progress);
