@@ -1,4 +1,5 @@
-"""The BPF programs on real cgroups: observer vs cgroup counters, egress policy, in-kernel throttle.
+"""The BPF programs on real cgroups: observer vs cgroup counters, egress policy, in-kernel throttle,
+task-stop observer (exp2).
 
 Each test makes its cgroups with RunTree (closed in the fixture) and checks afterwards that none of
 our programs (named agcg_*) is still loaded (`bpftool prog show`).
