@@ -5,9 +5,15 @@ Controllers (settings in experiments/exp2.toml):
   psi           a PSI trigger on the burst cgroup's memory.pressure (window: what the host allows)
   ebpf_ringbuf  the eBPF program posts a ring-buffer event; user space sends SIGSTOP
   ebpf_kernel   the eBPF program sends SIGSTOP itself (bpf_send_signal)
-Pressure onset = the first memcg reclaim in the burst cgroup, stamped in the kernel (bpf_ktime_get_ns,
-CLOCK_MONOTONIC) by bpf/programs/reclaim_throttle.bpf.c for every controller; actuation = SIGSTOP sent
-(user space: time.monotonic_ns() after kill(); in-kernel: bpf_ktime_get_ns() after bpf_send_signal).
+Every controller is measured by one observer, bpf/programs/task_stop.bpf.c, to the same endpoints,
+both kernel clock (bpf_ktime_get_ns, CLOCK_MONOTONIC):
+  onset  the first memcg reclaim the burst worker entered
+  stop   the worker's first switch-out in a stopped state (sched_switch): the SIGSTOP took effect
+reaction = stop - onset. The worker publishes how many bytes of the burst it has touched; the
+observer reads that counter in the worker's own context at both endpoints, so
+overshoot = touched at stop - touched at onset: the memory the controller's delay let through.
+"sent" (when the signal was sent: user space after kill(), in-kernel after bpf_send_signal) is shown
+for information only; it is not the task stopping and nothing is asserted on it.
 A co-located probe process (sleep 1 ms, measure lateness) runs throughout; its p99 per controller
 phase is reported too.
 """
@@ -30,16 +36,25 @@ import pytest
 from pytest_agentcgroup.metrics.records import Metric
 
 CONFIG = Path(__file__).with_name("exp2.toml")
+MIB = 1 << 20
 
 WORKER = r"""
-import mmap, os, sys
+import ctypes, mmap, os, sys
 MB = 1 << 20
+# bytes of the burst touched so far; task_stop.bpf.c reads it (at its address) at onset and at the stop
+counter = bytearray(8)
+progress = memoryview(counter).cast("Q")
+progress_addr = ctypes.addressof(ctypes.c_char.from_buffer(counter))
 def join(files):
     for f in files.split(","):
         fd = os.open(f, os.O_WRONLY); os.write(fd, b"0"); os.close(fd)
 def touch(m, n):
     for i in range(0, n, 4096):
         m[i] = 1
+def touch_burst(m):
+    for i in range(4096, len(m) + 1, 4096):
+        m[i - 4096] = 1
+        progress[0] = i
 maps = []
 out = sys.stdout
 for line in sys.stdin:
@@ -50,9 +65,10 @@ for line in sys.stdin:
         touch(cushion, c); cushion.madvise(mmap.MADV_FREE)
         burst = mmap.mmap(-1, b, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         maps = [cushion, burst]
-        out.write("ready\n"); out.flush()
+        progress[0] = 0
+        out.write(f"ready {progress_addr}\n"); out.flush()
     elif cmd == "go":
-        touch(maps[1], len(maps[1]))
+        touch_burst(maps[1])
         out.write("done\n"); out.flush()
     elif cmd == "free":                    # free <park join files>
         for m in maps: m.close()
@@ -103,10 +119,12 @@ class Worker:
         self.pid = self.proc.pid
 
     def ask(self, line, expect):
+        """Send a command; the reply must start with `expect`; returns what follows it."""
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
         got = self.proc.stdout.readline().strip()
-        assert got == expect, f"worker said {got!r} to {line!r} (exit {self.proc.poll()})"
+        assert got.split(" ", 1)[0] == expect, f"worker said {got!r} to {line!r} (exit {self.proc.poll()})"
+        return got[len(expect):].strip()
 
     def send(self, line):
         self.proc.stdin.write(line + "\n")
@@ -124,19 +142,6 @@ def max_events_file(cg):
         return cg.unified / "memory.events", lambda text: int(next(
             (l.split()[1] for l in text.splitlines() if l.startswith("max ")), 0))
     return cg.paths["memory"] / "memory.failcnt", int
-
-
-def wait_stopped(pid, timeout_s=0.5):
-    """Wait until the process is in state T, so a SIGCONT cannot overtake a queued SIGSTOP."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
-                return True
-        except OSError:
-            return False
-        time.sleep(0.0005)
-    return False
 
 
 def stop_now(pid):
@@ -215,41 +220,57 @@ def react_kernel(thr, timeout_s):
     return arm
 
 
-def run_bursts(name, arm, *, thr, workload, park, workers, cfg, uses_thr_mark, count):
-    """`count` bursts under one controller. With several workers, the bursts run in that many
-    parallel lanes, each burst in its own cgroup with its own controller instance (used for PSI,
-    whose reaction is bounded by each cgroup's own 2 s averaging tick, not by the CPU)."""
+def run_bursts(name, arm, *, obs, thr, workload, park, workers, cfg, count):
+    """`count` bursts under one controller, each measured by the task-stop observer `obs`. With
+    several workers, the bursts run in that many parallel lanes, each burst in its own cgroup with
+    its own controller instance (used for PSI, whose reaction is bounded by each cgroup's own 2 s
+    averaging tick, not by the CPU)."""
     b = cfg["burst"]
+    burst_bytes = b["burst_mb"] << 20
     lock = threading.Lock()                  # the BPF maps and the shared lists
-    reactions, stopped_after, misses, errors = [], [], [], []
+    reactions, overshoots, sent, misses, no_onset, early, late, errors = [], [], [], [], [], [], [], []
+    where = []                               # where each reaction's time went (diagnostics)
 
     def burst(i, worker):
         cg = workload.child(f"{name}-{i}", ("memory",))
         try:
             cg.set_memory_max(b["limit_mb"] << 20)
-            worker.ask(f"prep {','.join(cg.join_files())} {b['cushion_mb']} {b['burst_mb']}", "ready")
-            if not uses_thr_mark:
-                with lock:
-                    thr.mark(cg.id, "record")       # onset stamp only
+            progress_addr = int(worker.ask(f"prep {','.join(cg.join_files())} {b['cushion_mb']} {b['burst_mb']}",
+                                           "ready"))
+            with lock:
+                obs.watch(worker.pid, progress_addr)
             wait = arm(cg, worker.pid)
             worker.send("go")
             acted = wait()
-            if acted is not None:
-                wait_stopped(worker.pid)
+            # wait for the SIGSTOP to take effect before SIGCONT, which would otherwise overtake it
+            seen = obs.wait_stop(worker.pid, b["stop_timeout_s"]) if acted is not None else obs.seen(worker.pid)
             os.kill(worker.pid, signal.SIGCONT)
             got = worker.proc.stdout.readline().strip()
             assert got == "done", f"burst {name}-{i}: worker said {got!r} (exit {worker.proc.poll()})"
+            assert seen is not None and not seen.read_err, \
+                f"burst {name}-{i}: task_stop.bpf.c could not read the worker's progress counter: {seen}"
             with lock:
-                st = thr.state(cg.id)
-                if acted is None or st is None or not st.trigger_ns:
+                after = obs.seen(worker.pid)             # the whole burst, resumed or not
+                if not after.onset_ns:
+                    no_onset.append((i, cg.counters()))
+                elif seen.stop_ns and not seen.onset_ns:
+                    early.append(i)                       # stopped before the first reclaim began
+                elif acted is None or seen.reaction_ns is None:
                     misses.append(i)
                 else:
-                    reactions.append((acted - st.trigger_ns) / 1e6)
-                    if st.stopped_ns:
-                        stopped_after.append((st.stopped_ns - st.trigger_ns) / 1e6)
+                    reactions.append(seen.reaction_ns / 1e6)
+                    overshoots.append(seen.overshoot_bytes / MIB)
+                    if seen.stop_progress >= burst_bytes:
+                        late.append(i)
+                    sent.append((acted - seen.onset_ns) / 1e6)
+                    where.append({"reaction_ms": seen.reaction_ns / 1e6,
+                                  "first_reclaim_ms": (seen.onset_end_ns - seen.onset_ns) / 1e6 if seen.onset_end_ns else None,
+                                  "runnable_ms": seen.runnable_ns / 1e6, "blocked_ms": seen.blocked_ns / 1e6,
+                                  "reclaims": seen.reclaims})
             worker.ask(f"free {','.join(park.join_files())}", "freed")
         finally:
             with lock:
+                obs.unwatch(worker.pid)
                 thr.unmark(cg.id)
             cg.remove()
 
@@ -271,24 +292,50 @@ def run_bursts(name, arm, *, thr, workload, park, workers, cfg, uses_thr_mark, c
             t.join()
     if errors:
         raise errors[0]
-    return {"controller": name, "n": len(reactions), "misses": len(misses), "lanes": len(workers),
+    where.sort(key=lambda w: w["reaction_ms"])
+    return {"controller": name, "n": len(reactions), "misses": len(misses), "no_onset": len(no_onset),
+            "no_onset_counters": [f"burst {i}: {c}" for i, c in no_onset],
+            "early": len(early), "late": len(late), "lanes": len(workers),
             "p50_ms": pct(reactions, 50), "p95_ms": pct(reactions, 95), "p99_ms": pct(reactions, 99),
             "max_ms": max(reactions, default=float("nan")),
-            "stopped_p99_ms": pct(stopped_after, 99) if stopped_after else None,
+            "overshoot_p50_mib": pct(overshoots, 50), "overshoot_p99_mib": pct(overshoots, 99),
+            "sent_p99_ms": pct(sent, 99),
+            "runnable_p99_ms": pct([w["runnable_ms"] for w in where], 99),
+            "first_reclaim_p99_ms": pct([w["first_reclaim_ms"] for w in where if w["first_reclaim_ms"] is not None], 99),
+            "no_cpu_wait_p99_ms": pct([w["reaction_ms"] - w["runnable_ms"] for w in where], 99),
+            "slowest": where[-3:],
             "window": (t_start, time.monotonic_ns())}
 
-
 # what each number of a result row is (extra_info["exp2_columns"]); reactions are kernel-clock
-# differences (actuation - first reclaim), so every percentile of them is derived
+# differences (task stopped - first reclaim), overshoots differences of the worker's own counter
+# read in the kernel at those two moments, so every percentile of them is derived
 COLUMNS = {m.name: {k: v for k, v in m.describe(None).items() if k != "value"} for m in (
-    Metric("n", "count", "higher", "recorded", "bursts the controller reacted to"),
-    Metric("misses", "count", "lower", "recorded", "bursts with no reaction before the burst ended"),
+    Metric("n", "count", "higher", "recorded", "bursts in which the controller stopped the worker"),
+    Metric("misses", "count", "lower", "recorded",
+           "bursts the worker was not stopped in (the controller did not act in time, or its signal never took effect)"),
+    Metric("no_onset", "count", "lower", "recorded", "bursts that never reached memcg reclaim (measure nothing)"),
+    Metric("early", "count", "none", "recorded",
+           "bursts the worker stopped in before its first reclaim (a charge failed, the controller saw it, and "
+           "the stop came before reclaim began); not in the percentiles"),
+    Metric("late", "count", "lower", "recorded", "stops that came after the worker had finished the whole burst"),
     Metric("lanes", "count", "none", "synthetic", "bursts run concurrently (one cgroup each); from exp2.toml"),
-    Metric("p50_ms", "ms", "lower", "derived", "median reaction: actuation - first memcg reclaim (kernel clock)"),
-    Metric("p95_ms", "ms", "lower", "derived", "95th percentile of the reactions"),
-    Metric("p99_ms", "ms", "lower", "derived", "99th percentile of the reactions"),
-    Metric("max_ms", "ms", "lower", "derived", "slowest reaction"),
-    Metric("stopped_p99_ms", "ms", "lower", "derived", "p99 of trigger -> the stopped task left the CPU (sched_switch)"),
+    Metric("p50_ms", "ms", "lower", "derived",
+           "median reaction: worker left the CPU stopped (sched_switch) - its first memcg reclaim, kernel clock"),
+    Metric("p95_ms", "ms", "lower", "derived", "95th percentile of the reactions (to the stop)"),
+    Metric("p99_ms", "ms", "lower", "derived", "99th percentile of the reactions (to the stop)"),
+    Metric("max_ms", "ms", "lower", "derived", "slowest reaction (to the stop)"),
+    Metric("overshoot_p50_mib", "MiB", "lower", "derived",
+           "median of burst bytes the worker touched between its first reclaim and its stop"),
+    Metric("overshoot_p99_mib", "MiB", "lower", "derived", "99th percentile of the overshoots"),
+    Metric("sent_p99_ms", "ms", "lower", "derived",
+           "informational, not asserted: p99 of signal sent (user space after kill(), in-kernel after "
+           "bpf_send_signal) - first reclaim"),
+    Metric("runnable_p99_ms", "ms", "lower", "derived",
+           "diagnostic: p99 of the time the worker waited for a CPU (off the CPU, runnable) between onset and stop"),
+    Metric("first_reclaim_p99_ms", "ms", "lower", "derived",
+           "diagnostic: p99 duration of the worker's first memcg reclaim (a signal is acted on only after it)"),
+    Metric("no_cpu_wait_p99_ms", "ms", "lower", "derived",
+           "diagnostic, not asserted: p99 of (reaction - time the worker waited for a CPU), i.e. without the host's CPU contention"),
     Metric("probe_p99_ms", "ms", "lower", "derived", "p99 lateness of a co-located 1 ms sleeper during the bursts"),
 )}
 
@@ -301,19 +348,21 @@ def _cap_sys_resource() -> bool:
 @pytest.mark.experiment(name="exp2")
 def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_path, capsys):
     from pytest_agentcgroup.bpf import features
-    from pytest_agentcgroup.bpf.controller import NEEDS      # the in-kernel arm's, plus the stop timing hook
-    why = features.missing(*NEEDS, "tp:sched/sched_switch")
+    from pytest_agentcgroup.bpf import controller, task_stop
+    why = features.missing(*controller.NEEDS, *task_stop.NEEDS)     # the in-kernel arm's and the stop observer's
     if why:
         pytest.skip(why)
+    from pytest_agentcgroup.bpf.task_stop import TaskStopObserver
     from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
 
     cfg = tomllib.loads(CONFIG.read_text())
-    b, c = cfg["burst"], cfg["controllers"]
+    b, c, claim = cfg["burst"], cfg["controllers"], cfg["claim"]
     workload = workload_cgroup.child("bursts", agentcgroup_tree.controllers, inner=True)
     park = workload.child("park", ("memory",))
     probe_cg = workload_cgroup.child("probe", agentcgroup_tree.controllers)
     probe_out = tmp_path / "probe.json"
     results = []
+    stopped_mask = []
 
     def measure():
         workers = [Worker(park) for _ in range(max(1, b.get("psi_lanes", 1)))]
@@ -321,20 +370,21 @@ def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_pa
         probe = subprocess.Popen([sys.executable, "-c", PROBE, str(cfg["probe"]["period_us"]), str(probe_out)],
                                  preexec_fn=child_setup(probe_cg))
         try:
-            with ReclaimThrottle() as thr:
-                plan = [(f"poll_{ms}ms", react_poll(ms / 1000, b["react_timeout_s"]), False)
-                        for ms in c["poll_ms"]]
+            # the observer first: on the shared reclaim tracepoint it is attached before the throttle
+            with TaskStopObserver() as obs, ReclaimThrottle(track_stop=False) as thr:
+                stopped_mask.append(obs.stopped_mask)
+                plan = [(f"poll_{ms}ms", react_poll(ms / 1000, b["react_timeout_s"])) for ms in c["poll_ms"]]
                 if c.get("psi"):
-                    plan.append(("psi", react_psi(b["psi_window_us"], b["psi_threshold_us"], b["psi_timeout_s"]), False))
+                    plan.append(("psi", react_psi(b["psi_window_us"], b["psi_threshold_us"], b["psi_timeout_s"])))
                 if c.get("ebpf_ringbuf"):
-                    plan.append(("ebpf_ringbuf", react_ringbuf(thr, b["react_timeout_s"]), True))
+                    plan.append(("ebpf_ringbuf", react_ringbuf(thr, b["react_timeout_s"])))
                 if c.get("ebpf_kernel"):
-                    plan.append(("ebpf_kernel", react_kernel(thr, b["react_timeout_s"]), True))
-                for name, arm, own in plan:
+                    plan.append(("ebpf_kernel", react_kernel(thr, b["react_timeout_s"])))
+                for name, arm in plan:
                     psi = name == "psi"
-                    results.append(run_bursts(name, arm, thr=thr, workload=workload, park=park,
+                    results.append(run_bursts(name, arm, obs=obs, thr=thr, workload=workload, park=park,
                                               workers=workers if psi else [worker], cfg=cfg,
-                                              uses_thr_mark=own, count=b["psi_count"] if psi else b["count"]))
+                                              count=b["psi_count"] if psi else b["count"]))
         finally:
             for w in workers:
                 w.close()
@@ -352,20 +402,32 @@ def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_pa
 
     # without CAP_SYS_RESOURCE a PSI trigger is evaluated on the group's 2 s averaging tick
     psi_privilege = "; no CAP_SYS_RESOURCE: triggers fire on the 2 s averaging tick" if not _cap_sys_resource() else ""
-    lines = [f"Experiment 2 — reaction time to a memory burst (onset = first memcg reclaim, kernel clock); "
-             f"{b['count']} bursts/controller ({b['psi_count']} for PSI, in {b.get('psi_lanes', 1)} parallel lanes: "
-             f"one cgroup + trigger each); PSI window {b['psi_window_us'] // 1000} ms "
-             f"(host accepts multiples of 2 s{psi_privilege}), threshold {b['psi_threshold_us']} us",
-             f"{'controller':14} {'n':>4} {'miss':>4} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9} {'max ms':>9}"
-             f" {'stop p99':>9} {'probe p99':>9}"]
-    fmt = lambda v: f"{v:9.3f}" if isinstance(v, (int, float)) and v == v else f"{'-':>9}"
+    lines = [f"Experiment 2 — reaction to a memory burst, measured to the worker stopping: onset = its first memcg "
+             f"reclaim, stop = it left the CPU stopped (sched_switch prev_state & {stopped_mask[0]:#x}), both kernel "
+             f"clock (task_stop.bpf.c); overshoot = burst MiB it touched in between",
+             f"{b['count']} bursts/controller of {b['burst_mb']} MiB over a {b['limit_mb']} MiB limit "
+             f"({b['psi_count']} for PSI, in {b.get('psi_lanes', 1)} parallel lanes: one cgroup + trigger each); "
+             f"PSI window {b['psi_window_us'] // 1000} ms (host accepts multiples of 2 s{psi_privilege}), "
+             f"threshold {b['psi_threshold_us']} us; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end",
+             f"{'controller':14} {'n':>4} {'miss':>4} {'earl':>4} {'late':>4} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9}"
+             f" {'max ms':>9} {'over p50':>8} {'over p99':>8} {'sent p99':>9} {'probe p99':>9}"]
+    fmt = lambda v, w=9: f"{v:{w}.3f}" if isinstance(v, (int, float)) and v == v else f"{'-':>{w}}"
     for r in results:
-        lines.append(f"{r['controller']:14} {r['n']:4d} {r['misses']:4d} {fmt(r['p50_ms'])} {fmt(r['p95_ms'])}"
-                     f" {fmt(r['p99_ms'])} {fmt(r['max_ms'])} {fmt(r['stopped_p99_ms'])} {fmt(r['probe_p99_ms'])}")
-    lines.append("stop p99: trigger -> the stopped task left the CPU (sched_switch); "
+        lines.append(f"{r['controller']:14} {r['n']:4d} {r['misses']:4d} {r['early']:4d} {r['late']:4d} {fmt(r['p50_ms'])}"
+                     f" {fmt(r['p95_ms'])} {fmt(r['p99_ms'])} {fmt(r['max_ms'])} {fmt(r['overshoot_p50_mib'], 8)}"
+                     f" {fmt(r['overshoot_p99_mib'], 8)} {fmt(r['sent_p99_ms'])} {fmt(r['probe_p99_ms'])}")
+    lines.append("p50/p95/p99/max: onset -> stop (ms); over: overshoot (MiB); earl: stopped before the first reclaim "
+                 "(not in the percentiles); late: stopped only after the whole burst; sent p99: onset -> signal sent, informational (not the stop, not asserted); "
                  "probe p99: lateness of a co-located 1 ms sleeper during that controller's bursts"
                  + "".join(f" ({r['controller']}: {r['lanes']} bursts at a time, so not comparable)"
                            for r in results if r["lanes"] > 1))
+    for r in results:                                  # where the slowest stops' time went
+        if r["controller"].startswith("ebpf"):
+            lines.append(f"{r['controller']}: p99 without the wait for a CPU {fmt(r['no_cpu_wait_p99_ms'], 0).strip()} ms; "
+                         f"slowest stops: " + "; ".join(
+                f"{w['reaction_ms']:.3f} ms = first reclaim {fmt(w['first_reclaim_ms'], 0).strip()} ms, "
+                f"waiting for a CPU {w['runnable_ms']:.3f} ms, blocked {w['blocked_ms']:.3f} ms, "
+                f"{w['reclaims']} reclaims" for w in r["slowest"]))
     with capsys.disabled():                            # output capture would swallow the table
         print("\n" + "\n".join(lines))
     benchmark.extra_info["exp2"] = results
@@ -373,11 +435,18 @@ def test_exp2_reaction_time(workload_cgroup, agentcgroup_tree, benchmark, tmp_pa
     benchmark.extra_info["exp2_table"] = lines
 
     by = {r["controller"]: r for r in results}
+    assert all(r["no_onset"] == 0 for r in results), \
+        f"bursts that never reached memcg reclaim measure nothing: {[(r['controller'], r['no_onset_counters']) for r in results if r['no_onset']]}"
     kern = by["ebpf_kernel"]
     if "psi" in by:
-        assert b["psi_count"] >= 100 and by["psi"]["n"] > 0, f"the PSI trigger never fired: {by['psi']}"
-    poll = by[f"poll_{cfg['claim']['speedup_vs_poll_ms']}ms"]
-    assert kern["n"] >= 100 and kern["misses"] == 0, f"in-kernel controller missed bursts: {kern}"
-    assert kern["p99_ms"] <= cfg["claim"]["kernel_p99_max_ms"], kern
-    assert poll["n"] > 0, f"50 ms polling never reacted: {poll}"
-    assert poll["p99_ms"] >= cfg["claim"]["speedup_min"] * kern["p99_ms"], (kern, poll)
+        assert b["psi_count"] >= 100 and by["psi"]["n"] > 0, f"the PSI trigger never stopped the worker: {by['psi']}"
+    poll = by[f"poll_{claim['speedup_vs_poll_ms']}ms"]
+    assert b["count"] >= 100 and kern["n"] >= 100 and kern["misses"] == 0, \
+        f"the in-kernel controller did not stop the worker in every burst: {kern}"
+    assert kern["p99_ms"] <= claim["kernel_p99_max_ms"], \
+        (f"in-kernel p99 to the stop is {kern['p99_ms']:.3f} ms, over the claimed {claim['kernel_p99_max_ms']} ms "
+         f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; where the slowest stops' time went: "
+         f"{kern['slowest']}; p99 without the wait for a CPU: {kern['no_cpu_wait_p99_ms']:.3f} ms)")
+    assert poll["n"] > 0, f"{claim['speedup_vs_poll_ms']} ms polling never stopped the worker: {poll}"
+    assert poll["p99_ms"] >= claim["speedup_min"] * kern["p99_ms"], \
+        f"in-kernel p99 to the stop is not {claim['speedup_min']}x below {poll['controller']}'s: {kern} {poll}"

@@ -1,4 +1,5 @@
-"""The BPF programs on real cgroups: observer vs cgroup counters, egress policy, in-kernel throttle.
+"""The BPF programs on real cgroups: observer vs cgroup counters, egress policy, in-kernel throttle,
+task-stop observer (exp2).
 
 Each test makes its cgroups with RunTree (closed in the fixture) and checks afterwards that none of
 our programs (named agcg_*) is still loaded (`bpftool prog show`).
@@ -221,6 +222,95 @@ def test_throttle_stops_low_priority_allocator(run_tree):
         q = run([sys.executable, "-c", ALLOCATOR], join=normal.join_files(), timeout_s=30)
         assert q.exit_code == 0 and normal.counters().peak_bytes >= 60 * MB    # it did hit the limit
         assert all(e.cgroup_id != normal.id for e in thr.poll(0))
+
+
+# -- task-stop observer (exp2's one endpoint) -------------------------------------------------------
+
+SLEEPER = "import time\nwhile True: time.sleep(0.002)"
+
+# publishes how many burst bytes it has touched (a u64 at the address it prints), like exp2's worker
+PROGRESS_ALLOCATOR = """
+import ctypes, mmap, sys
+MB = 1 << 20
+counter = bytearray(8)
+progress = memoryview(counter).cast("Q")
+print(ctypes.addressof(ctypes.c_char.from_buffer(counter)), flush=True)
+sys.stdin.readline()                     # go
+cushion = mmap.mmap(-1, 32 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, 32 * MB, 4096): cushion[i] = 1
+cushion.madvise(mmap.MADV_FREE)
+burst = mmap.mmap(-1, 48 * MB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(4096, 48 * MB + 1, 4096):
+    burst[i - 4096] = 1
+    progress[0] = i
+print("done", flush=True)
+"""
+
+
+def test_task_stop_records_a_stopped_child_after_the_signal_and_not_a_sleeping_one():
+    from pytest_agentcgroup.bpf.task_stop import NEEDS, TaskStopObserver
+    need(*NEEDS)
+    with TaskStopObserver() as obs:
+        mask = obs.stopped_mask
+        assert mask and mask & (mask - 1) == 0, f"probed stopped state {mask:#x} is not one bit"
+        sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER])
+        stopped = subprocess.Popen([sys.executable, "-c", SLEEPER])
+        try:
+            obs.watch(sleeper.pid)
+            obs.watch(stopped.pid)
+            time.sleep(0.3)
+            t_sent = time.monotonic_ns()
+            os.kill(stopped.pid, signal.SIGSTOP)
+            seen = obs.wait_stop(stopped.pid, timeout_s=5)
+            assert t_sent < seen.stop_ns <= time.monotonic_ns(), (t_sent, seen)
+            assert seen.stop_state & mask and proc_state(stopped.pid) == "T"
+            # only the first stop counts: stopped again after a SIGCONT, the stamp stays
+            os.kill(stopped.pid, signal.SIGCONT)
+            time.sleep(0.05)
+            os.kill(stopped.pid, signal.SIGSTOP)
+            assert wait_state(stopped.pid, "T") == "T"
+            time.sleep(0.05)
+            assert obs.seen(stopped.pid).stop_ns == seen.stop_ns
+            # the sleeper left the CPU many times (it was watched) but never stopped
+            slept = obs.seen(sleeper.pid)
+            assert slept.switches > 10 and slept.stop_ns == 0 and slept.onset_ns == 0, slept
+        finally:
+            for p in (sleeper, stopped):
+                p.kill()
+                p.wait()
+
+
+def test_task_stop_measures_onset_stop_and_overshoot_of_a_throttled_burst(run_tree):
+    """The in-kernel throttle stops a bursting child; the observer's onset is the child's first
+    reclaim, its stop agrees with the throttle's own sched_switch stamp, and the child's progress
+    counter is read at both (overshoot = what it touched in between)."""
+    from pytest_agentcgroup.bpf.task_stop import NEEDS, TaskStopObserver
+    need("ringbuf", *NEEDS)
+    from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
+    low = run_tree.workload("low", inner=False)
+    low.set_memory_max(64 * MB)
+    with TaskStopObserver() as obs, ReclaimThrottle() as thr:
+        p = subprocess.Popen([sys.executable, "-c", PROGRESS_ALLOCATOR], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, preexec_fn=joiner(low))
+        try:
+            addr = int(p.stdout.readline())
+            obs.watch(p.pid, addr)
+            thr.mark(low.id, "stop")
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            seen = obs.wait_stop(p.pid, timeout_s=30)
+            assert seen.stop_ns, f"the throttled child never stopped: {seen}"
+            st = thr.state(low.id)
+            assert seen.read_err == 0 and seen.onset_ns <= st.trigger_ns <= seen.stop_ns, (seen, st)
+            assert seen.onset_end_ns >= seen.onset_ns and seen.reclaims >= 1
+            assert 0 < seen.onset_progress <= seen.stop_progress < 48 * MB, seen
+            assert seen.overshoot_bytes == seen.stop_progress - seen.onset_progress
+            assert abs(seen.stop_ns - st.stopped_ns) < 1_000_000, (seen, st)   # the same switch-out
+            os.kill(p.pid, signal.SIGCONT)
+            assert p.communicate(timeout=60)[0].strip() == "done" and p.returncode == 0
+        finally:
+            p.kill()
+            p.wait()
 
 
 # -- a broken program fails, it is not a missing feature ------------------------------------------

@@ -134,8 +134,8 @@ def probe() -> dict[str, tuple[bool, str]]:
     ok, why = _map_create(_BPF_MAP_TYPE_RINGBUF, 0, 0, 4096)
     out["ringbuf"] = (ok, why.replace("works", "works for BPF_MAP_TYPE_RINGBUF"))
     out["tracefs"] = ((TRACEFS / "events").exists(), f"{TRACEFS}/events " + ("present" if (TRACEFS / "events").exists() else "missing"))
-    for tp in ("vmscan/mm_vmscan_memcg_reclaim_begin", "oom/mark_victim", "exceptions/page_fault_user",
-               "sched/sched_switch"):
+    for tp in ("vmscan/mm_vmscan_memcg_reclaim_begin", "vmscan/mm_vmscan_memcg_reclaim_end", "oom/mark_victim",
+               "exceptions/page_fault_user", "sched/sched_switch"):
         out[f"tp:{tp}"] = _tracepoint(tp)
     out["cgroup_attach"] = _cgroup_attach() if out["bcc"][0] and out["root"][0] else (False, "needs bcc and root")
     out["bpf_lsm"] = _lsm()
