@@ -61,8 +61,8 @@ METRICS = {m.name: m for m in (
            "largest stepped K with no kill, every trace completed and p95 slowdown within the budget"),
     Metric("survival_pct", "%", "higher", "derived", "agents that finished without an OOM kill"),
     Metric("high_p95_alloc_ms", "ms", "lower", "derived",
-           "95th percentile of the high agent's allocation latency: wall time to allocate and touch one 8 MiB "
-           "chunk in the emulator (recorded per chunk)"),
+           "95th percentile of the high agent's allocation latency: wall time to allocate and touch one MiB "
+           "in the emulator (recorded per MiB, replay/emulator.py ALLOC_LOG)"),
 )}
 
 
@@ -253,6 +253,11 @@ def _bench(request, workload_cgroup, agentcgroup_tree, agentcgroup_placement, st
                  time_scale=time_scale, step_timeout_s=step_timeout)
 
 
+def _killed(runs: list[AgentRun]) -> str:
+    """Which agents the kernel OOM-killed (or the policy killed), e.g. `1:low`."""
+    return " ".join(f"{r.agent.index}:{r.agent.priority}" for r in runs if r.oom_kills or r.policy_kills)
+
+
 def _fmt(v, spec=".2f"):
     return "-" if v is None else format(v, spec) if isinstance(v, float) else str(v)
 
@@ -263,8 +268,15 @@ def _layout(tree) -> str:
 
 # -- density ----------------------------------------------------------------------------------------
 
-def test_exp5_density(request, benchmark, workload_cgroup, agentcgroup_tree, agentcgroup_placement, tmp_path, capsys):
+def _fixtures(request):
+    """The cgroup fixtures, asked for once the settings are known: a config without Experiment 5
+    skips before anything is made."""
+    return tuple(request.getfixturevalue(f) for f in ("workload_cgroup", "agentcgroup_tree", "agentcgroup_placement"))
+
+
+def test_exp5_density(request, benchmark, tmp_path, capsys):
     study, exp, d = _study(request, "density")
+    workload_cgroup, agentcgroup_tree, agentcgroup_placement = _fixtures(request)
     bench = _bench(request, workload_cgroup, agentcgroup_tree, agentcgroup_placement, study, exp, tmp_path)
     arm_names = [a.strip() for a in setting(request.config, "arms", experiment=exp).split(",") if a.strip()]
     for a in arm_names:
@@ -305,7 +317,7 @@ def test_exp5_density(request, benchmark, workload_cgroup, agentcgroup_tree, age
                          for k in ks),
              "  per K: measured here (kernel OOM counts, wall clock); slowdown = tool time / solo tool time (derived)",
              f"{'arm':<16}{'K':>3}{'done':>6}{'OOM':>5}{'pkill':>6}{'tmo':>5}{'thr':>6}{'frz':>5}"
-             f"{'slow p50':>10}{'slow p95':>10}{'slow max':>10}  held"]
+             f"{'slow p50':>10}{'slow p95':>10}{'slow max':>10}  held  killed (agent: priority)"]
     largest = {}
     for arm_name, out in results.items():
         if out["skipped"]:
@@ -316,7 +328,7 @@ def test_exp5_density(request, benchmark, workload_cgroup, agentcgroup_tree, age
             lines.append(f"{arm_name:<16}{row['k']:>3}{row['completed']:>4}/{row['k']:<1}{row['oom_kills']:>5}"
                          f"{row['policy_kills']:>6}{row['timeouts']:>5}{row['throttles']:>6}{row['freezes']:>5}"
                          f"{_fmt(row['slowdown_p50']):>10}{_fmt(row['slowdown_p95']):>10}{_fmt(row['slowdown_max']):>10}"
-                         f"  {'yes' if row['held'] else 'no'}")
+                         f"  {'yes' if row['held'] else 'no ':<4}  {row['killed'] or '-'}")
         largest[arm_name] = dens.largest_k_held({r["k"]: r["held"] for r in out["rows"]}, ks)
         if out.get("stopped"):
             lines.append(f"{'':<16}(stopped stepping K up: K={out['stopped']} was not held)")
@@ -372,6 +384,7 @@ def _density_arm(bench: Bench, arm, d: dict, out: dict) -> None:
                "throttles": sum(x.get("throttles", 0) for r in runs for x in r.records),
                "freezes": sum(x.get("freezes", 0) for r in runs for x in r.records),
                "slowdown_p50": percentile(slow, 50), "slowdown_p95": p95, "slowdown_max": max(slow, default=None)}
+        row["killed"] = _killed(runs)
         row["held"] = dens.held(kills, completed, len(runs), p95, d["slowdown_p95_max"])
         out["rows"].append(row)
         if not row["held"] and d["stop_at_first_failure"]:
@@ -381,9 +394,9 @@ def _density_arm(bench: Bench, arm, d: dict, out: dict) -> None:
 
 # -- AgentCgroup's own set-up -----------------------------------------------------------------------
 
-def test_exp5_agentcgroup_replication(request, benchmark, workload_cgroup, agentcgroup_tree, agentcgroup_placement,
-                                      tmp_path, capsys):
+def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
     study, exp, rep = _study(request, "replication")
+    workload_cgroup, agentcgroup_tree, agentcgroup_placement = _fixtures(request)
     bench = _bench(request, workload_cgroup, agentcgroup_tree, agentcgroup_placement, study, exp, tmp_path,
                    time_scale=rep.get("time_scale"), step_timeout_s=rep.get("step_timeout_s"))
     traces = [rep["high"], *rep["low"]]
@@ -426,6 +439,7 @@ def test_exp5_agentcgroup_replication(request, benchmark, workload_cgroup, agent
             "high_p95_alloc_ms": percentile(high, 95), "chunks": len(high),
             "oom_kills": sum(r.oom_kills for r in runs), "completed": sum(1 for r in runs if r.completed),
             "agents": len(runs), "throttles": sum(x.get("throttles", 0) for r in runs for x in r.records),
+            "killed": _killed(runs),
             "high_tool_ms": percentile([r.tool_ms for r in runs if r.agent.priority == "high" and r.tool_ms], 50),
         }
 
@@ -436,7 +450,7 @@ def test_exp5_agentcgroup_replication(request, benchmark, workload_cgroup, agent
              f"({_layout(agentcgroup_tree)}; load average {os.getloadavg()[0]:.2f}, {wall_s:.0f} s)",
              "  high: " + rep["high"] + "; low: " + ", ".join(rep["low"]) + "; step peaks (MiB, provenance): "
              + ", ".join(f"{t.split('/', 1)[-1]} {p:g} ({prov})" for t, (p, prov) in peaks.items()),
-             f"{'':<58}{'OOM survival':>14}{'high p95 alloc':>16}{'chunks':>8}{'OOM':>5}{'thr':>6}",
+             f"{'':<58}{'OOM survival':>14}{'high p95 alloc':>16}{'samples':>8}{'OOM':>5}{'thr':>6}  killed",
              f"{'AgentCgroup, published: no policy':<58}{PUBLISHED['survival_no_policy_pct']:>12.0f} %"
              f"{PUBLISHED['high_p95_alloc_no_policy_ms']:>13.2f} ms",
              f"{'AgentCgroup, published: BPF':<58}{PUBLISHED['survival_bpf_pct']:>12.0f} %"
@@ -448,15 +462,16 @@ def test_exp5_agentcgroup_replication(request, benchmark, workload_cgroup, agent
             continue
         f = figures[arm_name]
         lines.append(f"{label:<58}{_fmt(f['survival_pct'], '.0f'):>12} %{_fmt(f['high_p95_alloc_ms']):>13} ms"
-                     f"{f['chunks']:>8}{f['oom_kills']:>5}{f['throttles']:>6}")
+                     f"{f['chunks']:>8}{f['oom_kills']:>5}{f['throttles']:>6}  {f['killed'] or '-'}")
     base, dyn = figures.get("unlimited"), figures.get("agentcgroup")
     if base and dyn and base["high_p95_alloc_ms"] and dyn["high_p95_alloc_ms"] is not None:
         change = 100.0 * (dyn["high_p95_alloc_ms"] - base["high_p95_alloc_ms"]) / base["high_p95_alloc_ms"]
         lines.append(f"ours, no policy -> BPF (derived): survival {_fmt(base['survival_pct'], '.0f')} % -> "
                      f"{_fmt(dyn['survival_pct'], '.0f')} %, high p95 allocation {_fmt(base['high_p95_alloc_ms'])} -> "
                      f"{_fmt(dyn['high_p95_alloc_ms'])} ms ({change:+.0f} %); theirs: 66 % -> 100 %, 70.97 -> 50.14 ms (-29 %)")
-    lines.append("  allocation latency: wall time to allocate and touch one 8 MiB chunk in the high agent's emulator "
-                 "(recorded per chunk; p95 derived); survival: agents with no kernel-counted OOM kill (derived)")
+    lines.append("  ours: allocation latency = wall time to allocate and touch one MiB in the high agent's tool calls "
+                 "(recorded per MiB, p95 derived; theirs: per allocation event of their footprint replayer); "
+                 "survival = agents with no kernel-counted OOM kill (derived)")
     with capsys.disabled():
         print("\n" + "\n".join(lines))
 
