@@ -443,25 +443,25 @@ def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
             "high_tool_ms": percentile([r.tool_ms for r in runs if r.agent.priority == "high" and r.tool_ms], 50),
         }
 
-    role = {"unlimited": "no policy", "bpf-soft": "memory.high only (the control their evaluation lacked)",
+    role = {"unlimited": "no policy", "bpf-soft": "memory.high only, no BPF (the control they lacked)",
             "agentcgroup": "memory.high + BPF"}
     lines = [f"Experiment 5 — AgentCgroup's set-up: 1 high + 2 low agents at once under a {rep['budget_mb']:g} MiB budget, "
              f"{1 / bench.time_scale:g}x speed, {rep['base_mb']:g} MiB base memory per agent, {rep['rounds']} round(s) "
              f"({_layout(agentcgroup_tree)}; load average {os.getloadavg()[0]:.2f}, {wall_s:.0f} s)",
              "  high: " + rep["high"] + "; low: " + ", ".join(rep["low"]) + "; step peaks (MiB, provenance): "
              + ", ".join(f"{t.split('/', 1)[-1]} {p:g} ({prov})" for t, (p, prov) in peaks.items()),
-             f"{'':<58}{'OOM survival':>14}{'high p95 alloc':>16}{'samples':>8}{'OOM':>5}{'thr':>6}  killed",
-             f"{'AgentCgroup, published: no policy':<58}{PUBLISHED['survival_no_policy_pct']:>12.0f} %"
+             f"{'':<72}{'OOM survival':>14}{'high p95 alloc':>16}{'samples':>8}{'OOM':>5}{'thr':>6}  killed",
+             f"{'AgentCgroup, published: no policy':<72}{PUBLISHED['survival_no_policy_pct']:>12.0f} %"
              f"{PUBLISHED['high_p95_alloc_no_policy_ms']:>13.2f} ms",
-             f"{'AgentCgroup, published: BPF':<58}{PUBLISHED['survival_bpf_pct']:>12.0f} %"
+             f"{'AgentCgroup, published: BPF':<72}{PUBLISHED['survival_bpf_pct']:>12.0f} %"
              f"{PUBLISHED['high_p95_alloc_bpf_ms']:>13.2f} ms   ({PUBLISHED['high_p95_alloc_change_pct']:+.0f} %)"]
     for arm_name, out in results.items():
         label = f"ours (measured): {arm_name} — {role.get(arm_name, 'arm')}"
         if out["skipped"]:
-            lines.append(f"{label:<58}skipped: {out['skipped']}")
+            lines.append(f"{label:<72}skipped: {out['skipped']}")
             continue
         f = figures[arm_name]
-        lines.append(f"{label:<58}{_fmt(f['survival_pct'], '.0f'):>12} %{_fmt(f['high_p95_alloc_ms']):>13} ms"
+        lines.append(f"{label:<72}{_fmt(f['survival_pct'], '.0f'):>12} %{_fmt(f['high_p95_alloc_ms']):>13} ms"
                      f"{f['chunks']:>8}{f['oom_kills']:>5}{f['throttles']:>6}  {f['killed'] or '-'}")
     base, dyn = figures.get("unlimited"), figures.get("agentcgroup")
     if base and dyn and base["high_p95_alloc_ms"] and dyn["high_p95_alloc_ms"] is not None:
