@@ -450,18 +450,18 @@ def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
              f"({_layout(agentcgroup_tree)}; load average {os.getloadavg()[0]:.2f}, {wall_s:.0f} s)",
              "  high: " + rep["high"] + "; low: " + ", ".join(rep["low"]) + "; step peaks (MiB, provenance): "
              + ", ".join(f"{t.split('/', 1)[-1]} {p:g} ({prov})" for t, (p, prov) in peaks.items()),
-             f"{'':<72}{'OOM survival':>14}{'high p95 alloc':>16}{'samples':>8}{'OOM':>5}{'thr':>6}  killed",
-             f"{'AgentCgroup, published: no policy':<72}{PUBLISHED['survival_no_policy_pct']:>12.0f} %"
+             f"{'':<80}{'OOM survival':>14}{'high p95 alloc':>16}{'samples':>8}{'OOM':>5}{'thr':>6}  killed",
+             f"{'AgentCgroup, published: no policy':<80}{PUBLISHED['survival_no_policy_pct']:>12.0f} %"
              f"{PUBLISHED['high_p95_alloc_no_policy_ms']:>13.2f} ms",
-             f"{'AgentCgroup, published: BPF':<72}{PUBLISHED['survival_bpf_pct']:>12.0f} %"
+             f"{'AgentCgroup, published: BPF':<80}{PUBLISHED['survival_bpf_pct']:>12.0f} %"
              f"{PUBLISHED['high_p95_alloc_bpf_ms']:>13.2f} ms   ({PUBLISHED['high_p95_alloc_change_pct']:+.0f} %)"]
     for arm_name, out in results.items():
         label = f"ours (measured): {arm_name} — {role.get(arm_name, 'arm')}"
         if out["skipped"]:
-            lines.append(f"{label:<72}skipped: {out['skipped']}")
+            lines.append(f"{label:<80}skipped: {out['skipped']}")
             continue
         f = figures[arm_name]
-        lines.append(f"{label:<72}{_fmt(f['survival_pct'], '.0f'):>12} %{_fmt(f['high_p95_alloc_ms']):>13} ms"
+        lines.append(f"{label:<80}{_fmt(f['survival_pct'], '.0f'):>12} %{_fmt(f['high_p95_alloc_ms']):>13} ms"
                      f"{f['chunks']:>8}{f['oom_kills']:>5}{f['throttles']:>6}  {f['killed'] or '-'}")
     base, dyn = figures.get("unlimited"), figures.get("agentcgroup")
     if base and dyn and base["high_p95_alloc_ms"] and dyn["high_p95_alloc_ms"] is not None:
