@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .bpf.controller import Rules
 from .cgroups.arms import Arm, ArmError
+from .metrics import density
 from .metrics.budgets import BudgetError, validate
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
@@ -53,6 +54,8 @@ class Experiment:
     settings: dict                      # executor, time_scale, step_timeout_s (file-level values)
     budgets: dict[str, dict] = field(default_factory=dict)
     matrix: tuple["Variant", ...] = ()
+    # experiment-specific tables, checked at load (exp5: density, replication, claims; metrics/density.py)
+    tables: dict = field(default_factory=dict)
 
     def variants(self, arms: dict[str, Arm]) -> list[tuple["Variant", "Experiment", dict[str, Arm]]]:
         """(variant, the experiment with its overrides, the arms with theirs) for every point of
@@ -112,7 +115,7 @@ def load(path: str | Path) -> Config:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
         return _parse(raw, path)
-    except (ArmError, BudgetError) as exc:
+    except (ArmError, BudgetError, density.DensityError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
 
@@ -132,7 +135,7 @@ def _parse(raw: dict, path: Path) -> Config:
     experiments = {}
     for name, spec in (raw.get("experiments") or {}).items():
         where = f"experiments.{name}"
-        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", *DEFAULTS}
+        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", *density.TABLES, *DEFAULTS}
         if extra:
             raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}")
         arm_names = tuple(spec.get("arms") or arms)
@@ -148,9 +151,14 @@ def _parse(raw: dict, path: Path) -> Config:
         experiments[name] = Experiment(name=name, description=spec.get("description", ""),
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
                                        settings=settings, budgets=budgets,
-                                       matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms))
+                                       matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms),
+                                       tables=_tables(spec, where, arms))
     traces = (path.parent / raw.get("traces", "../traces")).resolve()
     return Config(path=path, traces=traces, arms=arms, experiments=experiments)
+
+
+def _tables(spec: dict, where: str, arms: dict[str, Arm]) -> dict:
+    return density.validate({k: spec[k] for k in density.TABLES if k in spec}, where, arms)  # DensityError
 
 
 def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:

@@ -170,6 +170,9 @@ class _Step:
     frozen: bool = False
     stopped_pid: int | None = None
     counts: dict = field(default_factory=lambda: dict.fromkeys(_COUNTS, 0))
+    # the cgroup's id, read once while it exists: a resume can fall due after the step's cgroup was
+    # removed, and Cgroup.id (a stat) would then raise in the event loop's thread and end it
+    cgid: int = 0
 
 
 class Controller:
@@ -206,7 +209,7 @@ class Controller:
             cg.set_memory_max(ceiling)
         if soft is not None:
             cg.set_memory_high(soft)
-        step = _Step(cg, kind, r.priority(kind), soft)
+        step = _Step(cg, kind, r.priority(kind), soft, cgid=cg.id)
         if self.throttle is not None and step.priority == "low" and soft is not None and cg.host.mode != "v2":
             # v1 reclaims only at a hard limit: without this the kernel would never react below
             # the ceiling. Parked, not killed, at the soft limit until the controller lifts it.
@@ -275,7 +278,7 @@ class Controller:
         now = time.monotonic_ns()
         while self._due and self._due[0][0] <= now:
             _, _, step = heapq.heappop(self._due)
-            if self.steps.get(step.cg.id) is step:          # not a removed step (ids are reused)
+            if self.steps.get(step.cgid) is step:           # not a removed step (ids are reused)
                 self._guarded(self._resume, step)
 
     # -- actuators -------------------------------------------------------------------------------
@@ -372,7 +375,7 @@ class Controller:
         heapq.heappush(self._due, (when_ns, next(self._seq), step))
 
     def _log(self, step: _Step, what: str, detail: str = "") -> None:
-        self.actions.append(Action(time.monotonic_ns(), step.cg.id, what, detail))
+        self.actions.append(Action(time.monotonic_ns(), step.cgid, what, detail))
 
     def _guarded(self, fn, *args) -> None:
         try:

@@ -1,7 +1,7 @@
 """Resource emulator: reproduces one step's recorded profile in a fresh process.
 
-Run as a script (`python -I -S emulator.py PEAK_BYTES RAMP_MS CPU_MS IO_BYTES DURATION_MS WORKDIR`)
-so that start-up stays near a bare interpreter's. It imports nothing from the package, and it is
+Run as a script (`python -I -S emulator.py PEAK_BYTES RAMP_MS CPU_MS IO_BYTES DURATION_MS WORKDIR
+[ALLOC_LOG]`) so that start-up stays near a bare interpreter's. It imports nothing from the package, and it is
 deterministic: the schedule is a pure function of its arguments.
 
 Schedule over DURATION_MS of wall time:
@@ -12,6 +12,9 @@ Schedule over DURATION_MS of wall time:
      too, as for a real tool), then removed;
   4. hold: the memory stays resident until DURATION_MS has passed.
 The interpreter's own resident size is subtracted from PEAK_BYTES so the cgroup's peak matches it.
+With ALLOC_LOG, memory is allocated in 1 MiB pieces and the wall time of each (allocate + touch every
+page: the page faults that charge it to the cgroup; not the pacing after it) is appended to that file in ms, one line per MiB, as it
+happens (a kill loses nothing written before it): the allocation latency Experiment 5 reports.
 """
 import os
 import sys
@@ -19,6 +22,7 @@ import time
 
 CHUNK = 8 * 1024 * 1024
 PAGE = 4096
+MIB = 1024 * 1024
 
 
 def rss_bytes() -> int:
@@ -44,6 +48,7 @@ def work_until(deadline: float, cpu_s: float) -> None:
 def main(argv) -> int:
     peak, ramp_ms, cpu_ms, io_bytes, duration_ms = (float(x) for x in argv[1:6])
     workdir = argv[6]
+    log = open(argv[7], "a", buffering=1) if len(argv) > 7 else None
     t0 = time.monotonic()
     duration = duration_ms / 1000.0
     ramp = min(ramp_ms, duration_ms) / 1000.0
@@ -54,9 +59,17 @@ def main(argv) -> int:
     held = []
     for i in range(nchunks):
         size = min(CHUNK, target - i * CHUNK)
-        buf = bytearray(size)
-        buf[::PAGE] = b"\x01" * len(range(0, size, PAGE))    # touch every page
-        held.append(buf)
+        if log is None:
+            buf = bytearray(size)
+            buf[::PAGE] = b"\x01" * len(range(0, size, PAGE))    # touch every page
+            held.append(buf)
+        else:
+            for lo in range(0, size, MIB):          # the same in 1 MiB pieces, each timed
+                t = time.perf_counter()
+                piece = bytearray(min(MIB, size - lo))
+                piece[::PAGE] = b"\x01" * len(range(0, len(piece), PAGE))
+                log.write(f"{(time.perf_counter() - t) * 1000.0:.3f}\n")
+                held.append(piece)
         work_until(t0 + ramp * (i + 1) / nchunks, cpu_ramp / nchunks)
     if io_bytes > 0:
         path = os.path.join(workdir, f".emulator-io-{os.getpid()}")

@@ -1,0 +1,218 @@
+"""Experiment 5 — density: K agents under one host memory budget. The pure part (no cgroups, no
+processes): the settings of `[experiments.exp5]` and their checks, which agent replays which trace
+at which priority, the budget arithmetic, what "held" means for one K and the largest K held.
+
+    [experiments.exp5.density]
+    traces = ["claude-code/local/pydicom__pydicom-2065", ...]   # agent i replays traces[i % n]
+    k = [1, 2, 3, 4, 6]            # agents at once, stepped up (K = 1 is agent 0's solo run)
+    budget_mb = 2560               # the parent cgroup's hard limit, shared by the K agents
+    high_agents = 1                # policy arms: agents 0 .. high_agents-1 high priority, the rest low
+    stagger_ms = 250               # agent i starts i * stagger_ms after agent 0
+    slowdown_p95_max = 3.0         # the latency budget: p95 over the agents of (tool time / solo tool time)
+    stop_at_first_failure = true   # stop stepping K up once a K is not held (a load ramp)
+
+    [experiments.exp5.replication]  # AgentCgroup's own evaluation set-up (1 high + 2 low)
+    high = "claude-code/local/dask__dask-11628"
+    low = ["claude-code/local/sigmavirus24__github3.py-673", "claude-code/local/sigmavirus24__github3.py-673"]
+    arms = ["unlimited", "bpf-soft", "agentcgroup"]   # no policy | memory.high only | memory.high + BPF
+    budget_mb = 512
+    base_mb = 100                  # memory each agent holds for its whole run (their `base_memory_mb`)
+    time_scale = 0.02              # 50x
+    rounds = 1
+    arm_overrides = { agentcgroup = { memory_high_mb = 128 }, bpf-soft = { memory_high_mb = 128 } }
+
+    [experiments.exp5.claims]      # hypotheses; each pair [A, B] reads "A's figure >= B's"
+    replication_survival_at_least = [["agentcgroup", "bpf-soft"]]
+    density_largest_k_at_least = [["agentcgroup", "bpf-soft"]]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: the priority labels a policy arm's placement keys each agent's steps by (they replace the step
+#: kinds: every step of an agent has the agent's priority), and what they map to
+AGENT_PRIORITY_KINDS = {"agent-high": "high", "agent-low": "low"}
+
+TABLES = ("density", "replication", "claims")
+CLAIMS = ("replication_survival_at_least", "density_largest_k_at_least")
+
+
+class DensityError(ValueError):
+    """A density/replication/claims setting that cannot be used; names the key."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    index: int
+    trace_id: str
+    priority: str            # "high" | "low": used by policy arms with eBPF only
+
+    @property
+    def kind(self) -> str:
+        return f"agent-{self.priority}"
+
+
+def agents(traces: list[str], k: int, high_agents: int) -> list[Agent]:
+    """The K agents: agent i replays traces[i % len(traces)]; the first `high_agents` are high."""
+    return [Agent(i, traces[i % len(traces)], "high" if i < high_agents else "low") for i in range(k)]
+
+
+def budget_problem(budget_mb: float, peaks_mb: list[float], k_max_peaks_mb: list[float]) -> str | None:
+    """Why a budget does not test density, or None. It must hold every agent alone (else a solo run
+    fails whatever the arm) and be below the sum of the largest K's peaks (else it never binds)."""
+    if peaks_mb and max(peaks_mb) >= budget_mb:
+        return (f"budget_mb {budget_mb:g} MiB does not hold the largest agent alone (peak "
+                f"{max(peaks_mb):g} MiB): every arm would fail its solo run")
+    if sum(k_max_peaks_mb) <= budget_mb:
+        return (f"budget_mb {budget_mb:g} MiB is not below the sum of the largest K's peaks "
+                f"({sum(k_max_peaks_mb):g} MiB): the budget never binds")
+    return None
+
+
+def slowdown(tool_ms: float | None, solo_ms: float | None) -> float | None:
+    """An agent's tool time under K over its tool time alone."""
+    if tool_ms is None or not solo_ms:
+        return None
+    return tool_ms / solo_ms
+
+
+def held(kills: int, completed: int, agents_n: int, slowdown_p95: float | None, limit: float) -> bool:
+    """One K is held when every agent completed its trace, nothing was killed, and the p95 slowdown
+    is within the latency budget."""
+    return kills == 0 and completed == agents_n and slowdown_p95 is not None and slowdown_p95 <= limit
+
+
+def largest_k_held(results: dict[int, bool], ks: list[int]) -> int:
+    """The largest stepped K such that it and every smaller stepped K held (0: not even the first).
+    A K that was not run (the ramp stopped before it) ends the count like a K that failed."""
+    best = 0
+    for k in sorted(ks):
+        if not results.get(k, False):
+            break
+        best = k
+    return best
+
+
+def survival(oom_killed: list[bool]) -> float | None:
+    """Percentage of agents that finished without an OOM kill."""
+    if not oom_killed:
+        return None
+    return 100.0 * sum(1 for x in oom_killed if not x) / len(oom_killed)
+
+
+def claim_failures(claims: dict, figures: dict[str, dict[str, float | None]]) -> list[str]:
+    """Each claim [A, B] of `claims` (name -> pairs) whose figure for A is below B's (or missing),
+    one line with both values. `figures` maps a claim name to {arm: value}."""
+    out = []
+    for name, pairs in claims.items():
+        vals = figures.get(name)
+        if vals is None:
+            continue
+        for a, b in pairs:
+            va, vb = vals.get(a), vals.get(b)
+            if va is None or vb is None:
+                out.append(f"{name}: {a} = {va}, {b} = {vb}: not measured, cannot be checked")
+            elif va < vb:
+                out.append(f"{name}: refuted: {a} = {va:g} < {b} = {vb:g}")
+    return out
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+def validate(tables: dict, where: str, arms: dict) -> dict:
+    """The density/replication/claims tables of an experiment, checked; DensityError names the key."""
+    out = {}
+    if "density" in tables:
+        out["density"] = _density(tables["density"], f"{where}.density")
+    if "replication" in tables:
+        out["replication"] = _replication(tables["replication"], f"{where}.replication", arms)
+    if "claims" in tables:
+        out["claims"] = _claims(tables["claims"], f"{where}.claims", arms)
+    return out
+
+
+def _table(raw, where: str, required: set, optional: set) -> dict:
+    if not isinstance(raw, dict):
+        raise DensityError(f"{where}: expected a table")
+    missing, unknown = required - set(raw), set(raw) - required - optional
+    if missing:
+        raise DensityError(f"{where}: missing key(s) {', '.join(sorted(missing))}")
+    if unknown:
+        raise DensityError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected "
+                           f"{', '.join(sorted(required | optional))}")
+    return dict(raw)
+
+
+def _number(val, where: str, *, least: float = 0.0, strict: bool = True, integer: bool = False):
+    ok = not isinstance(val, bool) and isinstance(val, int if integer else (int, float)) \
+        and (val > least if strict else val >= least)
+    if not ok:
+        raise DensityError(f"{where}: expected {'an integer' if integer else 'a number'} "
+                           f"{'>' if strict else '>='} {least:g}, got {val!r}")
+    return val
+
+
+def _trace_list(val, where: str) -> list[str]:
+    if not isinstance(val, list) or not val or not all(isinstance(t, str) and t for t in val):
+        raise DensityError(f"{where}: expected a non-empty list of trace ids")
+    return list(val)
+
+
+def _density(raw, where: str) -> dict:
+    d = _table(raw, where, {"traces", "k", "budget_mb"},
+               {"high_agents", "stagger_ms", "slowdown_p95_max", "stop_at_first_failure"})
+    d["traces"] = _trace_list(d["traces"], f"{where}.traces")
+    ks = d["k"]
+    if not isinstance(ks, list) or not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks) \
+            or ks != sorted(set(ks)):
+        raise DensityError(f"{where}.k: expected a non-empty increasing list of integers >= 1, got {ks!r}")
+    _number(d["budget_mb"], f"{where}.budget_mb")
+    d.setdefault("high_agents", 1)
+    _number(d["high_agents"], f"{where}.high_agents", strict=False, integer=True)
+    d.setdefault("stagger_ms", 0)
+    _number(d["stagger_ms"], f"{where}.stagger_ms", strict=False)
+    d.setdefault("slowdown_p95_max", 3.0)
+    _number(d["slowdown_p95_max"], f"{where}.slowdown_p95_max", least=1.0, strict=False)
+    d.setdefault("stop_at_first_failure", True)
+    if not isinstance(d["stop_at_first_failure"], bool):
+        raise DensityError(f"{where}.stop_at_first_failure: expected true or false")
+    return d
+
+
+def _replication(raw, where: str, arms: dict) -> dict:
+    r = _table(raw, where, {"high", "low", "arms", "budget_mb"},
+               {"base_mb", "time_scale", "rounds", "arm_overrides", "step_timeout_s"})
+    if not isinstance(r["high"], str) or not r["high"]:
+        raise DensityError(f"{where}.high: expected a trace id")
+    r["low"] = _trace_list(r["low"], f"{where}.low")
+    if not isinstance(r["arms"], list) or not r["arms"]:
+        raise DensityError(f"{where}.arms: expected a non-empty list of arm names")
+    for a in r["arms"]:
+        if a not in arms:
+            raise DensityError(f"{where}.arms: no arm named {a!r} (defined: {', '.join(arms)})")
+    _number(r["budget_mb"], f"{where}.budget_mb")
+    r.setdefault("base_mb", 0)
+    _number(r["base_mb"], f"{where}.base_mb", strict=False)
+    if "time_scale" in r:
+        _number(r["time_scale"], f"{where}.time_scale")
+    if "step_timeout_s" in r:
+        _number(r["step_timeout_s"], f"{where}.step_timeout_s")
+    r.setdefault("rounds", 1)
+    _number(r["rounds"], f"{where}.rounds", least=1, strict=False, integer=True)
+    over = r.setdefault("arm_overrides", {})
+    if not isinstance(over, dict) or any(a not in arms or not isinstance(o, dict) for a, o in over.items()):
+        raise DensityError(f"{where}.arm_overrides: expected a table of arm name -> {{ arm key = value }} "
+                           f"for defined arms ({', '.join(arms)})")
+    return r
+
+
+def _claims(raw, where: str, arms: dict) -> dict:
+    c = _table(raw, where, set(), set(CLAIMS))
+    for name, pairs in c.items():
+        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise DensityError(f"{where}.{name}: expected a list of [arm, arm] pairs")
+        for p in pairs:
+            for a in p:
+                if a not in arms:
+                    raise DensityError(f"{where}.{name}: no arm named {a!r}")
+    return c
