@@ -32,8 +32,9 @@ COLUMNS: dict[str, Metric] = {**METRICS, **SUMMARY_METRICS, **{m.name: m for m i
     Metric("latency_total_ms", "ms", "lower", "derived", "sum of latency_ms over the trace's steps"),
     Metric("cpu_total_ms", "ms", "lower", "derived", "sum of cpu_ms over the trace's steps"),
     Metric("peak_rss_mb", "MiB", "lower", "derived", "largest max_rss_mb of the trace's steps"),
-    Metric("replayed_duration_ms", "ms", "none", "trace", "the trace's step duration × time_scale "
+    Metric("replayed_duration_ms", "ms", "none", "trace", "the trace's step duration × the executor's time_scale "
            "(recorded/derived/synthetic: see profile_source)"),
+    Metric("recorded_duration_ms", "ms", "none", "trace", "the trace's step duration, unscaled (see duration_source)"),
     Metric("replayed_peak_mb", "MiB", "none", "trace", "the trace's step memory peak "
            "(recorded/derived/synthetic: see profile_source)"),
 )}}
