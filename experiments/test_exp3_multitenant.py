@@ -5,8 +5,10 @@ Settings and hypotheses: experiments/exp3.toml. Each tenant has its own cgroup u
 workload cgroup: `A` (the browser: web app, Playwright, chromium — one process tree, so it carries
 the arm's hard ceiling, if any, on the tenant cgroup), `B` (its container's cgroup nests there, each
 tool call a cgroup below it with the arm's per-step limits or policy), `C` (the tenant-level pids
-limit that contains the fork bomb, plus the arm's limits per step). A and B run alone first (solo),
-then all three together, A and B repeating their traces until C is done.
+limit that contains the fork bomb, plus the arm's limits per step). In arms whose rules give cpu
+weights by priority, each tenant's cgroup gets the weight of its priority in exp3.toml (A, B high; C
+low). A and B run alone first (solo), then all three together, A and B repeating their traces until
+C is done.
 
 Printed per arm: per-tenant step-latency distributions (solo and with C), A's page-load times, B's
 test-step (pytest/...) spread, OOM kills per tenant, forks refused in C, the host probe.
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import config as cfgmod
+from pytest_agentcgroup.bpf.controller import Rules
 from pytest_agentcgroup.cgroups.arms import Arm
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.harness.settings import setting
@@ -45,6 +48,8 @@ METRICS = {m.name: m for m in (
     Metric("oom_kills", "count", "lower", "recorded", "kernel OOM kills in the tenant's cgroups (steps + tenant)"),
     Metric("pids_max_events", "count", "lower", "recorded", "forks refused at a pids limit (pids.events max)"),
     Metric("throttles", "count", "lower", "recorded", "policy arms: in-kernel SIGSTOPs of the tenant's steps"),
+    Metric("cpu_s", "s", "none", "recorded", "CPU time of the tenant's cgroup (v2 cpu.stat usage_usec, all its processes)"),
+    Metric("cpu_weight", "weight", "none", "recorded", "cpu weight set on the tenant's cgroup (none: the default, 100)"),
     Metric("steps", "count", "none", "recorded", "steps replayed"),
     Metric("failed_steps", "count", "lower", "recorded", "steps that did not complete (error, crash, not reached)"),
     Metric("page_load_ratio", "ratio", "lower", "derived", "A's page-load p95 with C / alone"),
@@ -74,8 +79,8 @@ class Probe(threading.Thread):
 class Tenant:
     """One tenant's cgroup, records and OOM count; `replay_*` run its traces once."""
 
-    def __init__(self, name: str, phase: str, cg, arm: Arm):
-        self.name, self.phase, self.cg, self.arm = name, phase, cg, arm
+    def __init__(self, name: str, phase: str, cg, arm: Arm, cpu_weight: int | None = None):
+        self.name, self.phase, self.cg, self.arm, self.cpu_weight = name, phase, cg, arm, cpu_weight
         self.records: list[dict] = []
         self.error: str | None = None
         self.raised: BaseException | None = None     # a skip/fail/interrupt in the tenant's thread
@@ -103,6 +108,7 @@ class Tenant:
             "oom_kills": sum(r["oom_kills"] for r in self.records if self.name != "A") + c.oom_kills,
             "pids_max_events": sum(r.get("pids_max_events", 0) for r in self.records) + c.pids_max_events,
             "throttles": sum(r.get("throttles", 0) for r in self.records),
+            "cpu_s": c.cpu_usec / 1e6, "cpu_weight": self.cpu_weight,
             "error": self.error,
         }
 
@@ -145,13 +151,23 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     except ExecutorUnavailable as exc:
         pytest.skip(f"tenant B: {exc}")
 
+    # the arm's cpu weights by priority (policy arms' rules), given to each tenant's cgroup: CPU is
+    # shared by weight between siblings, so this is the level where A and B compete with C
+    weights = Rules.from_arm(arm).cpu_weight if arm.policy is not None else {}
+    if weights and "cpu" not in controllers:
+        pytest.skip(f"arm {arm_name} sets cpu weights and this host gives the run no cpu controller "
+                    f"(controllers: {', '.join(controllers)})")
+
     def tenant(name: str, phase: str) -> Tenant:
         cg = workload_cgroup.child(f"{name}-{phase}", controllers, inner=name != "A")   # A: chromium joins it
         if name == "A" and arm.memory_max_mb is not None:
             cg.set_memory_max(int(arm.memory_max_mb * 1024 * 1024))    # the browser: one process tree
         if name == "C":
             cg.set_pids_max(int(tc["pids_max"]))
-        return Tenant(name, phase, cg, arm)
+        weight = weights.get(CONFIG["tenants"][name].get("priority", "normal"))
+        if weight is not None:
+            cg.set_cpu_weight(weight)
+        return Tenant(name, phase, cg, arm, weight)
 
     def run_a(t: Tenant, until: threading.Event | None = None, rounds: int = 1) -> None:
         bt = BrowserTenant(action_timeout_s=ta["action_timeout_s"])
@@ -250,9 +266,10 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
     fmt = lambda v: "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))   # noqa: E731
     cols = [("tenant", 6), ("phase", 8), ("steps", 5), ("failed_steps", 6), ("latency_p50_ms", 8),
             ("latency_p95_ms", 8), ("latency_p99_ms", 8), ("page_load_p50_ms", 8), ("page_load_p95_ms", 8),
-            ("test_step_p95_ms", 8), ("test_step_stdev_ms", 8), ("oom_kills", 4), ("pids_max_events", 7), ("throttles", 4)]
+            ("test_step_p95_ms", 8), ("test_step_stdev_ms", 8), ("oom_kills", 4), ("pids_max_events", 7), ("throttles", 4),
+            ("cpu_s", 6), ("cpu_weight", 6)]
     heads = ["tenant", "phase", "steps", "failed", "p50 ms", "p95 ms", "p99 ms", "load p50", "load p95",
-             "test p95", "test sd", "OOM", "pids.max", "thr"]
+             "test p95", "test sd", "OOM", "pids.max", "thr", "cpu s", "weight"]
     lines = [f"Experiment 3 — multi-tenant isolation, arm {arm_name} (limits {arm.limits or 'none'}"
              f"{', policy ' + arm.policy if getattr(arm, 'policy', None) else ''}); latencies recorded here, "
              "on a shared 2-core host: noisy",
@@ -261,7 +278,7 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
         row = s[key]
         lines.append("  ".join(fmt(row[k]).rjust(w) if i > 1 else fmt(row[k]).ljust(w) for i, (k, w) in enumerate(cols)))
     lines.append(f"A page-load p95 with C / alone: {fmt(a_ratio)}x; B step p95 with C / alone: {fmt(b_ratio)}x; "
-                 f"host probe p99 lateness while C ran: {fmt(probe_p99)} ms")
+                 f"host probe p99 lateness while C ran: {fmt(probe_p99)} ms; load average {_loadavg()}")
     for key, row in s.items():
         if row["error"]:
             lines.append(f"tenant {key}: {row['error']}")
@@ -307,6 +324,14 @@ def test_exp3_multitenant(arm_name, request, benchmark, workload_cgroup, agentcg
             if s[name]["oom_kills"] > claim[key]:
                 problems.append(f"tenant {name}: {s[name]['oom_kills']} OOM kill(s) > {claim[key]}")
     assert not problems, f"exp3 under arm {arm_name}:\n  " + "\n  ".join(problems)
+
+
+def _loadavg() -> str:
+    """The host's 1/5/15-minute load average as the kernel reports it (a shared machine's context)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def _ratio(a, b):

@@ -86,6 +86,32 @@ def test_escalates_to_freeze_then_kill(run_tree):
         assert kinds[-1] == "kill" and p.returncode == -9
 
 
+def test_hold_time_follows_the_replay_time_scale(run_tree):
+    """One time rule: hold_ms is recorded time. A step replayed at time_scale 0.1 is held ~1/10 as
+    long as one at 1.0, measured between the controller's own throttle and resume (same run)."""
+    rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "hold_ms": 300, "freeze_after": 100,
+                             "priorities": {"default": "low"}})
+    with Controller(rules) as ctl:
+        real, fast = run_tree.workload("real", inner=False), run_tree.workload("fast", inner=False)
+        ctl.add_step(real, time_scale=1.0)
+        ctl.add_step(fast, time_scale=0.1)
+        procs = [start(real, 2), start(fast, 2)]
+        drive(ctl, procs)
+        assert all(p.returncode == 0 for p in procs)
+        holds = {}
+        for cg in (real, fast):
+            acts = [a for a in ctl.actions if a.cgroup_id == cg.id and a.what in ("throttle", "resume")]
+            pairs = zip(acts[::2], acts[1::2])
+            holds[cg] = sorted((r.ts_ns - t.ts_ns) / 1e6 for t, r in pairs if (t.what, r.what) == ("throttle", "resume"))
+        assert holds[real] and holds[fast], holds
+        mid = {k: v[len(v) // 2] for k, v in holds.items()}
+        print(f"hold_ms 300: median {mid[real]:.1f} ms at time_scale 1 ({len(holds[real])} holds), "
+              f"{mid[fast]:.1f} ms at 0.1 ({len(holds[fast])} holds)")
+        assert mid[real] >= 290, f"a 300 ms hold at time_scale 1 lasted {mid[real]:.1f} ms"
+        assert mid[fast] < 100, f"a 300 ms hold at time_scale 0.1 lasted {mid[fast]:.1f} ms (30 ms expected)"
+        assert mid[real] / mid[fast] > 5, f"holds {mid[real]:.1f} ms vs {mid[fast]:.1f} ms: not ~10x apart"
+
+
 def test_high_priority_step_gets_more_room(run_tree):
     rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "raise_step_mb": 8, "raise_max_mb": 16,
                              "priorities": {"default": "high"}})

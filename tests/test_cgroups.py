@@ -307,3 +307,87 @@ def test_peak_is_recorded_where_the_kernel_has_it_else_none(tree):
     else:
         assert peak is None
     assert feats["cgroup_kill"] == (tree.root.unified / "cgroup.kill").exists()
+
+
+# -- CPU: an arm's weight and cap in the kernel's files, and what a weight does ---------------------
+
+def _cpu_file(cg, v2_name, v1_name):
+    path = cg.unified / v2_name if cg.host.mode == "v2" else cg.paths["cpu"] / v1_name
+    return path.read_text().strip()
+
+
+def test_arm_cpu_weight_and_cap_land_in_the_step_cgroup(tree):
+    from pytest_agentcgroup.cgroups.node import v1_shares
+    if "cpu" not in tree.controllers:
+        import pytest
+        pytest.skip(f"no cpu controller for the run here (controllers: {', '.join(tree.controllers)})")
+    arm = Arm.from_dict("cpu", {"cpu_weight": 400, "cpu_max": "50000 100000"})
+    placement = ArmPlacement(arm, tree.workload("cpu"), tree.controllers)
+
+    class Step:
+        step_id = 0
+    placement.begin_step(Step)
+    cg = placement.step_cg
+    if cg.host.mode == "v2":
+        assert _cpu_file(cg, "cpu.weight", "") == "400"
+        assert _cpu_file(cg, "cpu.max", "") == "50000 100000"
+    else:   # v1: weight x 1024 / 100 shares; the cap as CFS quota and period
+        assert int(_cpu_file(cg, "", "cpu.shares")) == v1_shares(400) == 4096
+        assert (_cpu_file(cg, "", "cpu.cfs_quota_us"), _cpu_file(cg, "", "cpu.cfs_period_us")) == ("50000", "100000")
+    placement.end_step(Step)
+    quarter = Arm.from_dict("q", {"cpu_max_cpus": 0.25, "scope": "trace"})
+    work = tree.workload("quarter")
+    ArmPlacement(quarter, work, tree.controllers)          # trace scope: on the workload itself
+    assert _cpu_file(work, "cpu.max", "cpu.cfs_quota_us").split()[0] == "25000"
+    assert (v1_shares(1), v1_shares(100), v1_shares(10000)) == (10, 1024, 102400)
+
+
+def test_policy_arm_gives_each_step_the_cpu_weight_of_its_priority(tree):
+    from pytest_agentcgroup.bpf.controller import Controller, Rules
+    if "cpu" not in tree.controllers:
+        import pytest
+        pytest.skip(f"no cpu controller for the run here (controllers: {', '.join(tree.controllers)})")
+    rules = Rules.from_dict({"ebpf": False, "cpu_weight": {"high": 400, "low": 25},
+                             "priorities": {"test": "low", "edit": "high", "default": "normal"}})
+    with Controller(rules) as ctl:
+        low, high, normal = (tree.workload(n, inner=False) for n in ("low", "high", "normal"))
+        ctl.add_step(low, "test")
+        ctl.add_step(high, "edit")
+        ctl.add_step(normal, "search")           # no weight for normal: the kernel's default stays
+        got = [_cpu_file(cg, "cpu.weight", "cpu.shares") for cg in (low, high, normal)]
+    assert got == (["25", "400", "100"] if tree.host.mode == "v2" else ["256", "4096", "1024"])
+
+
+def test_cpu_weights_share_one_cpu_by_their_ratio(tree):
+    """Two busy loops pinned to one CPU in sibling cgroups, weights 400 and 25 (16:1): the kernel
+    gives the heavy one clearly more CPU time. Measured with cpu.stat (unified tree) over 2 s."""
+    import shutil
+
+    import pytest
+    from pytest_agentcgroup.proc import start
+    if "cpu" not in tree.controllers:
+        pytest.skip(f"no cpu controller for the run here (controllers: {', '.join(tree.controllers)})")
+    if not shutil.which("taskset"):
+        pytest.skip("taskset (util-linux) is not installed")
+    work = tree.workload("share")
+    heavy, light = work.child("heavy", tree.controllers), work.child("light", tree.controllers)
+    heavy.set_cpu_weight(400)
+    light.set_cpu_weight(25)
+    cpu = str(max(os.sched_getaffinity(0)))
+    # busy shells (no start-up worth speaking of), both running for the whole window, then killed:
+    # a loop that ended at its own deadline would let the light one run alone afterwards
+    procs = [start(["taskset", "-c", cpu, "sh", "-c", "while :; do :; done"], join=cg.join_files())
+             for cg in (heavy, light)]
+    try:
+        time.sleep(0.2)
+        before = [cg.counters().cpu_usec for cg in (heavy, light)]
+        time.sleep(2.0)
+        after = [cg.counters().cpu_usec for cg in (heavy, light)]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    used = dict(zip(("heavy", "light"), (a - b for a, b in zip(after, before))))
+    assert used["heavy"] > 100_000, f"the heavy loop barely ran in 2 s: {used} (usec)"
+    print(f"cpu weights 400:25 on CPU {cpu}, 2 s: heavy {used['heavy'] / 1e3:.0f} ms, light {used['light'] / 1e3:.0f} ms")
+    assert used["heavy"] > 4 * max(used["light"], 1), f"weights 400:25 on one CPU gave {used} (usec)"

@@ -29,11 +29,27 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
     assert dyn.ebpf and not soft.ebpf
     assert (dyn.memory_high_mb, dyn.memory_max_mb) == (soft.memory_high_mb, soft.memory_max_mb) == (512, 2048)
     assert dyn.priority("test") == "low" and dyn.priority("edit") == "high" and dyn.priority("search") == "normal"
+    # the control arm has the same priorities and cpu weights: only eBPF differs
+    assert (dyn.priorities, dyn.cpu_weight) == (soft.priorities, soft.cpu_weight)
+    assert dyn.cpu_weight["high"] > dyn.cpu_weight["normal"] > dyn.cpu_weight["low"]
 
 
 @pytest.mark.parametrize("toml, message", [
     ("[arms.a]\nmemory_max_mb = 0\n", "arms.a.memory_max_mb: expected a positive number, got 0"),
     ("[arms.a]\nscope = 'tenant'\n", "arms.a.scope: expected one of step, trace, got 'tenant'"),
+    # CPU settings: v2 semantics, the kernel's bounds, named field by field
+    ("[arms.a]\ncpu_weight = 0\n", "arms.a.cpu_weight: expected an integer 1..10000"),
+    ("[arms.a]\ncpu_weight = 10001\n", "arms.a.cpu_weight: expected an integer 1..10000"),
+    ("[arms.a]\ncpu_weight = 1.5\n", "arms.a.cpu_weight: expected an integer 1..10000"),
+    ("[arms.a]\ncpu_max = '50000'\n", "arms.a.cpu_max: expected \"QUOTA PERIOD\" in microseconds"),
+    ("[arms.a]\ncpu_max = '500 100000'\n", "arms.a.cpu_max: expected \"QUOTA PERIOD\" in microseconds (quota >= 1000"),
+    ("[arms.a]\ncpu_max = '50000 5000000'\n", "period 1000..1000000"),
+    ("[arms.a]\ncpu_max = '50000 100000'\ncpu_max_cpus = 0.5\n", "arms.a: cpu_max and cpu_max_cpus both set"),
+    ("[arms.a]\ncpu_max_cpus = 0.001\n", "arms.a.cpu_max_cpus: expected a number of CPUs >= 0.01"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\ncpu_weight = { urgent = 500 }\n",
+     "arms.a.rules.cpu_weight: expected a table priority (low, normal, high) -> weight"),
+    ("[arms.a]\npolicy = 'agentcgroup'\n[arms.a.rules]\ncpu_weight = { low = 0 }\n",
+     "arms.a.rules.cpu_weight.low: expected an integer 1..10000"),
     ("[arms.a]\nmemroy_max_mb = 5\n", "arms.a: unknown key(s) memroy_max_mb"),
     ("[arms.a]\nmemory_max_mb = 100\nmemory_high_mb = 200\n", "above memory_max_mb (100) can never be reached"),
     ("[arms.a]\n[experiments.e]\narms = ['b']\n", "experiments.e.arms: no arm named 'b'"),

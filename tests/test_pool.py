@@ -86,7 +86,7 @@ def test_pooled_placement_is_tidied_after_a_step_that_could_not_start(tree):
 
 def test_pooled_placement_discards_the_parked_shell_when_the_policy_refuses_a_step(tree):
     class Refusing:                         # a policy whose add_step fails (as a full BPF map would)
-        def add_step(self, cg, kind=None):
+        def add_step(self, cg, kind=None, *, time_scale=1.0):
             raise RuntimeError("refused")
 
         def remove_step(self, cg):

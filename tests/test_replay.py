@@ -88,6 +88,25 @@ def test_sandbox_cwd_carries_across_steps(tree):
 
 
 @needs_bwrap
+def test_sandbox_runs_at_real_speed_whatever_the_time_scale(tree):
+    """time_scale is the emulator's: a real `sleep 0.3` takes 0.3 s and is recorded so, and the
+    record's replayed duration is the trace's own (scale 1), beside its recorded duration."""
+    from pytest_agentcgroup.metrics.records import step_record
+    from pytest_agentcgroup.replay import make_executor
+    step = Step(0, "bash", {"command": "sleep 0.3", "cwd": "/testbed"}, duration_ms=Measure(300.0, "recorded"))
+    with pytest.warns(UserWarning, match="applies to the emulate executor only"):
+        import pytest_agentcgroup.replay.executors as executors
+        executors._warned_time_scale = False
+        ex = make_executor("sandbox", time_scale=0.05, step_timeout_s=20)
+    assert ex.time_scale == 1.0
+    (r,) = replay(trace_of(step), ex, ArmPlacement(Arm("unlimited"), tree.workload("real"), tree.controllers))
+    assert r.exit_code == 0 and r.latency_ms >= 300, r
+    rec = step_record(r, step, config="unlimited", time_scale=ex.time_scale, executor="sandbox")
+    assert rec["latency_ms"] >= 300
+    assert (rec["replayed_duration_ms"], rec["recorded_duration_ms"], rec["duration_source"]) == (300.0, 300.0, "recorded")
+
+
+@needs_bwrap
 def test_sandbox_has_no_network(tree):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

@@ -16,6 +16,7 @@ memory_high_mb / memory_max_mb are the limits), or a dict:
     window_ms = 5000
     raise_step_mb = 64           # each resume of a low step / each reclaim of a high step grants this...
     raise_max_mb = 256           # ...up to this much above memory_high_mb (never above memory_max_mb)
+    cpu_weight = { high = 400, normal = 100, low = 25 }   # each step's cpu weight by its priority
     [arms.agentcgroup.rules.priorities]   # step kind -> low | normal | high; "default" for the rest
     test = "low"                 # kinds: traces/classify.py step_kind (test, install, build, vcs,
     install = "low"              # search, fileops, other; or the tool: edit, read, python, ...)
@@ -24,7 +25,12 @@ memory_high_mb / memory_max_mb are the limits), or a dict:
 
 What happens, top to bottom (see `Controller.handle` and `Controller.tick`):
 
-  1. add_step(cg, kind): the soft/hard limits go on the step's cgroup; its v2 id is registered with
+  One time rule: hold_ms, window_ms and freeze_hold_ms are in the trace's recorded time. A step
+  replayed at time_scale s (the emulate executor; real commands run at 1) is held s x hold_ms, so
+  the policy acts at the pace of the replay: 100 ms of recorded hold is 5 ms at time_scale 0.05.
+
+  1. add_step(cg, kind, time_scale=s): the soft/hard limits and the priority's cpu weight (rules
+     `cpu_weight`; the same without eBPF) go on the step's cgroup; its v2 id is registered with
      bpf/programs/reclaim_throttle.bpf.c — low priority in "stop" mode (the kernel SIGSTOPs the allocating
      process at the first memcg reclaim), high priority in "notify" mode (when it may grow),
      normal priority in "record" mode (the kernel only stamps and counts).
@@ -49,7 +55,7 @@ so a difference between the two arms is the eBPF policy's doing.
 
 External loaders: bcc cannot attach struct_ops programs (sched_ext schedulers, memcg_bpf_ops).
 Where the kernel has them (see features.probe()), `external_loader = ["/path/to/scx_foo", ...]`
-in the rules runs that program for the arm's lifetime (ExternalLoader); this host has neither.
+in the rules runs that program for the arm's lifetime (external.py); this host has neither.
 """
 from __future__ import annotations
 
@@ -57,14 +63,14 @@ import heapq
 import itertools
 import os
 import signal
-import subprocess
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..cgroups.arms import Arm, ArmError
+from ..cgroups.arms import Arm, ArmError, check_cpu_weight
 from ..cgroups.node import MB, Cgroup
+from .external import ExternalLoader
 
 PRIORITIES = ("low", "normal", "high")
 #: Kernel features an arm with ebpf = true needs (names of features.probe()).
@@ -85,6 +91,7 @@ class Rules:
     raise_step_mb: float = 0
     raise_max_mb: float = 0
     priorities: dict = field(default_factory=lambda: {"default": "normal"})
+    cpu_weight: dict = field(default_factory=dict)     # priority -> cpu weight (1..10000), where given
     external_loader: tuple = ()
 
     @classmethod
@@ -96,7 +103,7 @@ class Rules:
         for key, val in raw.items():
             if key == "ebpf" and not isinstance(val, bool):
                 raise ArmError(f"{where}.ebpf: expected true or false, got {val!r}")
-            if key in ("priorities", "external_loader", "ebpf") or val is None and key.startswith("memory_"):
+            if key in ("priorities", "external_loader", "ebpf", "cpu_weight") or val is None and key.startswith("memory_"):
                 continue
             least = 1 if key == "freeze_after" else 0
             if isinstance(val, bool) or not isinstance(val, (int, float)) or val < least:
@@ -107,10 +114,16 @@ class Rules:
         bad = {k: v for k, v in pri.items() if v not in PRIORITIES}
         if bad:
             raise ArmError(f"{where}.priorities: expected one of {', '.join(PRIORITIES)}, got {bad}")
+        cpu = raw.get("cpu_weight", {})
+        if not isinstance(cpu, dict) or set(cpu) - set(PRIORITIES):
+            raise ArmError(f"{where}.cpu_weight: expected a table priority ({', '.join(PRIORITIES)}) -> "
+                           f"weight, got {cpu!r}")
+        for level, w in cpu.items():
+            check_cpu_weight(w, f"{where}.cpu_weight.{level}")
         loader = raw.get("external_loader", ())
         if not isinstance(loader, (list, tuple)) or not all(isinstance(a, str) for a in loader):
             raise ArmError(f"{where}.external_loader: expected an argv list of strings")
-        return cls(**{**raw, "priorities": dict(pri), "external_loader": tuple(loader)})
+        return cls(**{**raw, "priorities": dict(pri), "cpu_weight": dict(cpu), "external_loader": tuple(loader)})
 
     @classmethod
     def from_arm(cls, arm: Arm) -> "Rules":
@@ -164,6 +177,7 @@ class _Step:
     kind: str | None
     priority: str
     soft_bytes: int | None
+    time_scale: float = 1.0                         # the replay's pace: the rules' timers x this
     tripwire: bool = False                          # v1: the hard limit is at soft_bytes, OOM killer off
     strikes: list = field(default_factory=list)     # ts_ns of throttles in the window
     freezes: int = 0
@@ -202,14 +216,16 @@ class Controller:
                 raise
 
     # -- steps -----------------------------------------------------------------------------------
-    def add_step(self, cg: Cgroup, kind: str | None = None) -> None:
+    def add_step(self, cg: Cgroup, kind: str | None = None, *, time_scale: float = 1.0) -> None:
         r = self.rules
         ceiling, soft = r.ceiling_bytes, r.soft_bytes
         if ceiling is not None:
             cg.set_memory_max(ceiling)
         if soft is not None:
             cg.set_memory_high(soft)
-        step = _Step(cg, kind, r.priority(kind), soft, cgid=cg.id)
+        step = _Step(cg, kind, r.priority(kind), soft, time_scale, cgid=cg.id)
+        if step.priority in r.cpu_weight:
+            cg.set_cpu_weight(r.cpu_weight[step.priority])
         if self.throttle is not None and step.priority == "low" and soft is not None and cg.host.mode != "v2":
             # v1 reclaims only at a hard limit: without this the kernel would never react below
             # the ceiling. Parked, not killed, at the soft limit until the controller lifts it.
@@ -251,13 +267,13 @@ class Controller:
         step = self.steps.get(ev.cgroup_id)
         if step is None:
             return
-        r, now = self.rules, time.monotonic_ns()
+        r, now, ms = self.rules, time.monotonic_ns(), 1e6 * step.time_scale   # recorded ms -> replay ns
         if step.priority == "low":                          # the kernel has already stopped it
             step.stopped_pid = ev.pid
             step.counts["throttles"] += 1
             self._log(step, "throttle", f"pid {ev.pid} stopped in-kernel "
                       f"{(ev.action_ns - ev.trigger_ns) / 1e3:.0f} us after reclaim began")
-            step.strikes = [t for t in step.strikes if now - t < r.window_ms * 1e6] + [now]
+            step.strikes = [t for t in step.strikes if now - t < r.window_ms * ms] + [now]
             if len(step.strikes) >= r.freeze_after:
                 step.strikes = []
                 step.freezes += 1
@@ -267,9 +283,9 @@ class Controller:
                     step.cg.kill()
                     return
                 self._freeze(step)
-                self._schedule(now + int(r.freeze_hold_ms * 1e6), step)
+                self._schedule(now + int(r.freeze_hold_ms * ms), step)
             else:
-                self._schedule(now + int(r.hold_ms * 1e6), step)
+                self._schedule(now + int(r.hold_ms * ms), step)
             return
         if step.priority == "high" and self._grant(step):
             self.throttle.rearm(ev.cgroup_id)     # listen on only while there is room to grant
@@ -430,21 +446,3 @@ class Controller:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-class ExternalLoader:
-    """Runs an external BPF loader (an scx_* scheduler, a memcg struct_ops loader) for the arm's
-    lifetime: bcc cannot attach struct_ops. Stopped with SIGINT (their clean-detach path), then
-    SIGKILL; struct_ops links die with their process, so nothing stays attached."""
-
-    def __init__(self, argv):
-        self.proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()

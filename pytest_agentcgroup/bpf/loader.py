@@ -13,7 +13,7 @@ bcc compiles the C source at load time with the running kernel's headers from
 /lib/modules/$(uname -r)/build (`make setup` links them). Our programs read no kernel structs, so a
 header version that differs from the running kernel is harmless. bcc can load tracepoint, cgroup
 and other classic program types but not struct_ops (sched_ext schedulers, memcg_bpf_ops): those
-need an external loader (see controller.ExternalLoader).
+need an external loader (see external.ExternalLoader).
 """
 from __future__ import annotations
 

@@ -5,6 +5,10 @@
     memory_max_mb = 512          # hard limit: above it the kernel reclaims, then OOM-kills
     memory_high_mb = 384         # soft limit (v2 memory.high; v1: see Cgroup.set_memory_high)
     pids_max = 512
+    cpu_weight = 100             # share of CPU against sibling cgroups: 1..10000 (v2 cpu.weight;
+                                 # v1 cpu.shares = weight x 1024 / 100, clamped to 2..262144)
+    cpu_max = "50000 100000"     # CPU cap "QUOTA PERIOD" in us (v2 cpu.max; v1 cfs_quota/period_us)
+    # cpu_max_cpus = 0.5         # ... or as a number of CPUs (quota = cpus x a 100 ms period)
     scope = "step"               # where the limits go: "step" (each tool call's cgroup) or
                                  # "trace" (the workload cgroup shared by all steps)
 
@@ -34,6 +38,10 @@ from .pool import StepPool
 
 SCOPES = ("step", "trace")
 LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
+CPU_KEYS = ("cpu_weight", "cpu_max", "cpu_max_cpus")
+CPU_PERIOD_US = 100_000                     # the period of cpu_max_cpus (both kernels' default)
+# the kernel's bounds: a quota of at least 1 ms, a period of 1 ms .. 1 s (v1 and v2 alike)
+CPU_QUOTA_MIN_US, CPU_PERIOD_RANGE_US = 1000, (1000, 1_000_000)
 
 
 class ArmError(ValueError):
@@ -48,6 +56,9 @@ class Arm:
     memory_max_mb: float | None = None
     memory_high_mb: float | None = None
     pids_max: int | None = None
+    cpu_weight: int | None = None
+    cpu_max: str | None = None                                         # "QUOTA PERIOD" (us)
+    cpu_max_cpus: float | None = None                                  # or a number of CPUs
     policy: str | None = None                                          # e.g. "agentcgroup"
     rules: dict = field(default_factory=dict, hash=False)              # the policy's rules, as written
 
@@ -55,10 +66,10 @@ class Arm:
     def from_dict(cls, name: str, raw: dict, *, where: str = "arms") -> "Arm":
         if not isinstance(raw, dict):
             raise ArmError(f"{where}.{name}: expected a table, got {type(raw).__name__}")
-        unknown = set(raw) - {"description", "scope", "policy", "rules", *LIMIT_KEYS}
+        unknown = set(raw) - {"description", "scope", "policy", "rules", *LIMIT_KEYS, *CPU_KEYS}
         if unknown:
             raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; "
-                           f"expected description, scope, policy, rules, {', '.join(LIMIT_KEYS)}")
+                           f"expected description, scope, policy, rules, {', '.join(LIMIT_KEYS + CPU_KEYS)}")
         scope = raw.get("scope", "step")
         if scope not in SCOPES:
             raise ArmError(f"{where}.{name}.scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
@@ -78,13 +89,39 @@ class Arm:
         hi, mx = raw.get("memory_high_mb"), raw.get("memory_max_mb")
         if hi is not None and mx is not None and hi > mx:
             raise ArmError(f"{where}.{name}: memory_high_mb ({hi}) above memory_max_mb ({mx}) can never be reached")
+        if raw.get("cpu_weight") is not None:
+            check_cpu_weight(raw["cpu_weight"], f"{where}.{name}.cpu_weight")
+        if raw.get("cpu_max") is not None and raw.get("cpu_max_cpus") is not None:
+            raise ArmError(f"{where}.{name}: cpu_max and cpu_max_cpus both set; give the cap once")
+        if raw.get("cpu_max") is not None:
+            _cpu_max(raw["cpu_max"], f"{where}.{name}.cpu_max")
+        cpus = raw.get("cpu_max_cpus")
+        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float))
+                                 or cpus * CPU_PERIOD_US < CPU_QUOTA_MIN_US):
+            raise ArmError(f"{where}.{name}.cpu_max_cpus: expected a number of CPUs >= "
+                           f"{CPU_QUOTA_MIN_US / CPU_PERIOD_US} (1 ms per 100 ms period), got {cpus!r}")
         return cls(name=name, description=str(raw.get("description", "")), scope=scope,
                    memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"),
+                   cpu_weight=raw.get("cpu_weight"), cpu_max=raw.get("cpu_max"), cpu_max_cpus=cpus,
                    policy=policy, rules=dict(rules))
 
     @property
     def limits(self) -> dict:
-        return {k: getattr(self, k) for k in LIMIT_KEYS if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in LIMIT_KEYS + CPU_KEYS if getattr(self, k) is not None}
+
+    @property
+    def needs_cpu(self) -> bool:
+        """Whether the arm sets anything only the cpu controller can do (its own or its rules' weights)."""
+        return any(getattr(self, k) is not None for k in CPU_KEYS) or bool(self.rules.get("cpu_weight"))
+
+    @property
+    def cpu_quota(self) -> tuple[int, int] | None:
+        """(quota_us, period_us) of the arm's CPU cap, or None."""
+        if self.cpu_max is not None:
+            return _cpu_max(self.cpu_max, f"arms.{self.name}.cpu_max")
+        if self.cpu_max_cpus is not None:
+            return round(self.cpu_max_cpus * CPU_PERIOD_US), CPU_PERIOD_US
+        return None
 
     def apply(self, cg: Cgroup) -> None:
         if self.memory_max_mb is not None:
@@ -93,11 +130,39 @@ class Arm:
             cg.set_memory_high(int(self.memory_high_mb * MB))
         if self.pids_max is not None:
             cg.set_pids_max(int(self.pids_max))
+        self.apply_cpu(cg)
+
+    def apply_cpu(self, cg: Cgroup) -> None:
+        """The arm's CPU weight and cap (a policy arm's controller may then set a weight by priority)."""
+        if self.cpu_weight is not None:
+            cg.set_cpu_weight(int(self.cpu_weight))
+        if self.cpu_quota is not None:
+            cg.set_cpu_max(*self.cpu_quota)
+
+
+def check_cpu_weight(val, where: str) -> int:
+    """A cpu weight as cgroup v2 takes it: an integer 1..10000 (ArmError naming `where`)."""
+    if isinstance(val, bool) or not isinstance(val, int) or not 1 <= val <= 10000:
+        raise ArmError(f"{where}: expected an integer 1..10000 (cgroup v2 cpu.weight; 100 = an ordinary "
+                       f"task), got {val!r}")
+    return val
+
+
+def _cpu_max(val, where: str) -> tuple[int, int]:
+    """ "QUOTA PERIOD" in microseconds -> (quota, period), within the kernel's bounds."""
+    parts = val.split() if isinstance(val, str) else []
+    lo, hi = CPU_PERIOD_RANGE_US
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) < CPU_QUOTA_MIN_US \
+            or not lo <= int(parts[1]) <= hi:
+        raise ArmError(f"{where}: expected \"QUOTA PERIOD\" in microseconds (quota >= {CPU_QUOTA_MIN_US}, "
+                       f"period {lo}..{hi}, e.g. \"50000 100000\" for half a CPU), got {val!r}")
+    return int(parts[0]), int(parts[1])
 
 
 class StepPolicy(Protocol):
     """What a policy arm's controller offers ArmPlacement (bpf/controller.py: Controller)."""
-    def add_step(self, cg: Cgroup, kind: str | None = None) -> None: ...   # limits + start acting on it
+    def add_step(self, cg: Cgroup, kind: str | None = None, *,
+                 time_scale: float = 1.0) -> None: ...   # limits + start acting on it; its timers x time_scale
     def remove_step(self, cg: Cgroup) -> dict: ...     # stop; what it did to the step (counts, priority)
 
 
@@ -111,12 +176,16 @@ class ArmPlacement:
     the step's kind, traces/classify.py `step_kind`)."""
 
     def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None,
-                 pool: bool = False, policy: StepPolicy | None = None, kind_of: Callable | None = None):
+                 pool: bool = False, policy: StepPolicy | None = None, kind_of: Callable | None = None,
+                 time_scale: float = 1.0):
         if arm.policy is not None and policy is None:
             raise ArmError(f"arm {arm.name}: policy {arm.policy!r} needs its controller "
                            "(ArmPlacement(..., policy=bpf.controller.policy_for(arm)))")
         self.arm, self.workload, self.controllers = arm, workload, controllers
         self.policy, self.kind_of = policy, kind_of or step_kind
+        # how fast the steps replay (the emulate executor's time_scale; 1 for real commands): a
+        # policy's timers run at the same pace (bpf/controller.py, "One time rule")
+        self.time_scale = time_scale
         # nest_in(): the cgroup steps are made under when it is not the workload itself (a
         # container's cgroup, known once the executor has started it: cgroups/container.py)
         self.nest_in = nest_in
@@ -134,8 +203,10 @@ class ArmPlacement:
         cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
         if self.policy is None and self.arm.scope == "step":
             self.arm.apply(cg)
-        elif self.policy is not None and self.arm.pids_max is not None:
-            cg.set_pids_max(int(self.arm.pids_max))    # the policy sets memory limits only
+        elif self.policy is not None:       # the policy sets memory limits and the priority's cpu weight
+            if self.arm.pids_max is not None:
+                cg.set_pids_max(int(self.arm.pids_max))
+            self.arm.apply_cpu(cg)
         return cg
 
     def begin_step(self, step):
@@ -149,7 +220,7 @@ class ArmPlacement:
             joined = self.step_cg.join_files()
         if self.policy is not None:       # the policy sets the step's limits (before its program runs)
             try:
-                self.policy.add_step(self.step_cg, self.kind_of(step))
+                self.policy.add_step(self.step_cg, self.kind_of(step), time_scale=self.time_scale)
             except BaseException:
                 cg, self.step_cg = self.step_cg, None
                 if self.pool:

@@ -70,7 +70,7 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
         leaf.mkdir(exist_ok=True)
         for pid in cg.pids():
             (leaf / "cgroup.procs").write_text(str(pid))
-        cg._enable_subtree(tuple(c for c in ("memory", "pids") if c in workload.host.controllers))
+        cg._enable_subtree(tuple(c for c in ("memory", "pids", "cpu") if c in tree.controllers))
     return cg
 
 

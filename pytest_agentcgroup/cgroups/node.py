@@ -19,9 +19,17 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .host import CgroupHost
+from .host import CgroupHost, CgroupUnavailable
 
 MB = 1024 * 1024
+#: v1 cpu.shares bounds (kernel: MIN_SHARES 2, MAX_SHARES 1 << 18); v2 cpu.weight is 1..10000
+V1_SHARES_MIN, V1_SHARES_MAX = 2, 262144
+
+
+def v1_shares(weight: int) -> int:
+    """cpu.shares for a v2 cpu.weight: both default to "one ordinary task" (weight 100 = 1024
+    shares), so weight x 1024 / 100, clamped to v1's range (weight 1 -> 10, 10000 -> 102400)."""
+    return max(V1_SHARES_MIN, min(V1_SHARES_MAX, weight * 1024 // 100))
 
 
 class CgroupKindError(RuntimeError):
@@ -279,6 +287,35 @@ class Cgroup:
         finally:
             os.close(ufd)
         self._threshold_fd = efd
+
+    def set_cpu_weight(self, weight: int) -> None:
+        """The cgroup's share of CPU against its siblings when they compete: v2 cpu.weight (1..10000,
+        100 = an ordinary task), v1 cpu.shares (v1_shares: the same ratio, x 1024 / 100)."""
+        if self.host.mode == "v2":
+            self._cpu_write("cpu.weight", str(int(weight)))
+        else:
+            self._cpu_write("cpu.shares", str(v1_shares(int(weight))))
+
+    def set_cpu_max(self, quota_us: int | None, period_us: int = 100_000) -> None:
+        """A CPU bandwidth cap: at most `quota_us` of CPU time per `period_us` (None: no cap).
+        v2 cpu.max "QUOTA PERIOD"; v1 cpu.cfs_period_us, then cpu.cfs_quota_us (-1: no cap)."""
+        if self.host.mode == "v2":
+            self._cpu_write("cpu.max", f"{'max' if quota_us is None else int(quota_us)} {int(period_us)}")
+        else:
+            self._cpu_write("cpu.cfs_period_us", str(int(period_us)))
+            self._cpu_write("cpu.cfs_quota_us", "-1" if quota_us is None else str(int(quota_us)))
+
+    def _cpu_write(self, name: str, value: str) -> None:
+        # No cpu controller here is one message naming it: a v2 parent without +cpu in its
+        # subtree_control has no cpu.* files in its children; a hybrid host without a v1 cpu
+        # hierarchy (or a tree made without "cpu") has no "cpu" directory to write to.
+        key = "unified" if self.host.mode == "v2" else "cpu"
+        if key not in self.paths or not (self.paths[key] / name).exists():
+            where = self.paths.get(key, self.unified)
+            raise CgroupUnavailable(f"{where}: no {name}: the cpu controller is not enabled for this cgroup "
+                                    + ("(v2: its parent's cgroup.subtree_control lacks cpu)" if key == "unified"
+                                       else "(hybrid: no v1 cpu hierarchy joined)"))
+        _write(self.paths[key] / name, value)
 
     def set_pids_max(self, n: int) -> None:
         target = self.unified if self.host.mode == "v2" else self.paths["pids"]

@@ -25,6 +25,12 @@ from .node import Cgroup, remove_tree
 PREFIX = "agentcgroup-"
 _ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)(?:-\d+)?$")
 _made = itertools.count()      # run roots this process made: one process may hold several at once
+#: What the run's cgroups get. cpu (cpu.weight/cpu.max, v1 cpu.shares/cfs quota: arms with CPU
+#: settings) is used where the host has it, for every arm alike, so that arms differ only by their
+#: settings: on hybrid every step also joins a v1 cpu cgroup (run root > test > step), so the run
+#: competes for CPU as one group with the host's other processes at its own cpu cgroup's level.
+CONTROLLERS = ("memory", "pids", "cpu")
+OPTIONAL = ("cpu",)            # not required: left out where it is not delegated (v2) or mounted (v1)
 
 
 def run_root_name(pid: int | None = None) -> str:
@@ -97,11 +103,13 @@ class RunTree:
     """The run root. `workload(name)` makes a test's cgroup; `close()` removes everything.
 
     `controllers`: what the run's cgroups get (v2: enabled in every inner node's subtree_control;
-    hybrid: the v1 hierarchies used). `undone` lists what close() could not undo on v2."""
+    hybrid: the v1 hierarchies used; cpu only where available, see CONTROLLERS). `undone` lists what close() could not undo on v2."""
 
-    def __init__(self, host: CgroupHost, *, controllers: tuple[str, ...] = ("memory", "pids")):
+    def __init__(self, host: CgroupHost, *, controllers: tuple[str, ...] = CONTROLLERS):
         check_writable(host)
         self.host = host
+        if host.mode == "v2":      # an optional controller the parent does not delegate is left out
+            controllers = tuple(c for c in controllers if c not in OPTIONAL or c in host.controllers)
         self.controllers = tuple(c for c in controllers if host.mode == "v2" or c in host.v1)
         self.stale_removed = sweep_stale(host)
         self.delegation = Delegation(host) if host.mode == "v2" else None

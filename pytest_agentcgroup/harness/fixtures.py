@@ -164,13 +164,15 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         def on_step(result):
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    **step_record(result, steps[result.step_id], config=case.arm.name,
-                                 time_scale=time_scale, executor=executor_name)}
+                                 time_scale=executor.time_scale, executor=executor_name)}
             records.append(rec)
             store.append(rec)
 
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
         try:
-            replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True),
+            # the policy's timers at the pace the steps replay (1 for real commands): one time rule
+            replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True,
+                                                                      time_scale=executor.time_scale),
                    on_step=on_step)
         except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
             pytest.skip(str(exc))
@@ -260,15 +262,18 @@ def _arm_policy(config: pytest.Config, arm: Arm):
 def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agentcgroup_tree: RunTree,
                           agentcgroup_policies):
     """Factory: `agentcgroup_placement(arm=None, workload=None, *, kind_of=None, nest_in=None,
-    pool=False)` -> an ArmPlacement (the replayer's Placement) of `arm` (an Arm or an arm name of
+    pool=False, time_scale=1.0)` -> an ArmPlacement (the replayer's Placement) of `arm` (an Arm or an arm name of
     the config; default: this test's arm) in `workload` (default: this test's cgroup). A policy
     arm's controller runs until the end of the test. `kind_of(step)` names what the policy's
     priorities are keyed by (default: the step's kind, traces/classify.py step_kind); `nest_in()`
     the cgroup steps are made under instead of the workload (a container's: cgroups/container.py
-    steps_in_container); `pool` makes step cgroups between steps, off their path (cgroups/pool.py)."""
+    steps_in_container); `pool` makes step cgroups between steps, off their path (cgroups/pool.py);
+    `time_scale` the pace the steps replay at, which a policy's timers follow (executor.time_scale).
+    An arm with CPU settings skips where the run has no cpu controller."""
     running = []
 
-    def make(arm: Arm | str | None = None, workload=None, *, kind_of=None, nest_in=None, pool=False) -> ArmPlacement:
+    def make(arm: Arm | str | None = None, workload=None, *, kind_of=None, nest_in=None, pool=False,
+             time_scale: float = 1.0) -> ArmPlacement:
         if arm is None:
             arm = request.getfixturevalue("agentcgroup_case").arm
         elif isinstance(arm, str):
@@ -276,12 +281,16 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
             if arm not in conf.arms:
                 pytest.fail(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
             arm = conf.arms[arm]
+        if arm.needs_cpu and "cpu" not in agentcgroup_tree.controllers:
+            pytest.skip(f"arm {arm.name} sets CPU weights or caps, and this host gives the run no cpu controller "
+                        f"(controllers: {', '.join(agentcgroup_tree.controllers)}; cgroup {agentcgroup_tree.host.unified})")
         policy = _arm_policy(request.config, arm)
         if policy is not None and policy not in running:
             policy.start()
             running.append(policy)
         return ArmPlacement(arm, workload if workload is not None else workload_cgroup,
-                            agentcgroup_tree.controllers, policy=policy, kind_of=kind_of, nest_in=nest_in, pool=pool)
+                            agentcgroup_tree.controllers, policy=policy, kind_of=kind_of, nest_in=nest_in, pool=pool,
+                            time_scale=time_scale)
     try:
         yield make
     finally:

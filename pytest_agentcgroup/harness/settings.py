@@ -37,7 +37,8 @@ SETTINGS = {
     "subset": ("manifest subset or comma-separated trace ids to replay, for every experiment", None, str, "subset"),
     "arms": ("comma-separated arm names to run, for every experiment", None, str, "arms"),
     "executor": ("how steps run: emulate (reproduce the recorded profile), sandbox (real command under bubblewrap) or docker (real command in a container)", None, str, None),
-    "time_scale": ("multiply recorded durations by this factor when replaying", None, float, None),
+    "time_scale": ("multiply recorded durations by this factor when replaying (emulate executor only; "
+                   "policy timers follow it)", None, float, None),
     "step_timeout": ("per-step timeout in seconds", None, float, None),
     "resume": ("continue the newest run when it did not finish: skip every trace x arm (x seed x params) "
                "already complete in it, redo partial ones (a finished newest run: start a new run)", False, bool, None),

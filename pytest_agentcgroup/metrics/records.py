@@ -88,8 +88,12 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
         "policy_kills": c.get("policy_kills", 0),
         "exit_code": result.exit_code, "signal": result.signal, "timed_out": result.timed_out,
         "profile_source": result.profile_source,
-        # What was asked for, so a reader can compare: the trace's numbers, scaled as replayed.
+        # What was asked for, so a reader can compare: the trace's numbers, scaled as replayed
+        # (time_scale is the executor's: 1 for sandbox/docker, whose latency_ms is real time), and
+        # the trace's own duration with its provenance (recorded | derived | synthetic).
         "replayed_duration_ms": _round(step.duration_ms.value * time_scale) if step.duration_ms else None,
+        "recorded_duration_ms": _round(step.duration_ms.value) if step.duration_ms else None,
+        "duration_source": step.duration_ms.provenance if step.duration_ms else None,
         "replayed_peak_mb": _round(step.profile.peak_mb.value) if step.profile.peak_mb else None,
     }
     if "kind" in c:                  # policy arms: what the priorities were keyed by, and the priority

@@ -32,8 +32,9 @@ COLUMNS: dict[str, Metric] = {**METRICS, **SUMMARY_METRICS, **{
     for m in REGISTRY.values() if m.name not in SUMMARY_METRICS}, **{m.name: m for m in (
     Metric("traces", "count", "none", "derived", "distinct traces replayed"),
     Metric("executed_steps", "count", "none", "derived", "steps that ran a command (sandbox skips edits/reads)"),
-    Metric("replayed_duration_ms", "ms", "none", "trace", "the trace's step duration × time_scale "
+    Metric("replayed_duration_ms", "ms", "none", "trace", "the trace's step duration × the executor's time_scale "
            "(recorded/derived/synthetic: see profile_source)"),
+    Metric("recorded_duration_ms", "ms", "none", "trace", "the trace's step duration, unscaled (see duration_source)"),
     Metric("replayed_peak_mb", "MiB", "none", "trace", "the trace's step memory peak "
            "(recorded/derived/synthetic: see profile_source)"),
 )}}

@@ -79,6 +79,7 @@ class DockerExecutor:
         ex.start(trace); ex.init_pid; ex.launch(step) -> Launch | None; ex.stop()
     """
     name = "docker"
+    time_scale = 1.0            # real commands at real speed: time_scale is the emulator's only
 
     def __init__(self, engine: DockerEngine | None, *, cgroup_parent: str | None, image: str | None = None,
                  step_timeout_s: float = DEFAULT_TIMEOUT_S, pids_limit: int | None = None,

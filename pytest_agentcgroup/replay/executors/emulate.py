@@ -14,7 +14,8 @@ EMULATOR = str(Path(__file__).parent.parent / "emulator.py")
 
 
 class EmulateExecutor:
-    """Every step with replay data runs the resource emulator; durations are scaled by time_scale.
+    """Every step with replay data runs the resource emulator; durations are scaled by time_scale
+    (the only executor that scales: sandbox and docker run real commands at real speed).
 
     Memory peaks are not scaled: a limit means the same thing at any speed. A step without any
     replay data still runs (an empty emulation: the spawn and cgroup cost only), so every step of

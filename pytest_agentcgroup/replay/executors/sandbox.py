@@ -36,6 +36,7 @@ class SandboxExecutor:
     where the previous one ended (`cd` included).
     """
     name = "sandbox"
+    time_scale = 1.0            # real commands at real speed: time_scale is the emulator's only
     STATE = "/.agentcgroup-state"
     # `nobody` needs no set-up on any Debian host or VM (base-passwd), owns no files on a normal
     # host, and the step sees none of the host's files anyway (only read-only /usr and /etc);
