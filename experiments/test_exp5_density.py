@@ -38,9 +38,9 @@ from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.metrics import density as dens
 from pytest_agentcgroup.metrics.budgets import harness_failures
 from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
-from pytest_agentcgroup.plugin import setting
+from pytest_agentcgroup import proc
+from pytest_agentcgroup.harness.settings import setting
 from pytest_agentcgroup.replay import EmulateExecutor, replay
-from pytest_agentcgroup.replay import spawn
 from pytest_agentcgroup.replay.executors import EMULATOR
 from pytest_agentcgroup.traces.corpus import Corpus
 
@@ -236,7 +236,7 @@ class Bench:
         base = cg.child("base", self.tree.controllers)
         argv = [sys.executable, "-I", "-S", EMULATOR, str(int(base_mb * MB)), "0", "0", "0", str(10 ** 9), str(self.tmp)]
         # a parked shell joins, then execs: no fork with a Python pre-exec hook from several threads
-        parked = spawn.Parked(base.join_files())
+        parked = proc.Parked(base.join_files())
         parked.start(argv, None, None)
         proc = parked.proc
         deadline = time.monotonic() + 10
