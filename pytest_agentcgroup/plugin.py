@@ -38,6 +38,7 @@ from .metrics import benchjson, budgets, gate
 from .metrics.controller import (REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, ControllerSettings,
                                  MetricsController)
 from .metrics.records import SUMMARY_METRICS, step_record, summarize
+from .metrics import reservation                      # issue 13
 from .metrics.store import METRICS_FILE, ResultsStore, read_records, run_key
 from .replay import ExecutorUnavailable, make_executor, replay
 from .replay.docker_engine import DockerEngine
@@ -381,14 +382,18 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         def on_step(result):
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    **step_record(result, steps[result.step_id], config=case.arm.name,
-                                 time_scale=time_scale, executor=executor_name)}
+                                 time_scale=time_scale, executor=executor_name),
+                   # issue 13: GiB·s reserved / used (usage sampled by the placement: sample_usage below)
+                   **reservation.step_fields(result, steps[result.step_id], arm=case.arm,
+                                             trace=agentcgroup_trace, time_scale=time_scale)}
             records.append(rec)
             store.append(rec)
 
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
         try:
-            replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True),
-                   on_step=on_step)
+            placement = agentcgroup_placement(case.arm, nest_in=nest_in, pool=True)
+            placement.sample_usage(reservation.SAMPLE_PERIOD_S)      # issue 13: used GiB·s
+            replay(agentcgroup_trace, executor, placement, on_step=on_step)
         except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
             pytest.skip(str(exc))
         except Exception as exc:                # the executor crashed: the test fails, its records are kept

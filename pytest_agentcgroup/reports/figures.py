@@ -131,6 +131,30 @@ def ablation_deltas(deltas) -> Figure:
     return fig
 
 
+def frontier(frame) -> Figure:
+    """OOM kills against reserved memory, one line per arm through its sweep points (`frame`: the
+    frame of frontier.reservation_frame), each point named by its sweep value."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sel = frame.dropna(subset=["reserved_gib_s", "oom_kills"])
+    multi_run, multi_exp = sel["run"].nunique() > 1, sel["experiment"].nunique() > 1
+    for i, (key, arm) in enumerate(sel.groupby(["run", "experiment", "config"], sort=False)):
+        arm = arm.sort_values("reserved_gib_s")
+        name = series_name(dict(zip(["run", "experiment", "config"], key)), multi_run, multi_exp)
+        basis = f"C{i % 10}"
+        ax.plot(arm["reserved_gib_s"], arm["oom_kills"], marker="o", color=basis, label=name)
+        for r in arm.itertuples():
+            ax.annotate(r.point, (r.reserved_gib_s, r.oom_kills), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7, color=basis)
+    ax.set_xscale("log")
+    ax.set_xlabel("memory reserved by the arm's limits (GiB·s, derived; recorded-equivalent s, summed over traces)")
+    ax.set_ylabel("OOM kills (count, recorded by the kernel, summed over traces)")
+    ax.set_title("Kills vs reserved memory: one point per swept limit, per arm")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
 def save(fig: Figure, path) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

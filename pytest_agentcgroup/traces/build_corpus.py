@@ -25,6 +25,7 @@ from .classify import KINDS, classify_command, dominant_kind
 from . import noisy
 from .convert import claude_code
 from .corpus import update_manifest
+from .sweep import paper_subset
 from .ir import Trace, TraceError, write_trace
 
 SHORT_MAX, LONG_MIN = 20, 50            # steps: short <= 20 < medium < 50 <= long
@@ -168,11 +169,12 @@ def build(src: Path, out: Path) -> dict:
     smoke = select_smoke(entries)
     dev = select_dev(entries, smoke)
     full = [e["trace_id"] for e in entries]
+    paper = paper_subset(entries)             # spread of peaks for exp1's frontier (traces/sweep.py)
     noisy_ids = []
     for trace, rel in noisy.write(out):          # synthetic noisy neighbours: their own subset only
         entries.append(describe(trace, rel))
         noisy_ids.append(trace.trace_id)
-    subsets = {"smoke": smoke, "dev": dev, "full": full, "noisy": noisy_ids}
+    subsets = {"smoke": smoke, "dev": dev, "full": full, "noisy": noisy_ids, "paper": paper}
     # Other trace families (browser traces, ...) keep their manifest entries and subsets.
     update_manifest(out, ("claude-code/", "synthetic/"), entries, subsets)
     manifest = {"subsets": subsets,
