@@ -34,7 +34,10 @@ HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace
             "latency_p95_ms": "p95 latency", "latency_p99_ms": "p99 latency", "latency_total_ms": "total latency",
             "cpu_total_ms": "CPU time", "peak_rss_mb": "peak memory", "mem_high_events_total": "soft-limit breaches",
             "mem_max_events_total": "hard-limit hits", "oom_kills": "OOM kills", "timeouts": "timeouts",
-            **{k: h for k, h in SUMMARY if k.endswith("_total")}}
+            **{k: h for k, h in SUMMARY if k.endswith("_total")},
+            "step_time_s": "tool time", "reserved_gib_s": "reserved", "ceiling_reserved_gib_s": "reserved at ceiling",
+            "soft_reserved_gib_s": "reserved at soft limit", "used_gib_s": "used", "utilization": "utilization",
+            "idle_reserved_gib_s": "idle reserved"}
 
 
 def arm_limits(config_path: str | Path | None) -> dict[str, dict]:
@@ -206,6 +209,8 @@ def _td(value, key: str, numeric: bool) -> str:
     if not numeric:
         return f"<td>{e(str(value))}</td>"
     shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float) and (key == "utilization" or key.endswith("_gib_s")) and abs(value) < 10:
+        shown = f"{value:.3g}"                   # small GiB·s and ratios: 3 significant digits, not 0.0
     bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts", "policy_kills_total") and value else ""
     return f'<td class="num{bad}" data-value="{value}">{e(shown)}</td>'
 
