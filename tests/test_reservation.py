@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def res(**kw):
-    args = dict(latency_ms=1000.0, time_scale=1.0, memory_max_mb=None, memory_high_mb=None, policy=False,
+    args = dict(latency_ms=1000.0, time_scale=1.0, memory_max_mb=None, memory_high_mb=None, granting=False,
                 trace_peak_mb=100.0, usage_mib_ms=None)
     return rv.step_reservation(**{**args, **kw})
 
@@ -53,12 +53,15 @@ def test_a_soft_limit_alone_is_no_reservation_but_is_reported_at_the_soft_limit(
 
 def test_dynamic_arm_reserves_the_envelope_of_its_grants():
     # 512 MiB for 250 ms, 768 for 250 ms, 1024 for 500 ms = 832000 MiB·ms = 0.8125 GiB·s
-    r = res(memory_high_mb=512, memory_max_mb=2048, policy=True, grants=[[250, 768], [500, 1024]])
+    r = res(memory_high_mb=512, memory_max_mb=2048, granting=True, grants=[[250, 768], [500, 1024]])
     assert r["reserved_gib_s"] == 0.8125 and r["reserved_basis"] == rv.GRANT_BASIS
     assert r["soft_reserved_gib_s"] == 0.8125
     assert r["ceiling_reserved_gib_s"] == 2.0             # 2048 MiB * 1 s
-    # the control arm (a policy without grants) is flat at its soft limit
-    assert res(memory_high_mb=512, memory_max_mb=2048, policy=True)["reserved_gib_s"] == 0.5
+    # no grants logged: flat at the soft limit
+    assert res(memory_high_mb=512, memory_max_mb=2048, granting=True)["reserved_gib_s"] == 0.5
+    # the control arm (no eBPF: nothing grants or holds its soft limit) reserves its ceiling, soft reported
+    ctl = res(memory_high_mb=512, memory_max_mb=2048, granting=False, grants=[[250, 768]])
+    assert ctl["reserved_gib_s"] == 2.0 and ctl["reserved_basis"] == rv.HARD_BASIS and ctl["soft_reserved_gib_s"] == 0.5
 
 
 def test_envelope_clips_grants_to_the_step():
@@ -69,7 +72,7 @@ def test_envelope_clips_grants_to_the_step():
 def test_a_step_that_did_not_run_held_nothing_and_use_above_a_soft_reservation_is_not_negative_idle():
     r = res(latency_ms=None, memory_max_mb=512)
     assert r["reserved_gib_s"] == 0.0 and r["step_time_s"] == 0.0
-    over = res(memory_high_mb=64, memory_max_mb=2048, policy=True, usage_mib_ms=128 * 1000.0)
+    over = res(memory_high_mb=64, memory_max_mb=2048, granting=True, usage_mib_ms=128 * 1000.0)
     assert over["utilization"] == 2.0 and over["idle_reserved_gib_s"] == 0.0
 
 
@@ -81,6 +84,8 @@ def test_step_fields_reads_the_grants_and_usage_from_the_counters():
     arm = Arm("agentcgroup", policy="agentcgroup", memory_high_mb=512, memory_max_mb=2048)
     f = rv.step_fields(result, step, arm=arm, trace=trace, time_scale=1.0)
     assert f["reserved_gib_s"] == 0.75 and f["used_gib_s"] == 0.5 and f["usage_samples"] == 51
+    soft = Arm("bpf-soft", policy="agentcgroup", memory_high_mb=512, memory_max_mb=2048, rules={"ebpf": False})
+    assert rv.step_fields(result, step, arm=soft, trace=trace, time_scale=1.0)["reserved_gib_s"] == 2.0
     f = rv.step_fields(result, step, arm=Arm("unlimited"), trace=trace, time_scale=1.0)
     assert f["reserved_gib_s"] == round(300 / 1024, 6)        # the trace's recorded peak
 

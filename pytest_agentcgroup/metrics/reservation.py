@@ -5,12 +5,16 @@ A limit is memory a host must keep for the cgroup while it holds it, used or not
     reserved_gib_s       = ∫ L(t) dt over the step's time, where L is what the arm commits:
                            - a static arm with a hard limit (memory_max_mb): that limit, for a
                              trace-scope arm (static-env) too (the trace's limit over this step's time);
-                           - a policy arm (agentcgroup, bpf-soft): the envelope of its granted soft limit,
-                             memory_high_mb raised at each grant the controller logged (bpf/controller.py
-                             `grants`); bpf-soft grants nothing, so its envelope is flat at memory_high_mb;
-                           - no hard limit and no policy (unlimited, static-high: a soft limit bounds
-                             nothing): what a scheduler would have to reserve, the trace's peak (the
-                             largest step peak the trace records).
+                           - the dynamic arm (a policy with eBPF: agentcgroup): the envelope of its granted
+                             soft limit, memory_high_mb raised at each grant the controller logged
+                             (bpf/controller.py `grants`). On cgroup v1 only its low-priority steps are held
+                             at that line (the tripwire); a normal step's soft limit binds nothing there, so
+                             its usage can exceed the envelope (utilization > 1 shows it);
+                           - a soft limit that nothing grants or holds is no reservation: static-high (no
+                             hard limit) counts as unlimited, bpf-soft (the control arm: no eBPF, no
+                             controller) as the static arm of its ceiling;
+                           - no hard limit and no granting policy (unlimited, static-high): what a scheduler
+                             would have to reserve, the trace's peak (its largest recorded step peak).
     ceiling_reserved_gib_s = ∫ hard limit dt (memory_max_mb; the trace's peak where there is none):
                            the reservation at the line the kernel kills at.
     soft_reserved_gib_s  = ∫ soft limit dt (memory_high_mb, with grants for policy arms); null without one.
@@ -57,11 +61,12 @@ def envelope_mib_ms(start_mib: float, grants: Iterable, duration_ms: float) -> f
 
 
 def step_reservation(*, latency_ms: float | None, time_scale: float, memory_max_mb: float | None,
-                     memory_high_mb: float | None, policy: bool, trace_peak_mb: float | None,
+                     memory_high_mb: float | None, granting: bool, trace_peak_mb: float | None,
                      grants: Iterable = (), usage_mib_ms: float | None = None,
                      usage_samples: int | None = None) -> dict:
     """The reservation fields of one step (STEP_FIELDS): pure arithmetic, see the module docstring.
-    A step that did not run (latency_ms None) held nothing: zeros."""
+    `granting`: the arm's controller grants soft-limit room (a policy arm with eBPF). A step that did
+    not run (latency_ms None) held nothing: zeros."""
     if time_scale <= 0:
         raise ValueError(f"time_scale must be positive, got {time_scale!r}")
     dur = float(latency_ms or 0.0)
@@ -72,9 +77,9 @@ def step_reservation(*, latency_ms: float | None, time_scale: float, memory_max_
     def flat(mib):
         return None if mib is None else float(mib) * dur
 
-    soft = envelope_mib_ms(memory_high_mb, grants if policy else (), dur) if memory_high_mb is not None else None
+    soft = envelope_mib_ms(memory_high_mb, grants if granting else (), dur) if memory_high_mb is not None else None
     ceiling = flat(memory_max_mb) if memory_max_mb is not None else flat(trace_peak_mb)
-    if policy and soft is not None:
+    if granting and soft is not None:
         reserved, basis = soft, GRANT_BASIS
     elif memory_max_mb is not None:
         reserved, basis = ceiling, HARD_BASIS
@@ -105,9 +110,15 @@ def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
     c = result.counters
     return step_reservation(
         latency_ms=result.latency_ms if result.executed else None, time_scale=time_scale,
-        memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, policy=arm.policy is not None,
+        memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, granting=granting(arm),
         trace_peak_mb=_cached_trace_peak(trace), grants=c.get("grants") or (),
         usage_mib_ms=c.get("usage_mib_ms"), usage_samples=c.get("usage_samples"))
+
+
+def granting(arm) -> bool:
+    """Whether the arm's controller grants soft-limit room: a policy arm with eBPF (bpf/controller.py
+    Rules: `ebpf` defaults to true; false is the bpf-soft control arm, where nothing acts)."""
+    return arm.policy is not None and arm.rules.get("ebpf", True) is not False
 
 
 _PEAKS: dict[int, tuple] = {}

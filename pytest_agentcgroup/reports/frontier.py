@@ -33,7 +33,8 @@ def reservation_frame(tests):
         row.update(point=point_name(key[3]), seeds=seeds, traces=sel["trace_id"].nunique())
         for k in SUMS:
             vals = sel[k].dropna() if k in sel else []
-            row[k] = round(float(vals.sum()) / seeds, 6) if len(vals) else None
+            v = round(float(vals.sum()) / seeds, 6) if len(vals) else None
+            row[k] = int(v) if k in ("oom_kills", "total_steps") and v is not None and v.is_integer() else v
         both = sel.dropna(subset=["reserved_gib_s", "used_gib_s"]) if "reserved_gib_s" in sel else sel.iloc[0:0]
         res = both["reserved_gib_s"].sum() if len(both) else 0.0
         # utilization of the sums is the used share of what was reserved (a per-test mean would weight
