@@ -74,12 +74,13 @@ METRICS = {m.name: m for m in (
     # Seconds are recorded-equivalent: replay wall seconds / time_scale.
     Metric("step_time_s", "s", "none", "derived", "latency_ms / time_scale: the step's time as recorded-equivalent s"),
     Metric("reserved_gib_s", "GiB·s", "lower", "derived",
-           "∫ the arm's committed limit over the step's time: hard limit (static arms), envelope of the granted "
-           "soft limit (policy arms: controller grant log), else the trace's recorded peak (unlimited, soft-only)"),
+           "∫ the arm's committed limit over the step's time: hard limit (static arms, bpf-soft's ceiling), envelope "
+           "of the granted soft limit (agentcgroup: controller grant log), else the trace's recorded peak "
+           "(unlimited, static-high)"),
     Metric("ceiling_reserved_gib_s", "GiB·s", "lower", "derived",
            "∫ the hard limit (memory_max_mb; the trace's recorded peak without one) over the step's time"),
     Metric("soft_reserved_gib_s", "GiB·s", "lower", "derived",
-           "∫ the soft limit (memory_high_mb, with grants for policy arms) over the step's time; null without one"),
+           "∫ the soft limit (memory_high_mb, with grants where a controller grants) over the step's time; null without one"),
     Metric("used_gib_s", "GiB·s", "none", "derived",
            "∫ memory usage dt: trapezoid over v2 memory.current | v1 memory.usage_in_bytes sampled every 20 ms"),
     Metric("utilization", "ratio", "higher", "derived", "used_gib_s / reserved_gib_s (summaries: of the sums)"),

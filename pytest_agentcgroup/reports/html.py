@@ -268,9 +268,9 @@ def _reservation_section(reserve) -> str:
     return ("<h2>Reserved and used memory per arm</h2>\n" + _table(reserve.to_dict("records"), keys, heads, "reservation")
             + '<p class="note">All derived (metrics/reservation.py), summed over the traces (means over seeds). '
               "Seconds are recorded-equivalent: replay wall time / time_scale. reserved = ∫ the arm's committed limit dt: "
-              "the hard limit for static arms, the envelope of the granted soft limit for policy arms (controller grant "
-              "log), the trace's recorded peak for arms with neither (unlimited, soft-only: what a scheduler would "
-              "reserve); at the ceiling = ∫ memory_max dt; used = ∫ memory.current dt sampled every 20 ms; idle = "
+              "the hard limit for static arms and bpf-soft (its ceiling), the envelope of the granted soft limit for "
+              "agentcgroup (controller grant log), the trace's recorded peak for unlimited and static-high (a soft limit "
+              "alone reserves nothing: what a scheduler would reserve); at the ceiling = ∫ memory_max dt; used = ∫ memory.current dt sampled every 20 ms; idle = "
               "Σ max(0, reserved − used) per step. Tool time only: model turns between tool calls are not replayed.</p>")
 
 
