@@ -239,7 +239,8 @@ locally served `qwen3` under `local/`), one IR file per run (schema `agentcgroup
 `pytest_agentcgroup/traces/ir.py`): `claude-code/<model>/<task>.json`, trace id
 `claude-code/<model>/<task>`. `manifest.json` lists every trace with descriptive keys (steps,
 bash_steps, length, category, kinds, bursty, peak_mb, steps_over_mb, total_step_ms, cpu_ms) and the
-subsets `smoke`, `dev` and `full` (these three: Claude Code traces only) and `noisy`.
+subsets `smoke`, `dev`, `paper` (50 traces spread over memory peaks: `traces/sweep.py`) and `full`
+(these four: Claude Code traces only) and `noisy`.
 
 `synthetic/noisy-*.json` are noisy neighbours (subset `noisy`; made by
 `pytest_agentcgroup/traces/noisy.py`, MIT, every number `synthetic`): `noisy-cpu` (stress-ng CPU
