@@ -31,8 +31,8 @@ def res(**kw):
 # -- arithmetic, one hand-computed case per arm kind ------------------------------------------------
 def test_static_hard_limit_reserves_the_limit_over_the_step_in_recorded_seconds():
     # 512 MiB for 1 s of replay at time_scale 0.05 = 20 recorded s: 512 * 20 / 1024 = 10 GiB·s
-    r = res(memory_max_mb=512, time_scale=0.05, usage_mib_ms=256 * 1000.0)
-    assert r["step_time_s"] == 20.0
+    r = res(memory_max_mb=512, time_scale=0.05, usage_mib_ms=256 * 1000.0, usage_window_ms=1000.0)
+    assert r["step_time_s"] == 20.0 and r["time_basis"] == "replay"
     assert r["reserved_gib_s"] == 10.0 and r["reserved_basis"] == rv.HARD_BASIS
     assert r["ceiling_reserved_gib_s"] == 10.0 and r["soft_reserved_gib_s"] is None
     assert r["used_gib_s"] == 5.0                      # 256 MiB held for the whole 20 s
@@ -64,6 +64,18 @@ def test_dynamic_arm_reserves_the_envelope_of_its_grants():
     assert ctl["reserved_gib_s"] == 2.0 and ctl["reserved_basis"] == rv.HARD_BASIS and ctl["soft_reserved_gib_s"] == 0.5
 
 
+def test_levels_are_held_for_the_recorded_duration_when_the_trace_has_one():
+    # replayed in 50 ms (at 0.05, plus load), recorded 2 s: the levels' means are held 2 s
+    hard = res(latency_ms=80.0, time_scale=0.05, recorded_ms=2000.0, memory_max_mb=512,
+               usage_mib_ms=256 * 100.0, usage_window_ms=100.0)
+    assert hard["time_basis"] == "recorded" and hard["step_time_s"] == 2.0
+    assert hard["reserved_gib_s"] == 1.0 and hard["used_gib_s"] == 0.5 and hard["utilization"] == 0.5
+    # a grant to 1024 MiB halfway through the replayed step: mean 768 MiB over the recorded 2 s
+    dyn = res(latency_ms=50.0, time_scale=0.05, recorded_ms=2000.0, memory_high_mb=512, memory_max_mb=2048,
+              granting=True, grants=[[25.0, 1024]])
+    assert dyn["reserved_gib_s"] == 1.5 and dyn["ceiling_reserved_gib_s"] == 4.0
+
+
 def test_envelope_clips_grants_to_the_step():
     assert rv.envelope_mib_ms(100, [[-5, 200], [2000, 400]], 1000) == 200 * 1000     # before: from 0; after: none
     assert rv.envelope_mib_ms(100, [[600, 300], [200, 200]], 1000) == 100 * 200 + 200 * 400 + 300 * 400
@@ -72,7 +84,7 @@ def test_envelope_clips_grants_to_the_step():
 def test_a_step_that_did_not_run_held_nothing_and_use_above_a_soft_reservation_is_not_negative_idle():
     r = res(latency_ms=None, memory_max_mb=512)
     assert r["reserved_gib_s"] == 0.0 and r["step_time_s"] == 0.0
-    over = res(memory_high_mb=64, memory_max_mb=2048, granting=True, usage_mib_ms=128 * 1000.0)
+    over = res(memory_high_mb=64, memory_max_mb=2048, granting=True, usage_mib_ms=128 * 1000.0, usage_window_ms=1000.0)
     assert over["utilization"] == 2.0 and over["idle_reserved_gib_s"] == 0.0
 
 
@@ -80,7 +92,8 @@ def test_step_fields_reads_the_grants_and_usage_from_the_counters():
     step = Step(0, "bash", {"command": "x"}, profile=Profile(peak_mb=Measure(300.0, "recorded")))
     trace = Trace("t/x", {"format": "test"}, (step,))
     result = SimpleNamespace(executed=True, latency_ms=1000.0,
-                             counters={"grants": [[500, 1024]], "usage_mib_ms": 512000.0, "usage_samples": 51})
+                             counters={"grants": [[500, 1024]], "usage_mib_ms": 512000.0, "usage_window_ms": 1000.0,
+                                       "usage_samples": 51})
     arm = Arm("agentcgroup", policy="agentcgroup", memory_high_mb=512, memory_max_mb=2048)
     f = rv.step_fields(result, step, arm=arm, trace=trace, time_scale=1.0)
     assert f["reserved_gib_s"] == 0.75 and f["used_gib_s"] == 0.5 and f["usage_samples"] == 51

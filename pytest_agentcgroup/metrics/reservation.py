@@ -22,11 +22,15 @@ A limit is memory a host must keep for the cgroup while it holds it, used or not
                            every 20 ms of replay (cgroups/usage.py); null where it was not sampled.
     utilization          = used / reserved;  idle_reserved_gib_s = max(0, reserved − used).
 
-Time: the step's wall time (latency_ms, fork to reap) in *recorded-equivalent* seconds, i.e. replay
-seconds / time_scale — the time a host would hold the limit for the recorded agent (memory is not
-scaled by the replay, durations are). A throttled step's hold counts too, scaled the same way.
-Per trace the step figures are summed; the agent's own time between tool calls (model turns) is not
-replayed, so a trace-scope reservation (a container's) is a lower bound of what a host would hold.
+Time: a level (limit, envelope, usage) is a time-weighted mean over the replayed step, and it is
+held for the step's *recorded* duration (the trace's duration_ms: the time a host would hold the
+limit for the recorded agent; `time_basis` "recorded"), else, for traces without durations, for the
+replay's wall time / time_scale ("replay"). Replay wall time is not used as the time itself: on a
+shared machine it follows load, and at time_scale 0.05 every ms of harness start-up would count 20x.
+So the dynamic arm's throttle holds cost latency (reported as such), not GiB·s; its grants count by
+when, within the step, they came. Per trace the step figures are summed; the agent's own time between
+tool calls (model turns) is not replayed, so a trace-scope reservation (a container's) is a lower
+bound of what a host would hold.
 
 All of these are `derived`: from the arm's configured limits, the controller's grant log, the
 recorded wall clock and the sampled usage; `reserved_basis` names which rule gave a step's figure.
@@ -40,7 +44,7 @@ SAMPLE_PERIOD_S = 0.02          # usage sampling period of replayed steps (cgrou
 PEAK_BASIS, HARD_BASIS, GRANT_BASIS = "trace peak", "hard limit", "granted soft limit"
 
 #: The per-step fields, in record order.
-STEP_FIELDS = ("step_time_s", "reserved_gib_s", "reserved_basis", "ceiling_reserved_gib_s",
+STEP_FIELDS = ("step_time_s", "time_basis", "reserved_gib_s", "reserved_basis", "ceiling_reserved_gib_s",
                "soft_reserved_gib_s", "used_gib_s", "usage_samples", "utilization", "idle_reserved_gib_s")
 #: The fields a summary sums (and utilization, the ratio of the sums).
 TOTAL_FIELDS = ("step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s",
@@ -62,31 +66,41 @@ def envelope_mib_ms(start_mib: float, grants: Iterable, duration_ms: float) -> f
 
 def step_reservation(*, latency_ms: float | None, time_scale: float, memory_max_mb: float | None,
                      memory_high_mb: float | None, granting: bool, trace_peak_mb: float | None,
-                     grants: Iterable = (), usage_mib_ms: float | None = None,
-                     usage_samples: int | None = None) -> dict:
+                     grants: Iterable = (), usage_mib_ms: float | None = None, usage_window_ms: float | None = None,
+                     usage_samples: int | None = None, recorded_ms: float | None = None) -> dict:
     """The reservation fields of one step (STEP_FIELDS): pure arithmetic, see the module docstring.
-    `granting`: the arm's controller grants soft-limit room (a policy arm with eBPF). A step that did
-    not run (latency_ms None) held nothing: zeros."""
+    `granting`: the arm's controller grants soft-limit room (a policy arm with eBPF). Levels (limit,
+    envelope, usage) are time-weighted means over the replayed step (latency_ms; usage over the
+    sampler's window); the time they are held is the step's `recorded_ms` when the trace has it, else
+    latency_ms / time_scale. A step that did not run (latency_ms None) held nothing: zeros."""
     if time_scale <= 0:
         raise ValueError(f"time_scale must be positive, got {time_scale!r}")
-    dur = float(latency_ms or 0.0)
+    wall = float(latency_ms or 0.0)
+    if latency_ms is None:
+        held_s, time_basis = 0.0, None
+    elif recorded_ms is not None:
+        held_s, time_basis = float(recorded_ms) / 1000.0, "recorded"
+    else:
+        held_s, time_basis = wall / 1000.0 / time_scale, "replay"
 
-    def gib_s(mib_ms):
-        return None if mib_ms is None else round(mib_ms / MIB_MS_PER_GIB_S / time_scale, 6)
+    def gib_s(mean_mib):
+        return None if mean_mib is None else round(mean_mib * held_s / 1024.0, 6)
 
-    def flat(mib):
-        return None if mib is None else float(mib) * dur
-
-    soft = envelope_mib_ms(memory_high_mb, grants if granting else (), dur) if memory_high_mb is not None else None
-    ceiling = flat(memory_max_mb) if memory_max_mb is not None else flat(trace_peak_mb)
+    soft = None
+    if memory_high_mb is not None:       # the envelope's mean over the replayed step (flat without grants)
+        soft = envelope_mib_ms(memory_high_mb, grants if granting else (), wall) / wall if wall > 0 \
+            else float(memory_high_mb)
+    ceiling = memory_max_mb if memory_max_mb is not None else trace_peak_mb
     if granting and soft is not None:
         reserved, basis = soft, GRANT_BASIS
     elif memory_max_mb is not None:
-        reserved, basis = ceiling, HARD_BASIS
+        reserved, basis = memory_max_mb, HARD_BASIS
     else:
-        reserved, basis = flat(trace_peak_mb), PEAK_BASIS
-    used = usage_mib_ms if latency_ms is not None else (0.0 if usage_mib_ms is not None else None)
-    out = {"step_time_s": round(dur / 1000.0 / time_scale, 6), "reserved_gib_s": gib_s(reserved),
+        reserved, basis = trace_peak_mb, PEAK_BASIS
+    used = None
+    if usage_mib_ms is not None:
+        used = usage_mib_ms / usage_window_ms if usage_window_ms else 0.0
+    out = {"step_time_s": round(held_s, 6), "time_basis": time_basis, "reserved_gib_s": gib_s(reserved),
            "reserved_basis": basis if reserved is not None else None,
            "ceiling_reserved_gib_s": gib_s(ceiling), "soft_reserved_gib_s": gib_s(soft),
            "used_gib_s": gib_s(used), "usage_samples": usage_samples,
@@ -112,7 +126,9 @@ def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
         latency_ms=result.latency_ms if result.executed else None, time_scale=time_scale,
         memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, granting=granting(arm),
         trace_peak_mb=_cached_trace_peak(trace), grants=c.get("grants") or (),
-        usage_mib_ms=c.get("usage_mib_ms"), usage_samples=c.get("usage_samples"))
+        usage_mib_ms=c.get("usage_mib_ms"), usage_window_ms=c.get("usage_window_ms"),
+        usage_samples=c.get("usage_samples"),
+        recorded_ms=step.duration_ms.value if step.duration_ms is not None else None)
 
 
 def granting(arm) -> bool:
