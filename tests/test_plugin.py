@@ -92,8 +92,9 @@ def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester,
     for r in lines:
         if r["config"] == "static-toolcall":
             assert r["reserved_basis"] == "hard limit" and r["usage_samples"] >= 1, r
-            assert r["time_basis"] == "recorded" and r["step_time_s"] == 0.2, r       # the trace's 200 ms
-            assert r["reserved_gib_s"] == pytest.approx(128 * 0.2 / 1024, rel=1e-3, abs=1e-5), r
+            held = r["replayed_duration_ms"] / 1000          # the trace's duration (time_scale 1)
+            assert r["time_basis"] == "recorded" and r["step_time_s"] == pytest.approx(held), r
+            assert r["reserved_gib_s"] == pytest.approx(128 * held / 1024, rel=1e-3, abs=1e-5), r
     big = next(r for r in lines if r["config"] == "unlimited" and r["step_id"] == 1)      # 300 MiB for 200 ms
     assert big["reserved_basis"] == "trace peak" and 0.25 * 300 * 0.2 / 1024 <= big["used_gib_s"] <= big["reserved_gib_s"], big
     reserved = by_arm["static-toolcall"]["extra_info"]["metrics"]["reserved_gib_s"]
