@@ -71,8 +71,9 @@ METRICS = {m.name: m for m in (
     Metric("unstarted_steps", "count", "lower", "derived",
            "steps that should have run but could not be started (records with an error)"),
     # What limits reserve and what steps use (metrics/reservation.py). Per step; summed in summaries.
-    # Seconds are recorded-equivalent: replay wall seconds / time_scale.
-    Metric("step_time_s", "s", "none", "derived", "latency_ms / time_scale: the step's time as recorded-equivalent s"),
+    # Levels are means over the replayed step, held for the step's recorded duration (time_basis).
+    Metric("step_time_s", "s", "none", "derived",
+           "the step's recorded duration (trace duration_ms; time_basis recorded), else latency_ms / time_scale (replay)"),
     Metric("reserved_gib_s", "GiB·s", "lower", "derived",
            "∫ the arm's committed limit over the step's time: hard limit (static arms, bpf-soft's ceiling), envelope "
            "of the granted soft limit (agentcgroup: controller grant log), else the trace's recorded peak "
@@ -82,7 +83,7 @@ METRICS = {m.name: m for m in (
     Metric("soft_reserved_gib_s", "GiB·s", "lower", "derived",
            "∫ the soft limit (memory_high_mb, with grants where a controller grants) over the step's time; null without one"),
     Metric("used_gib_s", "GiB·s", "none", "derived",
-           "∫ memory usage dt: trapezoid over v2 memory.current | v1 memory.usage_in_bytes sampled every 20 ms"),
+           "mean memory usage × step_time_s: trapezoid over v2 memory.current | v1 memory.usage_in_bytes sampled every 20 ms"),
     Metric("utilization", "ratio", "higher", "derived", "used_gib_s / reserved_gib_s (summaries: of the sums)"),
     Metric("idle_reserved_gib_s", "GiB·s", "lower", "derived", "max(0, reserved_gib_s − used_gib_s) per step"),
 )}

@@ -147,7 +147,7 @@ def frontier(frame) -> Figure:
                         fontsize=7, color=basis)
     ax.set_xscale("log")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("memory reserved by the arm's limits (GiB·s, derived; recorded-equivalent s, summed over traces)")
+    ax.set_xlabel("memory reserved by the arm's limits (GiB·s, derived: over recorded step durations, summed over traces)")
     ax.set_ylabel("OOM kills (count, recorded by the kernel, summed over traces)")
     ax.set_title("Kills vs reserved memory: one point per swept limit, per arm")
     ax.grid(True, which="both", alpha=0.3)

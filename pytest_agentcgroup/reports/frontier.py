@@ -1,8 +1,8 @@
 """Reservation per arm and sweep point, and the kills-versus-reserved-memory frontier.
 
 One row per results dir × experiment × arm × sweep point (params; seeds averaged): what the arm's
-limits reserved over all its traces, what the steps used, utilization, idle reservation (GiB·s,
-recorded-equivalent seconds: metrics/reservation.py) and the OOM kills there. A sweep of a limit
+limits reserved over all its traces, what the steps used, utilization, idle reservation (GiB·s over
+the steps' recorded durations: metrics/reservation.py) and the OOM kills there. A sweep of a limit
 gives each arm one point per value: fewer kills cost more reserved memory, and the frontier figure
 (figures.frontier) draws those points per arm.
 """

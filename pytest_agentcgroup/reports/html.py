@@ -104,7 +104,7 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     if frontier.has_frontier(reserve):
         figs.append(("frontier.png", figures.frontier(reserve),
                      "OOM kills (count, recorded) against the memory each arm's limits reserved (GiB·s, derived: "
-                     "∫ limit dt in recorded-equivalent seconds, summed over traces), one point per sweep value."))
+                     "∫ limit dt over the steps' recorded durations, summed over traces), one point per sweep value."))
     deltas = ablation_deltas(tests, defaults)
     if not deltas.empty:
         figs.append(("ablation.png", figures.ablation_deltas(deltas),
@@ -267,7 +267,8 @@ def _reservation_section(reserve) -> str:
              "soft_reserved_gib_s": "at the soft limit (GiB·s)", "step_time_s": "tool time (s)"}
     return ("<h2>Reserved and used memory per arm</h2>\n" + _table(reserve.to_dict("records"), keys, heads, "reservation")
             + '<p class="note">All derived (metrics/reservation.py), summed over the traces (means over seeds). '
-              "Seconds are recorded-equivalent: replay wall time / time_scale. reserved = ∫ the arm's committed limit dt: "
+              "Each level is a mean over the replayed step, held for the step's recorded duration (tool time). "
+              "reserved = ∫ the arm's committed limit dt: "
               "the hard limit for static arms and bpf-soft (its ceiling), the envelope of the granted soft limit for "
               "agentcgroup (controller grant log), the trace's recorded peak for unlimited and static-high (a soft limit "
               "alone reserves nothing: what a scheduler would reserve); at the ceiling = ∫ memory_max dt; used = ∫ memory.current dt sampled every 20 ms; idle = "
