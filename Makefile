@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report clean clean-images
+.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report paper clean clean-images
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -43,8 +43,17 @@ baseline: setup
 report: setup
 	@$(PY) -m pytest_agentcgroup.cli report results -o report --config experiments/agentcgroup.toml
 
+# Experiment 1 as a frontier (issue 13): every arm at static limits swept over the paper subset's
+# trace-peak percentiles (experiments/exp1-paper.toml; ~2.5 h, see README), then its report with the
+# kills-vs-reserved-memory figure in report-paper/index.html. No baseline gate: a measurement.
+paper: setup
+	@$(PY) -m pytest experiments/test_exp1_domain_mismatch.py -q --benchmark-columns=median \
+	  --agentcgroup-config experiments/exp1-paper.toml --agentcgroup-out results-paper $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; \
+	  $(PY) -m pytest_agentcgroup.cli report results-paper -o report-paper --config experiments/exp1-paper.toml || exit 1; exit $$rc
+
 clean:
-	rm -rf .venv results report
+	rm -rf .venv results report results-paper report-paper
 
 # the Docker images the project built (agentcgroup/...), so that the next run builds them from nothing;
 # starts dockerd for it when none answers (and stops it again); silent when there is nothing to remove

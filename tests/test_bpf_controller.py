@@ -183,6 +183,9 @@ def test_low_step_above_its_soft_limit_is_throttled_and_granted_room_not_killed(
     assert done["priority"] == "low" and done["throttles"] >= 2 and done["raises"] >= 2, done
     raises = [a.detail for a in ctl.actions if a.what == "raise"]
     assert raises[:2] == ["soft limit -> 80 MB", "soft limit -> 112 MB"], raises
+    # the grant log the reservation envelope is integrated from: one entry per raise, in time order
+    assert len(done["grants"]) == done["raises"] and [mb for _, mb in done["grants"][:2]] == [80, 112], done
+    assert [t for t, _ in done["grants"]] == sorted(t for t, _ in done["grants"]), done
 
 
 def test_past_the_ceiling_the_kernel_kills_it(run_tree):
@@ -330,8 +333,10 @@ def test_v2_policy_grants_raise_memory_high_no_tripwire(tree):
             ctl.handle(ev(high))
         assert (low.unified / "memory.high").read_text().strip() == str(72 * MB)   # 48 + 16, capped at 48 + 24
         assert (high.unified / "memory.high").read_text().strip() == str(72 * MB)
-        assert ctl.remove_step(low) == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1,
-                                        "raises": 2, "policy_kills": 0}
+        done = ctl.remove_step(low)
+        grants = done.pop("grants")       # [ms since add_step, MiB]: the envelope metrics/reservation.py integrates
+        assert done == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1, "raises": 2, "policy_kills": 0}
+        assert [mb for _, mb in grants] == [64, 72] and all(t >= 0 for t, _ in grants)
         assert (low.unified / "memory.high").read_text().strip() == "max"     # released: nothing parks it
         assert (low.unified / "memory.max").read_text().strip() == str(128 * MB)   # the ceiling stays
     finally:

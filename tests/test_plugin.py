@@ -87,6 +87,19 @@ def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester,
     for key in ("config", "traces", "total_steps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
                 "mem_high_events_total", "oom_kills"):
         assert key in summary["unlimited"]
+    # issue 13: each record says what its limit reserved and what the step used; the summary and the
+    # benchmark JSON carry the sums (time_scale 1 here: recorded-equivalent s = replay s)
+    for r in lines:
+        if r["config"] == "static-toolcall":
+            assert r["reserved_basis"] == "hard limit" and r["usage_samples"] >= 1, r
+            held = r["replayed_duration_ms"] / 1000          # the trace's duration (time_scale 1)
+            assert r["time_basis"] == "recorded" and r["step_time_s"] == pytest.approx(held), r
+            assert r["reserved_gib_s"] == pytest.approx(128 * held / 1024, rel=1e-3, abs=1e-5), r
+    big = next(r for r in lines if r["config"] == "unlimited" and r["step_id"] == 1)      # 300 MiB for 200 ms
+    assert big["reserved_basis"] == "trace peak" and 0.25 * 300 * 0.2 / 1024 <= big["used_gib_s"] <= big["reserved_gib_s"], big
+    reserved = by_arm["static-toolcall"]["extra_info"]["metrics"]["reserved_gib_s"]
+    assert reserved["unit"] == "GiB·s" and reserved["provenance"] == "derived" and reserved["value"] > 0
+    assert summary["unlimited"]["reserved_gib_s"] > 0 and 0 < summary["unlimited"]["utilization"] <= 1
     result.stdout.fnmatch_lines(["*agentcgroup summary*", "*static-toolcall*1*"])
     assert leaked(host) == []
 

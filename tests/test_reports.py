@@ -189,7 +189,13 @@ def test_report_of_a_real_run(pytester):
     assert pngs == ["kills_breaches.png", "latency_cdf.png", "memory_synthetic_oom-once.png"]
     assert all((out / "figures" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     page = (out / "index.html").read_text()
-    assert page.count('<table class="sortable"') == 2 and "http" not in page.replace("http-equiv", "")
+    # summary, reservation (issue 13) and runs tables
+    assert page.count('<table class="sortable"') == 3 and "http" not in page.replace("http-equiv", "")
+    # the real run's reservation: every arm reserved and used something, measured usage below the limit
+    for arm, row in runs.items():
+        assert float(row["reserved_gib_s"]) > 0 and 0 < float(row["used_gib_s"]), (arm, row)
+    assert float(runs["static-toolcall"]["utilization"]) < 1.0
+    assert (cols["reserved_gib_s"]["unit"], cols["reserved_gib_s"]["provenance"]) == ("GiB·s", "derived")
     assert "OOM kills<span class=\"unit\">count · derived</span>" in page and "ms · derived" in page   # a sum
     assert "<b>static-toolcall</b> (exp1): 1 OOM kill(s)" in page and "ms vs unlimited (derived)" in page
     assert "limits from the config file (MiB)" in page

@@ -187,6 +187,8 @@ class _Step:
     # the cgroup's id, read once while it exists: a resume can fall due after the step's cgroup was
     # removed, and Cgroup.id (a stat) would then raise in the event loop's thread and end it
     cgid: int = 0
+    added_ns: int = field(default_factory=time.monotonic_ns)
+    grants: list = field(default_factory=list)      # [ms since add_step, soft limit MiB] per raise
 
 
 class Controller:
@@ -248,8 +250,9 @@ class Controller:
                 self.throttle.unmark(cg.id)
             self._release(step)
             # without eBPF nothing acts on priorities: none is reported
+            # grants: the envelope of the step's soft limit over time (metrics/reservation.py)
             return {"kind": step.kind, "priority": step.priority if self.throttle is not None else None,
-                    **step.counts}
+                    **step.counts, "grants": step.grants}
 
     # -- the loop --------------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> None:
@@ -322,6 +325,7 @@ class Controller:
         if new > step.soft_bytes:
             step.soft_bytes = new
             step.counts["raises"] += 1
+            step.grants.append([(time.monotonic_ns() - step.added_ns) / 1e6, new / MB])
             self._log(step, "raise", f"soft limit -> {new // MB} MB")
             if step.tripwire:
                 if ceiling is not None and new >= ceiling:

@@ -35,6 +35,7 @@ from typing import Callable, Protocol
 from ..traces.classify import step_kind
 from .node import MB, Cgroup, Counters
 from .pool import StepPool
+from .usage import UsageSampler
 
 SCOPES = ("step", "trace")
 LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
@@ -173,11 +174,13 @@ class ArmPlacement:
 
     A policy arm needs its `policy` (the arm's running controller), which then sets each step's
     limits and acts on it; `kind_of(step)` names what the policy's priorities are keyed by (default:
-    the step's kind, traces/classify.py `step_kind`)."""
+    the step's kind, traces/classify.py `step_kind`). `sample_usage_s`: sample each step's memory usage
+    at this period (cgroups/usage.py) and add its integral to the step's counters; off by default, as
+    the sampling thread is work the harness's own per-step cost (Experiment 4) should not include."""
 
     def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None,
                  pool: bool = False, policy: StepPolicy | None = None, kind_of: Callable | None = None,
-                 time_scale: float = 1.0):
+                 time_scale: float = 1.0, sample_usage_s: float | None = None):
         if arm.policy is not None and policy is None:
             raise ArmError(f"arm {arm.name}: policy {arm.policy!r} needs its controller "
                            "(ArmPlacement(..., policy=bpf.controller.policy_for(arm)))")
@@ -198,6 +201,15 @@ class ArmPlacement:
         self._before: Counters | None = None
         # pool: step cgroups `p<n>` made ahead and removed behind, off the critical path (pool.py)
         self.pool = StepPool(self._new_step_cgroup) if pool else None
+        self.sampler: UsageSampler | None = None
+        if sample_usage_s:
+            self.sample_usage(sample_usage_s)
+
+    def sample_usage(self, period_s: float) -> None:
+        """From the next step on, sample each step's memory usage every `period_s` (cgroups/usage.py):
+        its integral lands in the step's counters as usage_mib_ms (usage_samples readings)."""
+        if self.sampler is None:
+            self.sampler = UsageSampler(period_s)
 
     def _new_step_cgroup(self, name: str) -> Cgroup:
         cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
@@ -229,6 +241,8 @@ class ArmPlacement:
                 else:
                     cg.remove()
                 raise
+        if self.sampler:
+            self.sampler.start(self.step_cg)
         return joined
 
     def tidy(self) -> None:
@@ -241,6 +255,8 @@ class ArmPlacement:
         return self.workload.counters() if self.workload_limited else Counters()
 
     def close(self) -> None:
+        if self.sampler:
+            self.sampler.close()
         if self.pool:
             self.pool.close()
 
@@ -250,6 +266,7 @@ class ArmPlacement:
 
     def end_step(self, step) -> dict[str, float]:
         cg, self.step_cg = self.step_cg, None
+        usage = self.sampler.stop() if self.sampler else {}
         try:
             deadline = time.monotonic() + 5.0
             while cg.populated() and time.monotonic() < deadline:   # killed processes take a moment to go
@@ -265,7 +282,7 @@ class ArmPlacement:
                 "high_events": own.high_events + env.high_events,
                 "max_events": own.max_events + env.max_events,
                 "oom_kills": own.oom_kills + env.oom_kills,
-                "pids_max_events": own.pids_max_events + env.pids_max_events, **acted}
+                "pids_max_events": own.pids_max_events + env.pids_max_events, **usage, **acted}
 
 
 def _without(env: Counters, own: Counters) -> Counters:

@@ -19,7 +19,7 @@ from ..cgroups.arms import Arm, ArmPlacement
 from ..cgroups.container import cgroup_parent, steps_in_container
 from ..cgroups.isolate import WorkerIsolation
 from ..engines.docker import DockerEngine
-from ..metrics import budgets
+from ..metrics import budgets, reservation
 from ..metrics.records import SUMMARY_METRICS, step_record, summarize
 from ..replay import ExecutorUnavailable, make_executor, replay
 from ..traces.ir import Trace, TraceError
@@ -164,16 +164,19 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         def on_step(result):
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    **step_record(result, steps[result.step_id], config=case.arm.name,
-                                 time_scale=executor.time_scale, executor=executor_name)}
+                                 time_scale=executor.time_scale, executor=executor_name),
+                   # GiB·s reserved / used (the usage the placement samples: sample_usage below)
+                   **reservation.step_fields(result, steps[result.step_id], arm=case.arm,
+                                             trace=agentcgroup_trace, time_scale=executor.time_scale)}
             records.append(rec)
             store.append(rec)
 
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
         try:
             # the policy's timers at the pace the steps replay (1 for real commands): one time rule
-            replay(agentcgroup_trace, executor, agentcgroup_placement(case.arm, nest_in=nest_in, pool=True,
-                                                                      time_scale=executor.time_scale),
-                   on_step=on_step)
+            placement = agentcgroup_placement(case.arm, nest_in=nest_in, pool=True, time_scale=executor.time_scale)
+            placement.sample_usage(reservation.SAMPLE_PERIOD_S)
+            replay(agentcgroup_trace, executor, placement, on_step=on_step)
         except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
             pytest.skip(str(exc))
         except Exception as exc:                # the executor crashed: the test fails, its records are kept

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..replay.replayer import StepResult
 from ..traces.ir import Step
+from . import reservation
 
 MB = 1024 * 1024
 
@@ -69,6 +70,22 @@ METRICS = {m.name: m for m in (
            "steps whose process ran (records with executed true); a change means the replay did other work"),
     Metric("unstarted_steps", "count", "lower", "derived",
            "steps that should have run but could not be started (records with an error)"),
+    # What limits reserve and what steps use (metrics/reservation.py). Per step; summed in summaries.
+    # Levels are means over the replayed step, held for the step's recorded duration (time_basis).
+    Metric("step_time_s", "s", "none", "derived",
+           "the step's recorded duration (trace duration_ms; time_basis recorded), else latency_ms / time_scale (replay)"),
+    Metric("reserved_gib_s", "GiB·s", "lower", "derived",
+           "∫ the arm's committed limit over the step's time: hard limit (static arms, bpf-soft's ceiling), envelope "
+           "of the granted soft limit (agentcgroup: controller grant log), else the trace's recorded peak "
+           "(unlimited, static-high)"),
+    Metric("ceiling_reserved_gib_s", "GiB·s", "lower", "derived",
+           "∫ the hard limit (memory_max_mb; the trace's recorded peak without one) over the step's time"),
+    Metric("soft_reserved_gib_s", "GiB·s", "lower", "derived",
+           "∫ the soft limit (memory_high_mb, with grants where a controller grants) over the step's time; null without one"),
+    Metric("used_gib_s", "GiB·s", "none", "derived",
+           "mean memory usage × step_time_s: trapezoid over v2 memory.current | v1 memory.usage_in_bytes sampled every 20 ms"),
+    Metric("utilization", "ratio", "higher", "derived", "used_gib_s / reserved_gib_s (summaries: of the sums)"),
+    Metric("idle_reserved_gib_s", "GiB·s", "lower", "derived", "max(0, reserved_gib_s − used_gib_s) per step"),
 )}
 
 
@@ -139,6 +156,7 @@ def summarize(records: list[dict], config: str) -> dict:
         "freezes_total": sum(r.get("freezes", 0) for r in records),
         "policy_kills_total": sum(r.get("policy_kills", 0) for r in records),
         "pids_max_events_total": sum(r.get("pids_max_events", 0) for r in records),
+        **reservation.totals(records),      # GiB·s reserved, used, idle; utilization (None when not recorded)
     }
 
 

@@ -131,6 +131,38 @@ def ablation_deltas(deltas) -> Figure:
     return fig
 
 
+def frontier(frame) -> Figure:
+    """OOM kills against reserved memory, one line per arm through its sweep points (`frame`: the
+    frame of frontier.reservation_frame), each point named by its sweep value."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sel = frame.dropna(subset=["reserved_gib_s", "oom_kills"])
+    multi_run, multi_exp = sel["run"].nunique() > 1, sel["experiment"].nunique() > 1
+    labels: dict[tuple, tuple[list, str]] = {}     # one label per spot: the sweep values that land there
+    for i, (key, arm) in enumerate(sel.groupby(["run", "experiment", "config"], sort=False)):
+        arm = arm.sort_values("reserved_gib_s")
+        name = series_name(dict(zip(["run", "experiment", "config"], key)), multi_run, multi_exp)
+        color = f"C{i % 10}"
+        # arms can coincide (static-env and static-toolcall on traces of one tool call at a time):
+        # marker, size and dash differ per arm so that a line drawn over another still shows
+        ax.plot(arm["reserved_gib_s"], arm["oom_kills"], marker="osD^vP*X"[i % 8], markersize=9 - i % 4 * 1.5,
+                linestyle=("-", "--", ":", "-.")[i % 4], color=color, label=name)
+        for r in arm.itertuples():
+            names, _ = labels.setdefault((round(r.reserved_gib_s, 1), r.oom_kills), ([], color))
+            if r.point not in names:
+                names.append(r.point)
+    for (x, y), (names, color) in labels.items():
+        ax.annotate(",".join(names), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+    ax.set_xscale("log")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("memory reserved by the arm's limits (GiB·s, derived: over recorded step durations, summed over traces)")
+    ax.set_ylabel("OOM kills (count, recorded by the kernel, summed over traces)")
+    ax.set_title("Kills vs reserved memory: one point per swept limit, per arm")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.tight_layout()
+    return fig
+
+
 def save(fig: Figure, path) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

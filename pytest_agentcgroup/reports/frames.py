@@ -45,7 +45,10 @@ TEST_KEY = ["run", "experiment", "trace_id", "config", "seed", "params"]
 TEST_METRICS = ["total_steps", "executed_steps", "failed_steps", "latency_p50_ms", "latency_p95_ms",
                 "latency_p99_ms", "latency_total_ms", "cpu_total_ms", "peak_rss_mb", "mem_high_events_total",
                 "mem_high_steps", "mem_max_events_total", "oom_kills", "timeouts", "throttles_total", "freezes_total",
-                "policy_kills_total", "pids_max_events_total"]
+                "policy_kills_total", "pids_max_events_total",
+                # what the arm's limits reserved and the steps used (metrics/reservation.py), GiB·s
+                "step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s", "used_gib_s",
+                "utilization", "idle_reserved_gib_s"]
 #: Keys a metrics.jsonl record must have for a report to use it.
 REQUIRED = ("trace_id", "step_id", "config", "latency_ms", "oom_kills", "mem_high_events", "mem_max_events")
 

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..metrics.records import summarize
-from . import figures
+from . import figures, frontier
 from .frames import COLUMNS, Results, ResultsError, ablation_deltas, load
 
 ASSETS = Path(__file__).with_name("assets")
@@ -34,7 +34,10 @@ HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace
             "latency_p95_ms": "p95 latency", "latency_p99_ms": "p99 latency", "latency_total_ms": "total latency",
             "cpu_total_ms": "CPU time", "peak_rss_mb": "peak memory", "mem_high_events_total": "soft-limit breaches",
             "mem_max_events_total": "hard-limit hits", "oom_kills": "OOM kills", "timeouts": "timeouts",
-            **{k: h for k, h in SUMMARY if k.endswith("_total")}}
+            **{k: h for k, h in SUMMARY if k.endswith("_total")},
+            "step_time_s": "tool time", "reserved_gib_s": "reserved", "ceiling_reserved_gib_s": "reserved at ceiling",
+            "soft_reserved_gib_s": "reserved at soft limit", "used_gib_s": "used", "utilization": "utilization",
+            "idle_reserved_gib_s": "idle reserved"}
 
 
 def arm_limits(config_path: str | Path | None) -> dict[str, dict]:
@@ -97,6 +100,11 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
                      "(MiB, provenance as given by the trace), OOM-killed steps (×) and "
                      + ("each arm's limits from the config file (MiB)." if limits else
                         "no limit lines (no experiment config file given: --config).")))
+    reserve = frontier.reservation_frame(tests)
+    if frontier.has_frontier(reserve):
+        figs.append(("frontier.png", figures.frontier(reserve),
+                     "OOM kills (count, recorded) against the memory each arm's limits reserved (GiB·s, derived: "
+                     "∫ limit dt over the steps' recorded durations, summed over traces), one point per sweep value."))
     deltas = ablation_deltas(tests, defaults)
     if not deltas.empty:
         figs.append(("ablation.png", figures.ablation_deltas(deltas),
@@ -111,7 +119,7 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     if char_from:
         char_page.write_text(_characterization_page(char_from), encoding="utf-8")
     index = out / "index.html"
-    index.write_text(_page(res, tests, figs, deltas, config, char_from), encoding="utf-8")
+    index.write_text(_page(res, tests, figs, deltas, config, char_from, reserve), encoding="utf-8")
     return index
 
 
@@ -201,6 +209,8 @@ def _td(value, key: str, numeric: bool) -> str:
     if not numeric:
         return f"<td>{e(str(value))}</td>"
     shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float) and (key == "utilization" or key.endswith("_gib_s")) and abs(value) < 10:
+        shown = f"{value:.3g}"                   # small GiB·s and ratios: 3 significant digits, not 0.0
     bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts", "policy_kills_total") and value else ""
     return f'<td class="num{bad}" data-value="{value}">{e(shown)}</td>'
 
@@ -242,7 +252,30 @@ def _headlines(summaries: list[dict]) -> str:
     return '<ul class="headlines">' + "".join(items) + "</ul>"
 
 
-def _page(res: Results, tests, figs, deltas, config, char_from=()) -> str:
+def _reservation_section(reserve) -> str:
+    """The per-arm (× sweep point) table of reserved, used, utilization and idle memory."""
+    if reserve.empty or reserve["reserved_gib_s"].isna().all():
+        return ""
+    keys = (["run"] if reserve["run"].nunique() > 1 else []) + ["experiment", "config", "point", "traces", "oom_kills",
+                                                                   "reserved_gib_s", "used_gib_s", "utilization",
+                                                                   "idle_reserved_gib_s", "ceiling_reserved_gib_s",
+                                                                   "soft_reserved_gib_s", "step_time_s"]
+    heads = {"run": "results dir", "config": "arm", "point": "sweep point", "traces": "traces (count)",
+             "oom_kills": "OOM kills (count, recorded)", "reserved_gib_s": "reserved (GiB·s)",
+             "used_gib_s": "used (GiB·s, sampled)", "utilization": "utilization (used/reserved)",
+             "idle_reserved_gib_s": "idle reserved (GiB·s)", "ceiling_reserved_gib_s": "at the ceiling (GiB·s)",
+             "soft_reserved_gib_s": "at the soft limit (GiB·s)", "step_time_s": "tool time (s)"}
+    return ("<h2>Reserved and used memory per arm</h2>\n" + _table(reserve.to_dict("records"), keys, heads, "reservation")
+            + '<p class="note">All derived (metrics/reservation.py), summed over the traces (means over seeds). '
+              "Each level is a mean over the replayed step, held for the step's recorded duration (tool time). "
+              "reserved = ∫ the arm's committed limit dt: "
+              "the hard limit for static arms and bpf-soft (its ceiling), the envelope of the granted soft limit for "
+              "agentcgroup (controller grant log), the trace's recorded peak for unlimited and static-high (a soft limit "
+              "alone reserves nothing: what a scheduler would reserve); at the ceiling = ∫ memory_max dt; used = ∫ memory.current dt sampled every 20 ms; idle = "
+              "Σ max(0, reserved − used) per step. Tool time only: model turns between tool calls are not replayed.</p>")
+
+
+def _page(res: Results, tests, figs, deltas, config, char_from=(), reserve=None) -> str:
     summaries = arm_summaries(res)
     runs = sorted({r["run"] for r in res.records})
     axes = res.axes()
@@ -293,6 +326,7 @@ Hover a column heading for where its number comes from; <a href="columns.csv">co
 <h2>Summary per arm</h2>
 {_headlines(summaries)}
 {_table(summaries, summary_keys, {"config": "arm", "run": "results dir", **dict(SUMMARY)}, "summary")}
+{_reservation_section(reserve) if reserve is not None else ""}
 <h2>Figures</h2>
 {figs_html}
 {ablation}

@@ -26,6 +26,7 @@ from ..traces.convert import claude_code
 from ..traces.corpus import update_manifest
 from ..traces.ir import Trace, TraceError, write_trace
 from ..traces.shape import LONG_MIN, SHORT_MAX, is_bursty, length_class, step_peaks
+from ..traces.sweep import paper_subset
 
 THRESHOLDS_MB = (128, 256, 512, 1024)
 BIG_STEP_MB = 150.0                     # README lists every step above this (MiB)
@@ -150,11 +151,12 @@ def build(src: Path, out: Path) -> dict:
     smoke = select_smoke(entries)
     dev = select_dev(entries, smoke)
     full = [e["trace_id"] for e in entries]
+    paper = paper_subset(entries)             # spread of peaks for exp1's frontier (traces/sweep.py)
     noisy_ids = []
     for trace, rel in noisy.write(out):          # synthetic noisy neighbours: their own subset only
         entries.append(describe(trace, rel))
         noisy_ids.append(trace.trace_id)
-    subsets = {"smoke": smoke, "dev": dev, "full": full, "noisy": noisy_ids}
+    subsets = {"smoke": smoke, "dev": dev, "full": full, "noisy": noisy_ids, "paper": paper}
     # Other trace families (browser traces, ...) keep their manifest entries and subsets.
     update_manifest(out, ("claude-code/", "synthetic/"), entries, subsets)
     manifest = {"subsets": subsets,
@@ -219,7 +221,8 @@ locally served `qwen3` under `local/`), one IR file per run (schema `agentcgroup
 `pytest_agentcgroup/traces/ir.py`): `claude-code/<model>/<task>.json`, trace id
 `claude-code/<model>/<task>`. `manifest.json` lists every trace with descriptive keys (steps,
 bash_steps, length, category, kinds, bursty, peak_mb, steps_over_mb, total_step_ms, cpu_ms) and the
-subsets `smoke`, `dev` and `full` (these three: Claude Code traces only) and `noisy`.
+subsets `smoke`, `dev`, `paper` (50 traces spread over memory peaks: `traces/sweep.py`) and `full`
+(these four: Claude Code traces only) and `noisy`.
 
 `synthetic/noisy-*.json` are noisy neighbours (subset `noisy`; made by
 `pytest_agentcgroup/traces/noisy.py`, MIT, every number `synthetic`): `noisy-cpu` (stress-ng CPU

@@ -1,0 +1,162 @@
+"""What a limit reserves, and how much of it the step used: GiB·s per step, summed per trace and arm.
+
+A limit is memory a host must keep for the cgroup while it holds it, used or not. Per step:
+
+    reserved_gib_s       = ∫ L(t) dt over the step's time, where L is what the arm commits:
+                           - a static arm with a hard limit (memory_max_mb): that limit, for a
+                             trace-scope arm (static-env) too (the trace's limit over this step's time);
+                           - the dynamic arm (a policy with eBPF: agentcgroup): the envelope of its granted
+                             soft limit, memory_high_mb raised at each grant the controller logged
+                             (bpf/controller.py `grants`). On cgroup v1 only its low-priority steps are held
+                             at that line (the tripwire); a normal step's soft limit binds nothing there, so
+                             its usage can exceed the envelope (utilization > 1 shows it);
+                           - a soft limit that nothing grants or holds is no reservation: static-high (no
+                             hard limit) counts as unlimited, bpf-soft (the control arm: no eBPF, no
+                             controller) as the static arm of its ceiling;
+                           - no hard limit and no granting policy (unlimited, static-high): what a scheduler
+                             would have to reserve, the trace's peak (its largest recorded step peak).
+    ceiling_reserved_gib_s = ∫ hard limit dt (memory_max_mb; the trace's peak where there is none):
+                           the reservation at the line the kernel kills at.
+    soft_reserved_gib_s  = ∫ soft limit dt (memory_high_mb, with grants for policy arms); null without one.
+    used_gib_s           = ∫ usage dt, measured: the step cgroup's memory.current / usage_in_bytes sampled
+                           every 20 ms of replay (cgroups/usage.py); null where it was not sampled.
+    utilization          = used / reserved;  idle_reserved_gib_s = max(0, reserved − used).
+
+Time: a level (limit, envelope, usage) is a time-weighted mean over the replayed step, and it is
+held for the step's *recorded* duration (the trace's duration_ms: the time a host would hold the
+limit for the recorded agent; `time_basis` "recorded"), else, for traces without durations, for the
+replay's wall time / time_scale ("replay"). Replay wall time is not used as the time itself: on a
+shared machine it follows load, and at time_scale 0.05 every ms of harness start-up would count 20x.
+So the dynamic arm's throttle holds cost latency (reported as such), not GiB·s; its grants count by
+when, within the step, they came. Per trace the step figures are summed; the agent's own time between
+tool calls (model turns) is not replayed, so a trace-scope reservation (a container's) is a lower
+bound of what a host would hold.
+
+All of these are `derived`: from the arm's configured limits, the controller's grant log, the
+recorded wall clock and the sampled usage; `reserved_basis` names which rule gave a step's figure.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+MIB_MS_PER_GIB_S = 1024.0 * 1000.0
+SAMPLE_PERIOD_S = 0.02          # usage sampling period of replayed steps (cgroups/usage.py), replay time
+PEAK_BASIS, HARD_BASIS, GRANT_BASIS = "trace peak", "hard limit", "granted soft limit"
+
+#: The per-step fields, in record order.
+STEP_FIELDS = ("step_time_s", "time_basis", "reserved_gib_s", "reserved_basis", "ceiling_reserved_gib_s",
+               "soft_reserved_gib_s", "used_gib_s", "usage_samples", "utilization", "idle_reserved_gib_s")
+#: The fields a summary sums (and utilization, the ratio of the sums).
+TOTAL_FIELDS = ("step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s",
+                "used_gib_s", "idle_reserved_gib_s")
+
+
+def envelope_mib_ms(start_mib: float, grants: Iterable, duration_ms: float) -> float:
+    """∫ of a limit that starts at `start_mib` and moves to each grant's MiB at its time (ms from the
+    step's start), over [0, duration_ms]: MiB·ms. Grants after the end count for nothing, grants
+    before the start count from the start."""
+    total, at, level = 0.0, 0.0, float(start_mib)
+    for t_ms, mib in sorted((max(0.0, float(t)), float(m)) for t, m in grants):
+        if t_ms >= duration_ms:
+            break
+        total += level * (t_ms - at)
+        at, level = t_ms, mib
+    return total + level * max(0.0, duration_ms - at)
+
+
+def step_reservation(*, latency_ms: float | None, time_scale: float, memory_max_mb: float | None,
+                     memory_high_mb: float | None, granting: bool, trace_peak_mb: float | None,
+                     grants: Iterable = (), usage_mib_ms: float | None = None, usage_window_ms: float | None = None,
+                     usage_samples: int | None = None, recorded_ms: float | None = None) -> dict:
+    """The reservation fields of one step (STEP_FIELDS): pure arithmetic, see the module docstring.
+    `granting`: the arm's controller grants soft-limit room (a policy arm with eBPF). Levels (limit,
+    envelope, usage) are time-weighted means over the replayed step (latency_ms; usage over the
+    sampler's window); the time they are held is the step's `recorded_ms` when the trace has it, else
+    latency_ms / time_scale. A step that did not run (latency_ms None) held nothing: zeros."""
+    if time_scale <= 0:
+        raise ValueError(f"time_scale must be positive, got {time_scale!r}")
+    wall = float(latency_ms or 0.0)
+    if latency_ms is None:
+        held_s, time_basis = 0.0, None
+    elif recorded_ms is not None:
+        held_s, time_basis = float(recorded_ms) / 1000.0, "recorded"
+    else:
+        held_s, time_basis = wall / 1000.0 / time_scale, "replay"
+
+    def gib_s(mean_mib):
+        return None if mean_mib is None else round(mean_mib * held_s / 1024.0, 6)
+
+    soft = None
+    if memory_high_mb is not None:       # the envelope's mean over the replayed step (flat without grants)
+        soft = envelope_mib_ms(memory_high_mb, grants if granting else (), wall) / wall if wall > 0 \
+            else float(memory_high_mb)
+    ceiling = memory_max_mb if memory_max_mb is not None else trace_peak_mb
+    if granting and soft is not None:
+        reserved, basis = soft, GRANT_BASIS
+    elif memory_max_mb is not None:
+        reserved, basis = memory_max_mb, HARD_BASIS
+    else:
+        reserved, basis = trace_peak_mb, PEAK_BASIS
+    used = None
+    if usage_mib_ms is not None:
+        used = usage_mib_ms / usage_window_ms if usage_window_ms else 0.0
+    out = {"step_time_s": round(held_s, 6), "time_basis": time_basis, "reserved_gib_s": gib_s(reserved),
+           "reserved_basis": basis if reserved is not None else None,
+           "ceiling_reserved_gib_s": gib_s(ceiling), "soft_reserved_gib_s": gib_s(soft),
+           "used_gib_s": gib_s(used), "usage_samples": usage_samples,
+           "utilization": None, "idle_reserved_gib_s": None}
+    if out["reserved_gib_s"] is not None and out["used_gib_s"] is not None:
+        r, u = out["reserved_gib_s"], out["used_gib_s"]
+        out["utilization"] = round(u / r, 6) if r > 0 else None
+        out["idle_reserved_gib_s"] = round(max(0.0, r - u), 6)
+    return out
+
+
+def trace_peak_mb(steps) -> float | None:
+    """The largest step peak a trace records (IR `profile.peak_mb`), None when no step has one."""
+    peaks = [s.profile.peak_mb.value for s in steps if s.profile.peak_mb is not None]
+    return max(peaks) if peaks else None
+
+
+def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
+    """The reservation fields of a replayed step's metrics.jsonl record (replay.StepResult `result`
+    of IR `step` of `trace` under cgroups.arms.Arm `arm`): the one call the plugin makes."""
+    c = result.counters
+    return step_reservation(
+        latency_ms=result.latency_ms if result.executed else None, time_scale=time_scale,
+        memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, granting=granting(arm),
+        trace_peak_mb=_cached_trace_peak(trace), grants=c.get("grants") or (),
+        usage_mib_ms=c.get("usage_mib_ms"), usage_window_ms=c.get("usage_window_ms"),
+        usage_samples=c.get("usage_samples"),
+        recorded_ms=step.duration_ms.value if step.duration_ms is not None else None)
+
+
+def granting(arm) -> bool:
+    """Whether the arm's controller grants soft-limit room: a policy arm with eBPF (bpf/controller.py
+    Rules: `ebpf` defaults to true; false is the bpf-soft control arm, where nothing acts)."""
+    return arm.policy is not None and arm.rules.get("ebpf", True) is not False
+
+
+_PEAKS: dict[int, tuple] = {}
+
+
+def _cached_trace_peak(trace) -> float | None:
+    hit = _PEAKS.get(id(trace))
+    if hit is None or hit[0] is not trace:       # keyed by identity; the trace itself guards reuse of ids
+        hit = (trace, trace_peak_mb(trace.steps))
+        _PEAKS.clear()                           # one trace is replayed at a time: keep one
+        _PEAKS[id(trace)] = hit
+    return hit[1]
+
+
+def totals(records: list[dict]) -> dict:
+    """Sums of TOTAL_FIELDS over records that carry them (None when none does), and utilization =
+    Σ used / Σ reserved over records that carry both."""
+    out = {}
+    for k in TOTAL_FIELDS:
+        vals = [r[k] for r in records if r.get(k) is not None]
+        out[k] = round(sum(vals), 6) if vals else None
+    both = [r for r in records if r.get("reserved_gib_s") is not None and r.get("used_gib_s") is not None]
+    res = sum(r["reserved_gib_s"] for r in both)
+    out["utilization"] = round(sum(r["used_gib_s"] for r in both) / res, 6) if both and res > 0 else None
+    return out

@@ -1,0 +1,52 @@
+"""Reservation per arm and sweep point, and the kills-versus-reserved-memory frontier.
+
+One row per results dir × experiment × arm × sweep point (params; seeds averaged): what the arm's
+limits reserved over all its traces, what the steps used, utilization, idle reservation (GiB·s over
+the steps' recorded durations: metrics/reservation.py) and the OOM kills there. A sweep of a limit
+gives each arm one point per value: fewer kills cost more reserved memory, and the frontier figure
+(figures.frontier) draws those points per arm.
+"""
+from __future__ import annotations
+
+SUMS = ("oom_kills", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s", "used_gib_s",
+        "idle_reserved_gib_s", "step_time_s", "total_steps")
+COLUMNS = ["run", "experiment", "config", "params", "point", "seeds", "traces", *SUMS, "utilization"]
+
+
+def point_name(params: str) -> str:
+    """A sweep point's short name: its params' values joined (`p90`), or `-` without a matrix."""
+    import json
+    p = json.loads(params) if params else {}
+    return ":".join(str(v) for v in p.values()) or "-"
+
+
+def reservation_frame(tests):
+    """Per run × experiment × arm × params: the sums over its traces (means over seeds) of SUMS, and
+    utilization = Σ used / Σ reserved. Rows where no test carries a reservation are kept (None)."""
+    import pandas as pd
+    rows = []
+    if tests.empty:
+        return pd.DataFrame(rows, columns=COLUMNS)
+    for key, sel in tests.groupby(["run", "experiment", "config", "params"], sort=False):
+        seeds = sel["seed"].nunique()
+        row = dict(zip(["run", "experiment", "config", "params"], key))
+        row.update(point=point_name(key[3]), seeds=seeds, traces=sel["trace_id"].nunique())
+        for k in SUMS:
+            vals = sel[k].dropna() if k in sel else []
+            v = round(float(vals.sum()) / seeds, 6) if len(vals) else None
+            row[k] = int(v) if k in ("oom_kills", "total_steps") and v is not None and v.is_integer() else v
+        both = sel.dropna(subset=["reserved_gib_s", "used_gib_s"]) if "reserved_gib_s" in sel else sel.iloc[0:0]
+        res = both["reserved_gib_s"].sum() if len(both) else 0.0
+        # utilization of the sums is the used share of what was reserved (a per-test mean would weight
+        # a short trace like a long one)
+        row["utilization"] = round(float(both["used_gib_s"].sum() / res), 6) if len(both) and res > 0 else None
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def has_frontier(frame) -> bool:
+    """True when some arm has at least two sweep points with a reservation: a frontier to draw."""
+    if frame.empty:
+        return False
+    sel = frame.dropna(subset=["reserved_gib_s"])
+    return bool((sel.groupby(["run", "experiment", "config"])["params"].nunique() >= 2).any())

@@ -1,0 +1,125 @@
+"""The `paper` subset and the static limits Experiment 1's frontier sweeps, both computed from the data.
+
+Paper subset (about 50 traces, chosen for spread of memory peaks, not at random): each trace's peak
+is its largest recorded step peak (manifest `peak_mb`). Traces fall into doubling bins of that peak
+(< 32, 32-64, 64-128, 128-256, 256-512, 512-1024, >= 1024 MiB). Every bin gets the same quota q,
+the largest q for which the bins' takes (min(size, q) each) fit in n; the traces still missing to
+reach n go one per bin, highest-peak bins first, to bins with traces left. Inside a bin the chosen
+traces are spread evenly over the bin's peak order (smallest and largest always in), ties broken by
+trace id. So sparse bins — where the traces with limit-relevant steps are — are taken whole and the
+crowded small-peak bins are thinned.
+
+Swept limits: percentiles (linear interpolation, numpy's default) of the subset's trace peaks,
+rounded up to whole MiB: p50 (half the traces fit), p90, p99 and max (every trace's peak fits, with
+no headroom). They go into each swept arm's limit: static-toolcall's and static-env's memory_max_mb,
+static-high's, agentcgroup's and bpf-soft's memory_high_mb (their ceiling stays).
+
+    python -m pytest_agentcgroup.traces.sweep traces                    # print the subset and the matrix
+    python -m pytest_agentcgroup.traces.sweep traces --write-manifest   # (re)write subsets.paper
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+PEAK_BINS_MB = (32, 64, 128, 256, 512, 1024)
+PAPER_SIZE = 50
+PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
+#: arm -> the limit a sweep point sets on it
+SWEPT = {"static-toolcall": "memory_max_mb", "static-env": "memory_max_mb", "static-high": "memory_high_mb",
+         "agentcgroup": "memory_high_mb", "bpf-soft": "memory_high_mb"}
+
+
+def peak_bin(peak_mb: float) -> int:
+    """The index of a peak's doubling bin (0: below the first edge)."""
+    return sum(1 for edge in PEAK_BINS_MB if peak_mb >= edge)
+
+
+def _spread(items: list, k: int) -> list:
+    """k items evenly spread over `items` (both ends in when k >= 2)."""
+    if k >= len(items):
+        return list(items)
+    if k == 1:
+        return [items[len(items) // 2]]
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)]
+
+
+def paper_subset(entries: list[dict], n: int = PAPER_SIZE) -> list[str]:
+    """Trace ids of the paper subset of manifest `entries` (trace_id, peak_mb), in peak order."""
+    bins: dict[int, list[dict]] = {}
+    for e in sorted(entries, key=lambda e: (float(e.get("peak_mb") or 0.0), e["trace_id"])):
+        bins.setdefault(peak_bin(float(e.get("peak_mb") or 0.0)), []).append(e)
+    q = 0
+    while q < max((len(v) for v in bins.values()), default=0) and \
+            sum(min(len(v), q + 1) for v in bins.values()) <= n:
+        q += 1
+    take = {b: min(len(v), q) for b, v in bins.items()}
+    left = n - sum(take.values())
+    for b in sorted(bins, reverse=True):             # the rest: one more per bin, highest peaks first
+        if left <= 0:
+            break
+        if take[b] < len(bins[b]):
+            take[b] += 1
+            left -= 1
+    chosen = [e for b in sorted(bins) for e in _spread(bins[b], take[b])]
+    return [e["trace_id"] for e in chosen]
+
+
+def percentile(values, q: float) -> float:
+    xs = sorted(values)
+    if not xs:
+        raise ValueError("no values")
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def sweep_limits(peaks_mb, percentiles=PERCENTILES) -> dict[str, int]:
+    """name -> limit in MiB: each percentile of the trace peaks, rounded up to a whole MiB."""
+    return {name: int(math.ceil(percentile(peaks_mb, q) - 1e-9)) for name, q in percentiles}
+
+
+def matrix_toml(limits: dict[str, int], arms=SWEPT) -> str:
+    """The `ablations` list of an experiment's matrix that sets each swept arm's limit per point."""
+    lines = ["ablations = ["]
+    for name, mb in limits.items():
+        over = ", ".join(f"{a} = {{ {key} = {mb} }}" for a, key in arms.items())
+        lines.append(f'  {{ name = "{name}", arms = {{ {over} }} }},')
+    return "\n".join(lines + ["]"])
+
+
+def manifest_entries(root: Path) -> tuple[dict, list[dict]]:
+    data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    full = set(data["subsets"]["full"])
+    return data, [e for e in data["traces"] if e["trace_id"] in full]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pytest_agentcgroup.traces.sweep", description=__doc__.split("\n")[0])
+    ap.add_argument("traces", type=Path, help="the corpus directory (with manifest.json)")
+    ap.add_argument("-n", type=int, default=PAPER_SIZE, help=f"paper subset size (default {PAPER_SIZE})")
+    ap.add_argument("--write-manifest", action="store_true", help="write the subset as subsets.paper")
+    args = ap.parse_args(argv)
+    try:
+        data, entries = manifest_entries(args.traces)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{args.traces / 'manifest.json'}: cannot read the full subset's entries: {exc}", file=sys.stderr)
+        return 1
+    ids = paper_subset(entries, args.n)
+    peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
+    limits = sweep_limits([peaks[t] for t in ids])
+    if args.write_manifest:
+        data["subsets"]["paper"] = ids
+        (args.traces / "manifest.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
+                                                   encoding="utf-8")
+    print(f"# paper subset: {len(ids)} of {len(entries)} traces; trace peaks (MiB, derived from the recorded "
+          f"profiles): {', '.join(f'{k} {v}' for k, v in limits.items())}")
+    print(matrix_toml(limits))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
