@@ -75,4 +75,8 @@ REGISTRY: dict[str, TestMetric] = {m.name: m for m in (
     _summary("unstarted_steps", "+0", regression=True),
     TestMetric("failed_steps", "count", "lower", "derived",
                "executed steps with a non-zero exit code or a signal", "+0"),
+    # what the arm's limits reserved and the steps used (metrics/reservation.py): compared only when a
+    # rule names them — reserved follows the arm's limits exactly, used follows sampling and load
+    *(_summary(m, None) for m in ("step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s",
+                                  "soft_reserved_gib_s", "used_gib_s", "utilization", "idle_reserved_gib_s")),
 )}
