@@ -335,7 +335,8 @@ def test_v2_policy_grants_raise_memory_high_no_tripwire(tree):
         assert (high.unified / "memory.high").read_text().strip() == str(72 * MB)
         done = ctl.remove_step(low)
         grants = done.pop("grants")       # [ms since add_step, MiB]: the envelope metrics/reservation.py integrates
-        assert done == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1, "raises": 2, "policy_kills": 0}
+        assert done == {"kind": "test", "priority": "low", "throttles": 3, "freezes": 1, "raises": 2, "policy_kills": 0,
+                        "cpu_weight": None}
         assert [mb for _, mb in grants] == [64, 72] and all(t >= 0 for t, _ in grants)
         assert (low.unified / "memory.high").read_text().strip() == "max"     # released: nothing parks it
         assert (low.unified / "memory.max").read_text().strip() == str(128 * MB)   # the ceiling stays

@@ -355,7 +355,20 @@ def test_policy_arm_gives_each_step_the_cpu_weight_of_its_priority(tree):
         ctl.add_step(high, "edit")
         ctl.add_step(normal, "search")           # no weight for normal: the kernel's default stays
         got = [_cpu_file(cg, "cpu.weight", "cpu.shares") for cg in (low, high, normal)]
+        reported = [ctl.remove_step(cg)["cpu_weight"] for cg in (low, high, normal)]
     assert got == (["25", "400", "100"] if tree.host.mode == "v2" else ["256", "4096", "1024"])
+    assert reported == [25, 400, None]
+
+
+def test_policy_rules_weights_do_not_make_a_memory_arm_need_cpu(tmp_path):
+    """A policy arm whose rules give weights by priority still runs where cpu is not delegated (the
+    weights are left out and each step's record says cpu_weight None); an arm's own weight needs cpu."""
+    from pytest_agentcgroup.config import load
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[arms.p]\npolicy = 'agentcgroup'\nmemory_high_mb = 64\n[arms.p.rules]\nebpf = false\n"
+                   "cpu_weight = { low = 25 }\n[arms.w]\ncpu_weight = 50\n")
+    arms = load(cfg).arms
+    assert not arms["p"].needs_cpu and arms["w"].needs_cpu
 
 
 def test_cpu_weights_share_one_cpu_by_their_ratio(tree):

@@ -69,6 +69,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..cgroups.arms import Arm
+from ..cgroups.host import CgroupUnavailable
 from ..cgroups.node import MB, Cgroup
 from .external import ExternalLoader
 from .rules import PRIORITIES, Rules  # noqa: F401  (Rules is how callers build a policy)
@@ -118,6 +119,7 @@ class _Step:
     cgid: int = 0
     added_ns: int = field(default_factory=time.monotonic_ns)
     grants: list = field(default_factory=list)      # [ms since add_step, soft limit MiB] per raise
+    cpu_weight: int | None = None                   # the weight set on the step's cgroup, if any
 
 
 class Controller:
@@ -156,7 +158,11 @@ class Controller:
             cg.set_memory_high(soft)
         step = _Step(cg, kind, r.priority(kind), soft, time_scale, cgid=cg.id)
         if step.priority in r.cpu_weight:
-            cg.set_cpu_weight(r.cpu_weight[step.priority])
+            try:
+                cg.set_cpu_weight(r.cpu_weight[step.priority])
+                step.cpu_weight = r.cpu_weight[step.priority]
+            except CgroupUnavailable:           # cpu not delegated here: memory policy only; the
+                pass                            # step's record says cpu_weight None
         if self.throttle is not None and step.priority == "low" and soft is not None and cg.host.mode != "v2":
             # v1 reclaims only at a hard limit: without this the kernel would never react below
             # the ceiling. Parked, not killed, at the soft limit until the controller lifts it.
@@ -181,7 +187,7 @@ class Controller:
             # without eBPF nothing acts on priorities: none is reported
             # grants: the envelope of the step's soft limit over time (metrics/reservation.py)
             return {"kind": step.kind, "priority": step.priority if self.throttle is not None else None,
-                    **step.counts, "grants": step.grants}
+                    **step.counts, "grants": step.grants, "cpu_weight": step.cpu_weight}
 
     # -- the loop --------------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> None:

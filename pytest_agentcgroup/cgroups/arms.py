@@ -112,8 +112,10 @@ class Arm:
 
     @property
     def needs_cpu(self) -> bool:
-        """Whether the arm sets anything only the cpu controller can do (its own or its rules' weights)."""
-        return any(getattr(self, k) is not None for k in CPU_KEYS) or bool(self.rules.get("cpu_weight"))
+        """Whether the arm sets anything only the cpu controller can do: its own weight or cap. Its
+        policy rules' weights by priority do not count: without a cpu controller the policy leaves
+        them out (and counts it), so an arm that controls memory still runs where cpu is not delegated."""
+        return any(getattr(self, k) is not None for k in CPU_KEYS)
 
     @property
     def cpu_quota(self) -> tuple[int, int] | None:

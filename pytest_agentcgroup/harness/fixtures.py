@@ -152,16 +152,16 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         pytest.skip(str(exc))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    restart_pending = resume             # a partial earlier attempt's lines go when the replay starts
+    restart_pending = resume             # a partial earlier attempt's lines go with the first new record
 
     def run() -> Outcome:
-        nonlocal restart_pending
-        if restart_pending:              # not before: a test that skips before replaying keeps them
-            restart_pending = False
-            store.restart(case.key)
         records: list[dict] = []
 
         def on_step(result):
+            nonlocal restart_pending
+            if restart_pending:          # not before the first new record: a test that skips before
+                restart_pending = False  # replaying (no cpu controller, no executor) keeps them
+                store.restart(case.key)
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    **step_record(result, steps[result.step_id], config=case.arm.name,
                                  time_scale=executor.time_scale, executor=executor_name),
