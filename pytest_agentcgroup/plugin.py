@@ -523,7 +523,7 @@ def _store(config: pytest.Config) -> ResultsStore:
             # consolidated by the controller before the workers started; a worker only reads it.
             run, continues = Path(config.workerinput[WORKERINPUT_RUN]), config.workerinput[WORKERINPUT_CONTINUES]
             earlier = read_records(run / METRICS_FILE) if continues else None
-            state.store = ResultsStore(run / worker, resume=continues, earlier=earlier)
+            state.store = ResultsStore(run / worker, resume=continues, earlier=earlier, claim_run=run)
         else:
             run, continues = config.stash[_CONTROLLER].open_run()
             state.store = ResultsStore(run, resume=continues)
