@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..traces.ir import Step, Trace
+from .spawn import start_ticks
 
 EMULATOR = str(Path(__file__).with_name("emulator.py"))
 EXECUTING_TOOLS = ("bash", "python")
@@ -81,6 +83,47 @@ class EmulateExecutor:
         return Launch(argv=argv, cwd=self.workdir or "/", timeout_s=timeout)
 
 
+SANDBOX_TMPFS = "agentcgroup-ws"           # the source name of the sandbox's per-trace tmpfs
+# its mount point: a temp directory named for the process that mounted it (pid + start ticks)
+_SANDBOX_BASE = re.compile(r"^agentcgroup-sbx-(\d+)-(\d+)-")
+
+
+def _unescape_mountinfo(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def sweep_stale_workspaces(mountinfo: str | Path = "/proc/self/mountinfo") -> list[str]:
+    """Unmount (and remove) the sandbox tmpfs mounts whose owner is gone: a pytest SIGKILLed
+    mid-trace never reaches SandboxExecutor.stop(), and its tmpfs (and whatever the steps left in
+    it, in memory) would stay mounted. Ours: tmpfs of source SANDBOX_TMPFS at a directory named
+    agentcgroup-sbx-<pid>-<start ticks>-*; gone: no process with that pid and start time. Mounts of
+    live sessions are left alone. Returns the mount points removed."""
+    removed = []
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return removed
+    for line in lines:
+        fields = line.split()
+        try:
+            sep = fields.index("-")
+            point, fstype, source = _unescape_mountinfo(fields[4]), fields[sep + 1], fields[sep + 2]
+        except (ValueError, IndexError):
+            continue
+        owner = _SANDBOX_BASE.match(os.path.basename(point))
+        if fstype != "tmpfs" or source != SANDBOX_TMPFS or owner is None:
+            continue
+        if start_ticks(int(owner[1])) == int(owner[2]):
+            continue                                   # its session still runs
+        if subprocess.run(["umount", "--lazy", point], capture_output=True).returncode == 0:
+            try:
+                os.rmdir(point)
+            except OSError:
+                pass
+            removed.append(point)
+    return removed
+
+
 class SandboxExecutor:
     """The step's real command under bubblewrap, as an unprivileged user.
 
@@ -136,12 +179,14 @@ class SandboxExecutor:
     def start(self, trace: Trace) -> None:
         self.home = trace_home(trace)
         self.cwd = self.home
-        self.base = tempfile.mkdtemp(prefix="agentcgroup-sbx-")
+        if self.as_root:
+            sweep_stale_workspaces()         # left by an earlier run that was killed mid-trace
+        self.base = tempfile.mkdtemp(prefix=f"agentcgroup-sbx-{os.getpid()}-{start_ticks(os.getpid())}-")
         if self.as_root:
             # bwrap, as STEP_USER, must traverse base to bind ws and state: 0711, nothing listable
             os.chmod(self.base, 0o711)
             opts = f"size={int(self.workspace_mb)}m,mode=0711,nosuid,nodev"
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "agentcgroup-ws", self.base],
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, SANDBOX_TMPFS, self.base],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 os.rmdir(self.base)
@@ -175,7 +220,7 @@ class SandboxExecutor:
     def _sync_cwd(self) -> None:
         # The wrapper writes the shell's final directory here; a killed step leaves the old one.
         if self.state:
-            self.cwd = read_cwd(Path(self.state, "cwd")) or self.cwd
+            self.cwd = read_cwd("state/cwd", root=self.base) or self.cwd
 
     def launch(self, step: Step) -> Launch | None:
         self._sync_cwd()
@@ -273,28 +318,62 @@ def step_script(tool: str, cwd_file: str) -> str:
 CWD_MAX_BYTES = PATH_MAX    # more is not a directory a shell printed
 
 
-def read_cwd(cwd_file: Path) -> str | None:
+def _open_beneath(root: Path, parts: tuple[str, ...]) -> int:
+    """A directory fd of ROOT/parts..., each component opened without following a symlink (and
+    without '..'): a hostile step that made any of them a symlink (to a host path: resolved from
+    /proc/PID/root, an absolute link target is the host's) gets OSError, not the host's file."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            if part in ("", ".", ".."):
+                raise OSError(f"refusing path component {part!r}")
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_cwd(cwd_file: str | Path, *, root: str | Path | None = None) -> str | None:
     """The directory a step's shell ended in (written by step_script), consumed; None if absent.
 
-    The step can write that file too, and the step is hostile: it could leave a FIFO (a read would
-    block forever), a symlink to /dev/zero or to a host file (read through a bind mount or
-    /proc/PID/root, it would resolve on the host), or gigabytes. So: no symlink followed, no
-    blocking open, a regular file only, a bounded read, and the file is removed whatever it was."""
+    `root`: the tree the step can write (a container's /proc/PID/root, the sandbox's base), with
+    `cwd_file` a path inside it; without it, cwd_file's directory is trusted and only the file is not.
+    The step can write that file and every directory of the tree, and the step is hostile: it could
+    leave a FIFO (a read would block forever), a symlink to /dev/zero or to a host file — as the
+    file or in place of a directory on the way to it (read through a bind mount or /proc/PID/root,
+    an absolute link resolves on the host) — or gigabytes. So: no symlink followed in any component,
+    no blocking open, a regular file only, a bounded read, and the file is removed (in the directory
+    reached that way) whatever it was."""
+    path = Path(cwd_file)
+    if root is None:
+        top, parts = path.parent, ()
+    else:
+        top, parts = Path(root), path.parent.relative_to(path.anchor).parts if path.is_absolute() else path.parent.parts
     try:
-        fd = os.open(cwd_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        dfd = _open_beneath(top, parts)
     except OSError:
-        fd = None
+        return None
+    fd = None
     try:
-        if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         cwd = os.read(fd, CWD_MAX_BYTES + 1).decode("utf-8", "replace").strip()
     finally:
         if fd is not None:
             os.close(fd)
         try:
-            cwd_file.unlink()
+            os.unlink(path.name, dir_fd=dfd)
         except OSError:
             pass
+        os.close(dfd)
     return cwd if cwd.startswith("/") and len(cwd) <= CWD_MAX_BYTES and "\n" not in cwd else None
 
 
