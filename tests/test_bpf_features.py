@@ -62,3 +62,20 @@ def test_an_architecture_without_a_number_is_a_clear_error():
     assert len(set(NR_BPF.values())) > 1            # really per architecture
     with pytest.raises(UnknownArchitecture, match="'mips64'.*NR_BPF"):
         nr_bpf("mips64")
+
+
+def test_the_number_is_keyed_on_the_interpreters_abi_not_the_kernels_machine():
+    """A 32-bit userland on a 64-bit kernel: uname says x86_64 / aarch64, but this process's system
+    calls are i386's / arm's (357 / 386, not 321 / 280)."""
+    from pytest_agentcgroup.bpf.syscall import interpreter_arch, nr_bpf
+    assert nr_bpf(interpreter_arch("x86_64", 4, "i386-linux-gnu")) == 357
+    assert nr_bpf(interpreter_arch("x86_64", 4, "")) == 357                 # no triplet: the pointer size
+    assert nr_bpf(interpreter_arch("aarch64", 4, "arm-linux-gnueabihf")) == 386
+    assert nr_bpf(interpreter_arch("aarch64", 4, "")) == 386
+    assert nr_bpf(interpreter_arch("x86_64", 4, "x86_64-linux-gnux32")) == 0x40000000 | 321
+    assert nr_bpf(interpreter_arch("x86_64", 8, "x86_64-linux-gnu")) == 321
+    assert nr_bpf(interpreter_arch("aarch64", 8, "")) == 280
+    import struct
+    if struct.calcsize("P") == 8:      # this interpreter is 64-bit: its number is its machine's
+        import platform
+        assert nr_bpf() == nr_bpf(platform.machine())
