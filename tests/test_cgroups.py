@@ -307,3 +307,17 @@ def test_peak_is_recorded_where_the_kernel_has_it_else_none(tree):
     else:
         assert peak is None
     assert feats["cgroup_kill"] == (tree.root.unified / "cgroup.kill").exists()
+
+
+def test_pids_max_events_are_the_cgroups_own_not_its_childrens(tree):
+    # Since 6.13 a v2 pids.events counts the whole subtree's refused forks (pids.events.local has
+    # the cgroup's own): a workload above a step that hit pids.max must not count that step's
+    # events again, as memory.events.local keeps memory's apart.
+    work = tree.workload("pidsev")
+    step = work.child("s0", tree.controllers)
+    step.set_pids_max(4)
+    res = run(["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 2 & done; wait"], join=step.join_files(),
+              timeout_s=30)
+    assert res.exit_code is not None, res
+    assert step.counters().pids_max_events >= 1, "the step's forks were not refused at pids.max"
+    assert work.counters().pids_max_events == 0, "the workload counted its child's pids.max events"
