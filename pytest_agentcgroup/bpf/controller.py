@@ -68,7 +68,7 @@ from ..cgroups.node import MB, Cgroup
 
 PRIORITIES = ("low", "normal", "high")
 #: Kernel features an arm with ebpf = true needs (names of features.probe()).
-NEEDS = ("root", "bcc", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
+NEEDS = ("root", "bcc", "kernel_headers", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
 _COUNTS = ("throttles", "freezes", "raises", "policy_kills")
 
 
