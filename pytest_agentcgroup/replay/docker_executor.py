@@ -34,7 +34,7 @@ profile (Docker applies it only to what runc starts), and it runs as root of the
 namespace, with the capabilities above. Of that profile it gets the part that matters most: no
 user namespaces (nouserns.py, a seccomp filter installed before nsenter, as the profile denies
 unshare/clone(CLONE_NEWUSER) without CAP_SYS_ADMIN); it costs each step a Python start (~30 ms
-here). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
+here, ~10 MB charged to the step's cgroup until it execs nsenter: a tiny step's peak is that). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
 all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations
