@@ -16,12 +16,22 @@ set -u
 # ---- package groups: add a group with one line ------------------------------
 # Debian's architecture name (amd64, arm64, ...): the kernel-header packages and directories carry it.
 ARCH=$(dpkg --print-architecture 2>/dev/null) || ARCH=
+# The VM tests (tests/kernels/) boot a Debian kernel of the host's own architecture: its package
+# flavour (linux-image-<release>-<flavour>) and the qemu package that emulates it. Elsewhere the VM
+# groups install nothing and those tests skip saying so (tests/kernels/vmharness.py).
+case "$ARCH" in
+  amd64)   KFLAVOUR=amd64;       QEMU_PKG=qemu-system-x86 ;;
+  arm64)   KFLAVOUR=arm64;       QEMU_PKG=qemu-system-arm ;;
+  ppc64el) KFLAVOUR=powerpc64le; QEMU_PKG=qemu-system-ppc ;;
+  riscv64) KFLAVOUR=riscv64;     QEMU_PKG=qemu-system-misc ;;
+  *)       KFLAVOUR=;            QEMU_PKG= ;;
+esac
 declare -A GROUPS_PKGS=(
   [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
-  [vm]="qemu-system-x86 busybox-static"
-  [vm-kernels]="qemu-system-x86 busybox-static"
+  [vm]="${QEMU_PKG:+$QEMU_PKG busybox-static}"
+  [vm-kernels]="${QEMU_PKG:+$QEMU_PKG busybox-static}"
 )
 # kernel series each group boots in tests/kernels/ (newest patch release of each, chosen by apt)
 declare -A GROUPS_KERNELS=(
@@ -126,19 +136,23 @@ fi
 
 # ---- kernels for the VM (groups vm, vm-kernels) -----------------------------
 # tests/kernels/ boots these under qemu with only cgroup2 mounted. A series (6.12) is the newest
-# `linux-image-<series>…-amd64` apt offers: from the host's own sources (bookworm: 6.1, 6.12 in
+# `linux-image-<series>…-<flavour>` apt offers: from the host's own sources (bookworm: 6.1, 6.12 in
 # bookworm-security), else from a private apt state on trixie + trixie-backports + trixie-security
-# (7.3, the only Debian kernel with sched_ext), unpacked under $KERNELS_DIR instead of installed.
-# A series already present is kept (no apt query, no network). Each is recorded in $KERNELS_INDEX
-# as "<series> <release> <vmlinuz>", which the tests read; bcc in the guest needs the release's
-# headers at /lib/modules/<release>/{build,source}, made here since the guest sees / read-only.
-# Not under /var/cache: vng hides /var/cache (and /var/tmp, /var/log) behind a tmpfs in the guest,
-# and the guest's bcc reads this kernel's headers from here.
+# (7.3, the only Debian kernel with sched_ext). Never installed as a host package (that would add
+# it to the boot loader and could change the host's default kernel): the image and headers are
+# downloaded (`apt-get download`) and unpacked (`dpkg-deb -x`) under $KERNELS_DIR/<release>, and
+# the VM boots the vmlinuz there. A series already unpacked is kept (no apt query, no network);
+# kernels installed on the host by earlier versions of this script are left as they are.
+# Each is recorded in $KERNELS_INDEX as "<series> <release> <vmlinuz>", which the tests read; bcc in
+# the guest needs the release's headers at /lib/modules/<release>/{build,source}, made here since
+# the guest sees / read-only (where /lib/modules/<release> is already a directory of an installed
+# package, it is used as it is). Not under /var/cache: vng hides /var/cache (and /var/tmp,
+# /var/log) behind a tmpfs in the guest, and the guest's bcc reads this kernel's headers from here.
 KERNELS_DIR=${AGENTCGROUP_KERNELS_DIR:-/var/lib/agentcgroup/kernels}
 KERNELS_INDEX=$KERNELS_DIR/index
 
-kernel_regex() {  # the linux-image package names of a series, e.g. 6.1 -> 6.1.0-56-amd64, not 6.12
-  printf '^linux-image-%s[.-][0-9.]*(-[0-9]+)?(\\+deb[0-9]+)?-amd64$' "${1//./\\.}"
+kernel_regex() {  # linux-image package names of a series, e.g. 6.1 -> 6.1.0-56-amd64, not 6.12
+  printf '^linux-image-%s[.-][0-9.]*(-[0-9]+)?(\\+deb[0-9]+)?-%s$' "${1//./\\.}" "$KFLAVOUR"
 }
 
 host_apt_updated=
@@ -154,24 +168,6 @@ index_kernel() {  # index_kernel SERIES RELEASE VMLINUZ
   tmp=$(mktemp "$KERNELS_INDEX.XXXXXX") || return 1
   { grep -v "^$1 " "$KERNELS_INDEX" 2>/dev/null; printf '%s %s %s\n' "$1" "$2" "$3"; } >"$tmp" &&
     mv -f "$tmp" "$KERNELS_INDEX"
-}
-
-kernel_from_host_apt() {  # SERIES: installed (or now installed) from the host's sources; 1 if apt has none
-  local re rel pkg
-  re=$(kernel_regex "$1")
-  pkg=$(dpkg-query -W -f='${Package} ${Status}\n' 'linux-image-*' 2>/dev/null |
-        awk '$NF == "installed" {print $1}' | grep -E "$re" | sort -V | tail -n 1)
-  if [ -z "$pkg" ] || ! dpkg-query -W -f='${Status}' "linux-headers-${pkg#linux-image-}" 2>/dev/null |
-                         grep -q ' installed$'; then
-    host_apt_update
-    pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1)
-    [ -n "$pkg" ] || return 1
-    say "installing kernel $1 for the VM tests: $pkg linux-headers-${pkg#linux-image-}"
-    apt_install "$pkg" "linux-headers-${pkg#linux-image-}" ||
-      { tail -n 15 "$apt_log" >&2; die "apt-get could not install $pkg (full log: $apt_log)"; }
-  fi
-  rel=${pkg#linux-image-}
-  index_kernel "$1" "$rel" "/boot/vmlinuz-$rel"
 }
 
 uri_suites() {  # "<URI> <suite>" for each deb source the host's apt uses (one-line and deb822 files)
@@ -196,35 +192,47 @@ debian_mirrors() {  # "<archive URI> <security URI>": the Debian mirrors the hos
                     END { print arc, sec }'
 }
 
-kernel_from_trixie() {  # SERIES: apt-get download + dpkg-deb -x into $KERNELS_DIR/<release>
-  local re rel dir found arc sec state opts pkg pkgs
+trixie_opts=()
+trixie_apt() {  # a private apt state on trixie + backports + security, updated once; sets trixie_opts
+  [ ${#trixie_opts[@]} -gt 0 ] && return 0
+  local arc sec state
+  read -r arc sec < <(debian_mirrors)
+  [ -n "$arc" ] || die "kernel $1: no Debian archive in /etc/apt/sources.list{,.d} to fetch trixie from"
+  state=$KERNELS_DIR/apt-trixie
+  mkdir -p "$state/lists/partial" "$state/cache/archives/partial" || die "cannot create $state"
+  { printf 'deb %s trixie main\ndeb %s trixie-backports main\n' "$arc" "$arc"
+    [ -z "$sec" ] || printf 'deb %s trixie-security main\n' "$sec"; } >"$state/sources.list"
+  trixie_opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o Dir::Etc::sourceparts=/dev/null
+               -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache")
+  apt-get "${trixie_opts[@]}" update -q >>"$apt_log" 2>&1 ||
+    { tail -n 15 "$apt_log" >&2; die "kernel $1: apt-get update of trixie from $arc failed (full log: $apt_log)"; }
+}
+
+kernel_fetch() {  # SERIES: apt-get download + dpkg-deb -x into $KERNELS_DIR/<release>
+  local re rel dir found pkg pkgs opts=() from="the host's apt sources"
   re=$(kernel_regex "$1")
   found=$(ls -d "$KERNELS_DIR"/*/usr/lib/modules/*/vmlinuz "$KERNELS_DIR"/*/boot/vmlinuz-* 2>/dev/null |
           sed "s|^$KERNELS_DIR/||; s|/.*||; s/^/linux-image-/" | grep -E "$re" | sort -V | tail -n 1)
   if [ -n "$found" ]; then
     rel=${found#linux-image-}
   else
-    read -r arc sec < <(debian_mirrors)
-    [ -n "$arc" ] || die "kernel $1: no Debian archive in /etc/apt/sources.list{,.d} to fetch trixie from"
-    state=$KERNELS_DIR/apt-trixie
-    mkdir -p "$state/lists/partial" "$state/cache/archives/partial" || die "cannot create $state"
-    { printf 'deb %s trixie main\ndeb %s trixie-backports main\n' "$arc" "$arc"
-      [ -z "$sec" ] || printf 'deb %s trixie-security main\n' "$sec"; } >"$state/sources.list"
-    opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o Dir::Etc::sourceparts=/dev/null
-          -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache")
-    apt-get "${opts[@]}" update -q >>"$apt_log" 2>&1 ||
-      { tail -n 15 "$apt_log" >&2; die "kernel $1: apt-get update of trixie from $arc failed (full log: $apt_log)"; }
-    pkg=$(apt-cache "${opts[@]}" pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1)
-    [ -n "$pkg" ] || die "kernel $1: no package matching $re in trixie, trixie-backports or trixie-security"
+    host_apt_update
+    pkg=$(apt-cache pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1)
+    if [ -z "$pkg" ]; then
+      trixie_apt "$1"
+      opts=("${trixie_opts[@]}") from="trixie"
+      pkg=$(apt-cache "${opts[@]}" pkgnames linux-image- 2>/dev/null | grep -E "$re" | sort -V | tail -n 1)
+      [ -n "$pkg" ] || die "kernel $1: no package matching $re in the host's sources, trixie, trixie-backports or trixie-security"
+    fi
     rel=${pkg#linux-image-}
-    say "fetching kernel $1 for the VM tests: $rel (trixie, unpacked into $KERNELS_DIR/$rel)"
+    say "fetching kernel $1 for the VM tests: $rel (from $from, unpacked into $KERNELS_DIR/$rel, not installed)"
     dir=$KERNELS_DIR/$rel
     rm -rf "$dir.part" && mkdir -p "$dir.part/debs" || die "cannot create $dir.part"
     # the image and headers with their own parts (trixie: linux-binary-*, linux-modules-*,
     # linux-headers-*-common, linux-kbuild-*), i.e. their dependencies named for this release
     pkgs=("linux-image-$rel" "linux-headers-$rel")
     pkgs+=($(apt-cache "${opts[@]}" depends "${pkgs[@]}" 2>/dev/null |
-             awk -v r="${rel%-amd64}" '$1 == "Depends:" && index($2, r) {print $2}' | sort -u))
+             awk -v r="${rel%-"$KFLAVOUR"}" '$1 == "Depends:" && index($2, r) {print $2}' | sort -u))
     ( cd "$dir.part/debs" && apt-get "${opts[@]}" download -q "${pkgs[@]}" ) >>"$apt_log" 2>&1 ||
       { tail -n 15 "$apt_log" >&2; die "kernel $1: apt-get download of $rel failed (full log: $apt_log)"; }
     for pkg in "$dir.part"/debs/*.deb; do
@@ -236,24 +244,30 @@ kernel_from_trixie() {  # SERIES: apt-get download + dpkg-deb -x into $KERNELS_D
   local mods=$dir/usr/lib/modules/$rel
   [ -d "$mods" ] || mods=$dir/lib/modules/$rel
   [ -d "$mods" ] || die "kernel $1: $dir holds no lib/modules/$rel"
-  [ "$(readlink "/lib/modules/$rel")" = "$mods" ] || ln -sfn "$mods" "/lib/modules/$rel" ||
-    die "cannot link /lib/modules/$rel to $mods"
+  if [ -d "/lib/modules/$rel" ] && [ ! -L "/lib/modules/$rel" ]; then
+    mods=/lib/modules/$rel             # an installed package's (the same release): used as it is
+  else
+    [ "$(readlink "/lib/modules/$rel")" = "$mods" ] || ln -sfn "$mods" "/lib/modules/$rel" ||
+      die "cannot link /lib/modules/$rel to $mods"
+  fi
   [ -e "$mods/build" ]  || ln -sfn "$dir/usr/src/linux-headers-$rel" "$mods/build"
-  [ -e "$mods/source" ] || ln -sfn "$dir/usr/src/linux-headers-${rel%-amd64}-common" "$mods/source"
+  [ -e "$mods/source" ] || ln -sfn "$dir/usr/src/linux-headers-${rel%-"$KFLAVOUR"}-common" "$mods/source"
   [ -s "$mods/modules.dep" ] || depmod "$rel" || die "kernel $1: depmod $rel failed"
-  local vmlinuz=$mods/vmlinuz          # trixie keeps it with the modules, older releases in /boot
+  local vmlinuz=$dir/usr/lib/modules/$rel/vmlinuz    # trixie keeps it with the modules, older releases in /boot
   [ -f "$vmlinuz" ] || vmlinuz=$dir/boot/vmlinuz-$rel
   [ -f "$vmlinuz" ] || die "kernel $1: $dir holds no vmlinuz"
   index_kernel "$1" "$rel" "$vmlinuz"
 }
 
 if [ ${#kernels[@]} -gt 0 ]; then
-  if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
-    say "kernels for the VM tests not installed (need root + apt-get; those tests will skip): ${kernels[*]}"
+  if [ -z "$KFLAVOUR" ]; then
+    say "kernels for the VM tests not fetched: no Debian kernel flavour known for architecture '${ARCH:-unknown}' (those tests will skip)"
+  elif ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+    say "kernels for the VM tests not fetched (need root + apt-get; those tests will skip): ${kernels[*]}"
   else
     apt_log=$(mktemp /tmp/hostsetup-apt.XXXXXX)
     for series in $(printf '%s\n' "${kernels[@]}" | sort -u); do
-      kernel_from_host_apt "$series" || kernel_from_trixie "$series"
+      kernel_fetch "$series"
     done
     rm -f "$apt_log"
   fi

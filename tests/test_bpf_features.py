@@ -1,8 +1,10 @@
+from pathlib import Path
+
 import pytest
 
 from pytest_agentcgroup.bpf import features
 
-EXPECTED = {"root", "bcc", "bpf_syscall", "btf", "ringbuf", "tracefs", "cgroup_attach", "bpf_lsm",
+EXPECTED = {"root", "bcc", "kernel_headers", "bpf_syscall", "btf", "ringbuf", "tracefs", "cgroup_attach", "bpf_lsm",
             "sched_ext", "memcg_bpf_ops", "kprobes"}
 
 
@@ -62,3 +64,36 @@ def test_an_architecture_without_a_number_is_a_clear_error():
     assert len(set(NR_BPF.values())) > 1            # really per architecture
     with pytest.raises(UnknownArchitecture, match="'mips64'.*NR_BPF"):
         nr_bpf("mips64")
+
+
+def test_the_number_is_keyed_on_the_interpreters_abi_not_the_kernels_machine():
+    """A 32-bit userland on a 64-bit kernel: uname says x86_64 / aarch64, but this process's system
+    calls are i386's / arm's (357 / 386, not 321 / 280)."""
+    from pytest_agentcgroup.bpf.syscall import interpreter_arch, nr_bpf
+    assert nr_bpf(interpreter_arch("x86_64", 4, "i386-linux-gnu")) == 357
+    assert nr_bpf(interpreter_arch("x86_64", 4, "")) == 357                 # no triplet: the pointer size
+    assert nr_bpf(interpreter_arch("aarch64", 4, "arm-linux-gnueabihf")) == 386
+    assert nr_bpf(interpreter_arch("aarch64", 4, "")) == 386
+    assert nr_bpf(interpreter_arch("x86_64", 4, "x86_64-linux-gnux32")) == 0x40000000 | 321
+    assert nr_bpf(interpreter_arch("x86_64", 8, "x86_64-linux-gnu")) == 321
+    assert nr_bpf(interpreter_arch("aarch64", 8, "")) == 280
+    import struct
+    if struct.calcsize("P") == 8:      # this interpreter is 64-bit: its number is its machine's
+        import platform
+        assert nr_bpf() == nr_bpf(platform.machine())
+
+
+def test_missing_kernel_headers_are_a_feature_the_policy_arms_need_named_with_the_fix(tmp_path):
+    """Without the running kernel's headers bcc cannot compile: the policy arms skip naming
+    /lib/modules/<release>/build and `make setup`, instead of failing as if a program were broken."""
+    from pytest_agentcgroup.bpf.controller import NEEDS
+    assert "kernel_headers" in NEEDS
+    ok, why = features._kernel_headers("0.0-no-such-release", modules=tmp_path)
+    assert not ok and f"{tmp_path}/0.0-no-such-release/build missing" in why and "make setup" in why, why
+    (tmp_path / "r" / "build").mkdir(parents=True)                 # a dangling-link-like empty dir
+    ok, why = features._kernel_headers("r", modules=tmp_path)
+    assert not ok and "has no include/generated" in why, why
+    ok, why = features.probe()["kernel_headers"]                  # this host: what bcc will really use
+    import os
+    assert ok == (Path("/lib/modules") / os.uname().release / "build" / "include").is_dir() or \
+        bool(os.environ.get("BCC_KERNEL_SOURCE")), why

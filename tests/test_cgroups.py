@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pytest_agentcgroup.cgroups import RunTree
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
@@ -404,3 +406,93 @@ def test_cpu_weights_share_one_cpu_by_their_ratio(tree):
     assert used["heavy"] > 100_000, f"the heavy loop barely ran in 2 s: {used} (usec)"
     print(f"cpu weights 400:25 on CPU {cpu}, 2 s: heavy {used['heavy'] / 1e3:.0f} ms, light {used['light'] / 1e3:.0f} ms")
     assert used["heavy"] > 4 * max(used["light"], 1), f"weights 400:25 on one CPU gave {used} (usec)"
+
+
+def test_pids_max_events_are_the_cgroups_own_not_its_childrens(tree):
+    # Since 6.13 a v2 pids.events counts the whole subtree's refused forks (pids.events.local has
+    # the cgroup's own): a workload above a step that hit pids.max must not count that step's
+    # events again, as memory.events.local keeps memory's apart.
+    work = tree.workload("pidsev")
+    step = work.child("s0", tree.controllers)
+    step.set_pids_max(4)
+    res = run(["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 2 & done; wait"], join=step.join_files(),
+              timeout_s=30)
+    assert res.exit_code is not None, res
+    assert step.counters().pids_max_events >= 1, "the step's forks were not refused at pids.max"
+    assert work.counters().pids_max_events == 0, "the workload counted its child's pids.max events"
+
+
+def _in_cgroup(cg, code: str, timeout: float = 60):
+    """Run python CODE in a new process that starts inside cgroup `cg` (a session cgroup of its own)."""
+    import subprocess
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: open(cg.join_files()[0], "w").write("0"))
+
+
+def _session(tree, name: str):
+    """A cgroup that hands memory and pids down, holding a child `name` a session can run in."""
+    base = tree.root.child(f"base-{name}", tree.controllers, inner=True)
+    return base.child(name, tree.controllers)
+
+
+def test_v2_a_run_starting_waits_for_one_ending_under_the_same_cgroup(tree):
+    # Taking the controllers (ensure + the run root) and giving them back (last-run check +
+    # release) are serialized by a flock on the cgroup's directory: while another process holds
+    # it (as a run ending does), a new run does not start.
+    _v2_only(tree)
+    sess = _session(tree, "locked")
+    holder = _in_cgroup(sess, "import fcntl, os, sys, time\n"
+                              f"fd = os.open({str(sess.unified)!r}, os.O_RDONLY)\nfcntl.flock(fd, fcntl.LOCK_EX)\n"
+                              "print('held', flush=True)\ntime.sleep(600)\n")
+    starter = None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        starter = _in_cgroup(sess, "import time\nfrom pytest_agentcgroup.cgroups import RunTree, detect\n"
+                                   "print('ready', flush=True)\n"
+                                   "t0 = time.monotonic()\nt = RunTree(detect())\nprint(time.monotonic() - t0)\nt.close()\n")
+        assert starter.stdout.readline().strip() == "ready"      # imported (slow in an emulated VM)
+        time.sleep(2)
+        holder.kill()                                            # the lock goes with the holder
+        holder.wait()
+        out, err = starter.communicate(timeout=120)
+        assert starter.returncode == 0, err
+        assert float(out) >= 1.5, f"the run started after {float(out):.2f} s, while the cgroup's lock was held"
+    finally:
+        for proc in (holder, starter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_v2_what_closing_could_not_undo_is_reported_in_one_line(tree):
+    # a cgroup that is not a run root (someone else's) uses memory below the session's cgroup:
+    # disabling it there fails (EBUSY), and the run says so when it closes
+    _v2_only(tree)
+    sess = _session(tree, "undone")
+    code = ("import os, warnings\nfrom pathlib import Path\nfrom pytest_agentcgroup.cgroups import RunTree, detect\n"
+            "t = RunTree(detect())\nforeign = t.host.unified / 'foreign'\nforeign.mkdir()\n"
+            "(foreign / 'cgroup.subtree_control').write_text('+memory')\n"
+            "with warnings.catch_warnings(record=True) as seen:\n    warnings.simplefilter('always')\n    t.close()\n"
+            "print('\\n'.join(f'{type(w.message).__name__}: {w.message}' for w in seen))\n"
+            "(foreign / 'cgroup.subtree_control').write_text('-memory')\nforeign.rmdir()\n")
+    proc = _in_cgroup(sess, code)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"CgroupsLeftBehind: {sess.unified}: delegation not fully undone"), out
+    assert "cannot disable" in lines[0], lines[0]
+
+
+def test_a_systemd_unit_is_used_only_when_delegated_to_us(tree):
+    # systemd marks a delegated unit's cgroup with the trusted.delegate xattr: a real cgroup named
+    # like a unit, without it, is refused; with it, accepted (systemd is asked to be running here)
+    from pytest_agentcgroup.cgroups.delegate import undelegated_systemd_unit
+    scope = tree.root.child("run-u42.scope", ())
+    assert undelegated_systemd_unit(scope.unified, systemd=True) == "run-u42.scope"
+    assert undelegated_systemd_unit(scope.unified, systemd=False) is None           # no systemd: no unit
+    assert undelegated_systemd_unit(tree.root.unified, systemd=True) is None          # not a unit's name
+    try:
+        os.setxattr(scope.unified, "trusted.delegate", b"1")
+    except OSError as exc:
+        pytest.skip(f"cannot set trusted.delegate on {scope.unified}: {exc.strerror} (needs root)")
+    assert undelegated_systemd_unit(scope.unified, systemd=True) is None

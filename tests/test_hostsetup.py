@@ -155,21 +155,56 @@ def test_the_kernel_headers_package_is_this_architectures():
         f"apt knows no linux-headers-{arch}"
 
 
-def test_vm_group_records_a_bootable_612_kernel_with_headers_and_is_quiet():
-    """Group `vm` (make test): qemu, busybox-static and the newest 6.12 kernel with its headers,
-    recorded in the kernel index tests/kernels/ reads; a second run says nothing."""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("hostsetup.sh installs kernels only as root with apt-get")
+def _host_kernels() -> tuple[str, list[str]]:
+    """What the host boots: its installed linux-image packages and /boot."""
+    pkgs = subprocess.run(["dpkg-query", "-W", "-f=${Package} ${Version} ${Status}\\n", "linux-image-*"],
+                          capture_output=True, text=True).stdout
+    return pkgs, sorted(p.name for p in Path("/boot").iterdir())
+
+
+def _flavour_and_qemu() -> tuple[str, str]:
+    from tests.kernels.vmharness import QEMU_BY_ARCH
+    arch = _arch()
+    if arch not in QEMU_BY_ARCH:
+        pytest.skip(f"the VM tests support {', '.join(QEMU_BY_ARCH)}; this host is {arch}")
+    flavour = {"ppc64el": "powerpc64le"}.get(arch, arch)
+    return flavour, QEMU_BY_ARCH[arch][0]
+
+
+def _check_vm_group(kernels_dir: Path, env: dict) -> None:
+    flavour, qemu = _flavour_and_qemu()
+    before = _host_kernels()
     for _ in range(2):
-        out = subprocess.run(["bash", str(SCRIPT), "vm"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        out = subprocess.run(["bash", str(SCRIPT), "vm"], cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                             env=env)
         assert out.returncode == 0, out.stderr
     assert out.stdout == "", "hostsetup.sh vm is not quiet on a second run"
-    index = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgroup/kernels")) / "index"
-    rows = {line.split()[0]: line.split()[1:] for line in index.read_text().splitlines() if line.strip()}
+    assert _host_kernels() == before, "hostsetup.sh vm changed the host's kernels (packages or /boot)"
+    rows = {line.split()[0]: line.split()[1:] for line in (kernels_dir / "index").read_text().splitlines()
+            if line.strip()}
     release, vmlinuz = rows["6.12"]
-    assert release.startswith("6.12.") and release.endswith("+deb12-amd64"), release
-    assert Path(vmlinuz).is_file()
+    assert release.startswith("6.12.") and release.endswith(f"+deb12-{flavour}"), release
+    assert Path(vmlinuz).is_file() and Path(vmlinuz).is_relative_to(kernels_dir / release), \
+        f"{vmlinuz}: not the kernel unpacked under {kernels_dir}"
     assert (Path("/lib/modules") / release / "build" / "include" / "generated").is_dir()
     assert (Path("/lib/modules") / release / "source" / "include" / "linux").is_dir()
-    for tool in ("qemu-system-x86_64", "busybox"):
+    for tool in (qemu, "busybox"):
         assert shutil.which(tool), f"{tool} is not installed"
+
+
+def test_vm_group_records_a_bootable_612_kernel_with_headers_and_is_quiet():
+    """Group `vm` (make test): qemu, busybox-static and the newest 6.12 kernel with its headers,
+    unpacked under the kernels directory (never installed: the host's kernels and /boot stay as
+    they were) and recorded in the index tests/kernels/ reads; a second run says nothing."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("hostsetup.sh fetches kernels only as root with apt-get")
+    kernels_dir = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgroup/kernels"))
+    _check_vm_group(kernels_dir, dict(os.environ))
+
+
+def test_vm_group_fetches_into_an_empty_kernels_directory_without_installing(tmp_path):
+    """The fetch itself (what a fresh machine does): apt-get download + dpkg-deb -x into a new
+    kernels directory, the host's packages and /boot untouched (about 60 MB from the Debian mirror)."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("hostsetup.sh fetches kernels only as root with apt-get")
+    _check_vm_group(tmp_path, {**os.environ, "AGENTCGROUP_KERNELS_DIR": str(tmp_path)})

@@ -224,3 +224,15 @@ def test_a_policy_program_that_does_not_compile_fails_the_arm_never_skips(pytest
     result.stdout.fnmatch_lines(["*arm agentcgroup: cannot compile reclaim_throttle.bpf.c*",
                                  "*use of undeclared identifier 'not_declared_here'*"])
     assert "skipped" not in result.stdout.str().splitlines()[-1]
+
+
+def test_without_kernel_headers_the_arm_skips_naming_them_and_the_fix(pytester, policy_project, monkeypatch):
+    """No mock: bcc reads the kernel headers from BCC_KERNEL_SOURCE when set, and here it names a
+    directory that does not exist, as on a host where `make setup` never linked them. The policy
+    arm must skip naming that directory and `make setup` (it used to fail as a compile error)."""
+    cgroups_or_skip()
+    monkeypatch.setenv("BCC_KERNEL_SOURCE", str(pytester.path / "no-headers"))
+    result = run_study(pytester, "-k", "agentcgroup or bpf-soft", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([f"*arm agentcgroup needs eBPF: kernel_headers: kernel headers "
+                                 f"{pytester.path / 'no-headers'} missing*make setup*"])

@@ -167,6 +167,19 @@ def test_read_cwd_refuses_what_a_hostile_step_can_leave_in_its_place(tmp_path):
     assert read_cwd(f) is None and not f.is_symlink()
     f.write_text("/" + "a" * 10_000)                                  # no directory a shell printed
     assert read_cwd(f) is None and not f.exists()
+    # a directory on the way replaced by a symlink to a host directory holding a file of that name
+    root, host = tmp_path / "root", tmp_path / "host"
+    (root / "run").mkdir(parents=True)
+    (host / "agentcgroup").mkdir(parents=True)
+    (host / "agentcgroup" / "cwd").write_text("/host/secret\n")
+    (root / "run" / "agentcgroup").symlink_to(host / "agentcgroup")
+    assert read_cwd("/run/agentcgroup/cwd", root=root) is None
+    assert (host / "agentcgroup" / "cwd").read_text() == "/host/secret\n", "read_cwd removed a host file"
+    (root / "run" / "agentcgroup").unlink()
+    (root / "run" / "agentcgroup").mkdir()
+    (root / "run" / "agentcgroup" / "cwd").write_text("/testbed\n")
+    assert read_cwd("/run/agentcgroup/cwd", root=root) == "/testbed"
+    assert not (root / "run" / "agentcgroup" / "cwd").exists()
 
 
 def test_unclean_working_directories_are_refused_not_interpreted():
@@ -188,3 +201,48 @@ def test_a_command_no_program_can_be_given_is_refused_with_the_reason():
         check_command(bash(0, "x" * MAX_ARG_STRLEN))
     with pytest.raises(StepRefused, match="NUL byte"):
         check_command(bash(0, "echo a\0b"))
+
+
+_MOUNT_AND_WAIT = """
+import sys, time
+from pytest_agentcgroup.replay import SandboxExecutor
+from pytest_agentcgroup.traces.ir import Step, Trace
+ex = SandboxExecutor(workspace_mb=8)
+ex.start(Trace("t/killed", {"format": "test"}, (Step(0, "bash", {"command": "true"}),)))
+open(ex.base + "/ws/left-behind", "wb").write(b"x" * (1 << 20))
+print(ex.base, flush=True)
+time.sleep(120)
+"""
+
+
+def _mounted(point: str) -> bool:
+    return any(line.split()[4] == point for line in open("/proc/self/mountinfo"))
+
+
+def test_a_sandbox_tmpfs_left_by_a_killed_run_is_swept_at_the_next_start(tmp_path):
+    """A real pytest-like process mounts its per-trace tmpfs and is SIGKILLed (its stop() never
+    runs): the next sandbox start unmounts it; a live owner's mount is left alone."""
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox mounts its per-trace tmpfs only as root")
+    killed = subprocess.Popen([sys.executable, "-c", _MOUNT_AND_WAIT], stdout=subprocess.PIPE, text=True)
+    live = subprocess.Popen([sys.executable, "-c", _MOUNT_AND_WAIT], stdout=subprocess.PIPE, text=True)
+    try:
+        stale, alive = killed.stdout.readline().strip(), live.stdout.readline().strip()
+        killed.kill()
+        killed.wait(10)
+        assert _mounted(stale) and _mounted(alive), "the helper processes did not mount their tmpfs"
+        ex = SandboxExecutor(workspace_mb=8)
+        ex.start(trace_of(bash(0, "true")))
+        try:
+            assert not _mounted(stale) and not os.path.exists(stale), "a dead run's tmpfs is still mounted"
+            assert _mounted(alive), "a live run's tmpfs was unmounted"
+        finally:
+            ex.stop()
+    finally:
+        for proc in (killed, live):
+            proc.kill()
+            proc.wait(10)
+        from pytest_agentcgroup.replay.executors.sandbox import sweep_stale_workspaces
+        sweep_stale_workspaces()                      # the live helper is dead now: its mount goes too
+    assert not _mounted(alive)

@@ -216,3 +216,92 @@ def test_runs_are_numbered_resume_takes_only_an_unfinished_newest_run(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(store.NoRun, match="not a results directory"):
         store.resolve_run(tmp_path / "empty")
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from pytest_agentcgroup.metrics import store
+fd = store.claim(Path(sys.argv[1]), new=False)
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_another_live_process_writes_is_never_resumed(tmp_path):
+    """A real second process holds the unfinished newest run (store.claim, as a writing session
+    does): resume_run does not take it; once that process is gone, it does."""
+    from pytest_agentcgroup.metrics import store
+
+    run = store.new_run(tmp_path)
+    run.mkdir(parents=True)
+    _write(run / store.METRICS_FILE, [_step("a", 0)], time.time_ns())
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert store.in_use(run)
+        assert store.resume_run(tmp_path) == (None, None, run)
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert not store.in_use(run)
+    found, fd, live = store.resume_run(tmp_path)
+    try:
+        assert (found, live) == (run, None) and store.in_use(run)      # now ours: nobody else may take it
+    finally:
+        store.release(fd)
+    assert sorted(p.name for p in run.iterdir()) == [store.METRICS_FILE], "the lock adds nothing to the run"
+
+
+def test_resume_while_the_run_is_still_written_starts_a_new_run(pytester, slow_project):
+    """A session still writing its run (alive, not killed); a second session with resume must not
+    take it over: it writes a new run and says so, and the live session's run holds only its own
+    records."""
+    host = cgroups_or_skip()
+    metrics = pytester.path / "out" / "latest" / "metrics.jsonl"
+    live = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentcgroup-config",
+                             "study.toml", "--agentcgroup-out", "out", "-q", "-k", "not static-high"],
+                            cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (metrics.exists() and metrics.read_text().strip()):
+            time.sleep(0.05)
+        first = (pytester.path / "out" / "latest").resolve()
+        assert first.name.startswith("0001_") and live.poll() is None, "the first session is not writing"
+        second = run_study(pytester, "--agentcgroup-resume", "-k", "static-high")
+        second.assert_outcomes(passed=1)
+        second.stdout.fnmatch_lines([f"*resume: {first} is being written by another live session*new run*0002_*"])
+        assert live.wait(180) == 0
+    finally:
+        if live.poll() is None:
+            live.kill()
+            live.wait(30)
+    recs = _records(first / "metrics.jsonl")
+    assert {r["config"] for r in recs} == set(ARMS) - {"static-high"} and (first / "complete.json").is_file()
+    newer = [p for p in (pytester.path / "out").iterdir() if p.name.startswith("0002_")]
+    assert len(newer) == 1 and {r["config"] for r in _records(newer[0] / "metrics.jsonl")} == {"static-high"}
+    assert leaked(host) == []
+
+
+def test_a_results_directory_as_baseline_is_never_the_run_being_written(tmp_path):
+    """resolve_run: run directories beat an old top-level metrics.jsonl beside them, and the run
+    this session writes (resumed or new) is never its own baseline."""
+    from pytest_agentcgroup.metrics import store
+
+    _write(tmp_path / store.METRICS_FILE, [_step("old", 0)], time.time_ns())     # before runs had directories
+    first = tmp_path / "0001_20260101T000000"
+    _write(first / store.METRICS_FILE, [_step("a", 0)], time.time_ns())
+    store.mark_finished(first, 0)
+    second = tmp_path / "0002_20260101T010000"
+    _write(second / store.METRICS_FILE, [_step("a", 0)], time.time_ns())          # unfinished: resumed
+    store.point_latest(second)
+    assert store.resolve_run(tmp_path) == second, "the newest run wins over the old top-level file"
+    assert store.resolve_run(tmp_path, exclude=second) == first
+    assert store.resolve_run(tmp_path / "latest", exclude=second) == first
+    assert store.resolve_run(first, exclude=second) == first
+    with pytest.raises(store.NoRun, match="is the run this session writes"):
+        store.resolve_run(second, exclude=second)
+    only = tmp_path / "only"
+    _write(only / "0001_20260101T000000" / store.METRICS_FILE, [_step("a", 0)], time.time_ns())
+    with pytest.raises(store.NoRun, match="its only run is the one this session writes"):
+        store.resolve_run(only, exclude=only / "0001_20260101T000000")

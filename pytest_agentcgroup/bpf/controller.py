@@ -75,7 +75,7 @@ from .external import ExternalLoader
 from .rules import PRIORITIES, Rules  # noqa: F401  (Rules is how callers build a policy)
 
 #: Kernel features an arm with ebpf = true needs (names of features.probe()).
-NEEDS = ("root", "bcc", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
+NEEDS = ("root", "bcc", "kernel_headers", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
 _COUNTS = ("throttles", "freezes", "raises", "policy_kills")
 
 

@@ -70,6 +70,24 @@ def _tracepoint(name: str) -> tuple[bool, str]:
     return ok, f"tracepoint {name} {'exists' if ok else 'missing'}"
 
 
+MODULES = Path("/lib/modules")
+
+
+def _kernel_headers(release: str | None = None, modules: Path = MODULES) -> tuple[bool, str]:
+    """bcc compiles every program at load time against the running kernel's headers: without
+    them a policy arm cannot run on this host — a missing part of the host, named with its fix,
+    not a broken program. BCC_KERNEL_SOURCE, when set, is where bcc looks instead."""
+    release = os.uname().release if release is None else release
+    override = os.environ.get("BCC_KERNEL_SOURCE")
+    build = Path(override) if override else modules / release / "build"
+    if (build / "include" / "generated").is_dir() or (build / "include" / "linux").is_dir():
+        return True, f"kernel headers at {build}"
+    what = "missing" if not build.exists() else "has no include/generated (not a configured headers tree)"
+    return False, (f"kernel headers {build} {what}: bcc compiles its programs against them; run `make setup` "
+                   f"(installs linux-headers for this architecture and links /lib/modules/{release}/build and "
+                   "source); a kernel without a Debian headers package needs its own headers there")
+
+
 def _kprobes() -> tuple[bool, str]:
     if not (TRACEFS / "kprobe_events").exists():
         return False, f"{TRACEFS}/kprobe_events missing (kernel without CONFIG_KPROBE_EVENTS)"
@@ -130,6 +148,7 @@ def probe() -> dict[str, tuple[bool, str]]:
     except ImportError as exc:
         out["bcc"] = (False, f"bcc not importable ({exc}); run `make setup`")
     out["bpf_syscall"] = _map_create(_BPF_MAP_TYPE_ARRAY, 4, 8, 1)
+    out["kernel_headers"] = _kernel_headers()
     out["btf"] = (BTF.exists(), f"{BTF} {'present' if BTF.exists() else 'missing'}")
     ok, why = _map_create(_BPF_MAP_TYPE_RINGBUF, 0, 0, 4096)
     out["ringbuf"] = (ok, why.replace("works", "works for BPF_MAP_TYPE_RINGBUF"))

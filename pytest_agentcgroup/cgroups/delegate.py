@@ -14,11 +14,24 @@ of that cgroup is moved into a leaf of its own, and then the controllers are ena
 
 The root cgroup is exempt from (3): there nothing moves. `release()` undoes it, when the last live
 run under <base> has ended: the controllers are disabled again and the processes moved back.
+Runs of several sessions share <base>: taking (ensure + making a run root) and giving back (the
+last-run check + release) happen under an exclusive flock on <base>'s directory (`locked()`), so
+a run starting while the last one ends never loses its controllers halfway.
+
+A cgroup systemd manages (a `.scope`/`.service` unit) is used only when it is delegated to us
+(Delegate=yes: systemd marks it with the `trusted.delegate` — for a user manager's units
+`user.delegate` — extended attribute, and stays out of its subtree); otherwise systemd owns its
+subtree_control and its processes, and taking them over (as root could) would fight systemd:
+CgroupUnavailable names the fix (`systemd-run --scope -p Delegate=yes`).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
+import re
+import subprocess
 from pathlib import Path
 
 from .host import INIT_LEAF, CgroupHost, CgroupUnavailable
@@ -40,6 +53,38 @@ def _write(path: Path, text: str) -> None:
         fh.write(text)
 
 
+_UNIT = re.compile(r".+\.(scope|service)$")
+SYSTEMD_RUNNING = Path("/run/systemd/system")     # sd_booted(): systemd is pid 1
+
+
+def _xattr(path: Path, name: str) -> bytes | None:
+    try:
+        return os.getxattr(path, name)
+    except OSError:
+        return None
+
+
+def undelegated_systemd_unit(cgroup: Path, *, systemd: bool | None = None) -> str | None:
+    """The systemd unit `cgroup` is, when systemd manages it and has not delegated it; else None.
+    Delegated: the `trusted.delegate`/`user.delegate` xattr systemd sets (v251+), else (older
+    systemd, a system unit) `systemctl show -p Delegate`."""
+    systemd = SYSTEMD_RUNNING.is_dir() if systemd is None else systemd
+    if not systemd or not _UNIT.match(cgroup.name):
+        return None
+    if any(_xattr(cgroup, x) == b"1" for x in ("trusted.delegate", "user.delegate")):
+        return None
+    managers = [["--user"], []] if os.geteuid() != 0 else [[]]      # a user's units are its manager's
+    for manager in managers:
+        try:
+            out = subprocess.run(["systemctl", *manager, "show", "-p", "Delegate", "--value", cgroup.name],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip() == "yes":
+            return None
+    return cgroup.name
+
+
 class Delegation:
     """Controllers enabled in `host.unified`'s cgroup.subtree_control for the run roots below it."""
 
@@ -48,11 +93,39 @@ class Delegation:
         self.is_root = host.is_root
         self.init = self.base / INIT_LEAF
         self.enabled: list[str] = []          # what this object turned on (the root cgroup's undo)
+        self._lock_fd: int | None = None
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def locked(self):
+        """An exclusive flock on the base cgroup's directory (any process that may use the base can
+        open it; nothing is added to it), re-entrant within this object."""
+        if self._depth == 0:
+            fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._lock_fd = fd
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                fd, self._lock_fd = self._lock_fd, None
+                os.close(fd)                  # closing releases the flock
 
     def ensure(self, controllers: tuple[str, ...]) -> None:
         """Make `controllers` available to the base's children, or raise CgroupUnavailable saying
         exactly what is missing: a controller not delegated, no write access, processes in the way."""
         base = self.base
+        unit = undelegated_systemd_unit(base)
+        if unit is not None:
+            raise CgroupUnavailable(
+                f"{base} is systemd's unit {unit}, not delegated (no Delegate=yes): its controllers and "
+                f"processes are systemd's to manage, and taking them over would fight it: {HOW}")
         available = _words(base / "cgroup.controllers")
         missing = [c for c in controllers if c not in available]
         if missing:

@@ -45,7 +45,7 @@ class Counters:
     high_events: int = 0       # v2 memory.events.local high | v1 upward usage-threshold crossings
     max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
     oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
-    pids_max_events: int = 0   # forks refused at pids.max: pids.events max (v2 unified | v1 pids)
+    pids_max_events: int = 0   # forks refused at pids.max: pids.events(.local, 6.13+) max (v2 | v1 pids)
     # v2 before 5.2 has no memory.events.local: memory.events counts this cgroup *and* its children
     events_hierarchical: bool = False
 
@@ -328,7 +328,10 @@ class Cgroup:
         c = Counters()
         c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec", 0)
         pids_key = "unified" if self.host.mode == "v2" else "pids"
-        c.pids_max_events = _keyed_text(self._read(pids_key, "pids.events")).get("max", 0)
+        # v2 pids.events counts the subtree's refused forks since 6.13; pids.events.local (6.13+)
+        # is this cgroup's own, which pids.events was before (and is on v1)
+        pids_events = self._read(pids_key, "pids.events.local") or self._read(pids_key, "pids.events")
+        c.pids_max_events = _keyed_text(pids_events).get("max", 0)
         if self.host.mode == "v2":
             # memory.peak is 5.19+. Before, the peak is unknown (None), never memory.current
             # relabelled: a usage read after the step has ended is not its peak.

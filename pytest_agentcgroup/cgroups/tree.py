@@ -12,9 +12,11 @@ every new run first removes the run roots whose maker is gone (`sweep_stale`).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
+import warnings
 from pathlib import Path
 
 from ..proc import start_ticks
@@ -114,24 +116,31 @@ class RunTree:
         self.stale_removed = sweep_stale(host)
         self.delegation = Delegation(host) if host.mode == "v2" else None
         self.undone: list[str] = []
-        if self.delegation is not None:
-            self.delegation.ensure(self.controllers)
-        try:
-            self.root = Cgroup.make(host, _parents(host), run_root_name(), self.controllers, inner=True)
-        except PermissionError as exc:
-            self._release()
-            raise CgroupUnavailable(f"cannot create cgroups under {Path(exc.filename).parent}: "
-                                    f"{exc.strerror} (run as root, or in a delegated cgroup)") from None
-        except BaseException:
-            self._release()
-            raise
+        with self._shared():
+            try:
+                if self.delegation is not None:       # inside the try: a failure halfway is undone
+                    self.delegation.ensure(self.controllers)
+                self.root = Cgroup.make(host, _parents(host), run_root_name(), self.controllers, inner=True)
+            except PermissionError as exc:
+                self._release()
+                raise CgroupUnavailable(f"cannot create cgroups under {Path(exc.filename).parent}: "
+                                        f"{exc.strerror} (run as root, or in a delegated cgroup)") from None
+            except BaseException:
+                self._release()
+                raise
         self._names: set[str] = set()
+
+    def _shared(self):
+        """The delegation's lock (v2): another session's run may be starting or ending under the
+        same cgroup; taking and giving back the controllers must not interleave."""
+        return self.delegation.locked() if self.delegation is not None else contextlib.nullcontext()
 
     def enable_at_root(self, controllers: tuple[str, ...]) -> None:
         """v2: give the run root more controllers (e.g. cpuset for worker isolation) without passing
         them on to the tests' cgroups. CgroupUnavailable names a controller that is not delegated."""
         if self.delegation is not None:
-            self.delegation.ensure(controllers)
+            with self._shared():
+                self.delegation.ensure(controllers)
 
     def workload(self, name: str, *, inner: bool = True) -> Cgroup:
         """A test's cgroup under the run root: inner (steps, tenants get cgroups below it), or with
@@ -145,16 +154,24 @@ class RunTree:
         return self.root.child(name, self.controllers, inner=inner)
 
     def close(self) -> None:
-        self.root.remove()
-        for key, parent in _parents(self.host).items():   # what a container engine made in our name
-            if key not in self.root.paths:
-                remove_tree(parent / self.root.unified.name)
-        self._release()
+        with self._shared():
+            self.root.remove()
+            for key, parent in _parents(self.host).items():   # what a container engine made in our name
+                if key not in self.root.paths:
+                    remove_tree(parent / self.root.unified.name)
+            self._release()
+        if self.undone:                  # one line at session end (pytest shows warnings from there)
+            warnings.warn(CgroupsLeftBehind(f"{self.host.unified}: delegation not fully undone: "
+                                            + "; ".join(self.undone)), stacklevel=2)
 
     def _release(self) -> None:
         # the last run under this cgroup (any process, any session) gives back what delegate.py took
         if self.delegation is not None and not live_run_roots(self.host.unified):
             self.undone = self.delegation.release()
+
+
+class CgroupsLeftBehind(UserWarning):
+    """What closing a run could not undo in the cgroup it ran in (controllers, moved processes)."""
 
 
 def _safe_name(name: str) -> str:

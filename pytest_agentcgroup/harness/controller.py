@@ -49,13 +49,6 @@ class ControllerSettings:
 class MetricsController:
     def __init__(self, config: pytest.Config, settings: ControllerSettings):
         self.config, self.s = config, settings
-        if settings.baseline and Path(settings.baseline).is_dir():
-            # A results directory or `latest` means the newest run NOW: by the end of the session
-            # this run is the newest one, and must not be compared with itself.
-            try:
-                settings.baseline = str(store.resolve_run(settings.baseline).resolve())
-            except store.NoRun:
-                pass                           # gate.load names the problem when the gate runs
         self.entries: list[dict] = []          # benchmark entries from worker reports
         self.earlier: list[dict] = []          # resume: what the continued run held before
         self.run: Path | None = None           # the run directory, once chosen
@@ -66,6 +59,9 @@ class MetricsController:
         self.summaries: list[dict] = []
         self.gate_lines: list[str] = []
         self.json_written: Path | None = None
+        self.claim: int | None = None          # our flock on the run while we write it (store.claim)
+        self.notes: list[str] = []             # said at the end: e.g. a live run not resumed
+        self.baseline_error: str | None = None
 
     @property
     def distributed(self) -> bool:
@@ -76,9 +72,13 @@ class MetricsController:
         """Once per session: the unfinished newest run on resume (consolidated now, unless
         `begin` is false), else a new run's path. Nothing is made for a new run."""
         if self.run is None:
-            found = store.unfinished_run(self.s.out) if self.s.resume else None
+            found, self.claim, live = store.resume_run(self.s.out) if self.s.resume else (None, None, None)
             self.continues = found is not None
             self.run = found if found is not None else store.new_run(self.s.out)
+            if live is not None:
+                self.notes.append(f"resume: {live} is being written by another live session (it holds the "
+                                  f"run's lock); it was not continued, this session wrote a new run: {self.run}")
+            self._resolve_baseline()
         if begin:
             self._begin()
         return self.run
@@ -88,11 +88,21 @@ class MetricsController:
             self.earlier = begin_session(self.run)
             self.begun = True
 
+    def _resolve_baseline(self) -> None:
+        """A results directory or `latest` as the baseline means its newest run other than the one
+        this session writes (resumed or new), as that run is when we choose it."""
+        if self.s.baseline and Path(self.s.baseline).is_dir():
+            try:
+                self.s.baseline = str(store.resolve_run(self.s.baseline, exclude=self.run).resolve())
+            except store.NoRun as exc:
+                self.baseline_error = str(exc)
+
     def _make_new_run(self) -> Path:
-        """Make the chosen new run's directory; another session took that number meanwhile: the next."""
+        """Make the chosen new run's directory and hold it as live (store.claim: a resume in another
+        session will not take it); another session took that number meanwhile: the next."""
         while True:
             try:
-                self.run.mkdir(parents=True)
+                self.claim = store.claim(self.run, new=True)
                 return self.run
             except FileExistsError:
                 self.run = store.new_run(self.s.out)
@@ -115,7 +125,7 @@ class MetricsController:
         run = self.choose_run()
         if not self.opened:
             if self.continues:
-                run.mkdir(parents=True, exist_ok=True)
+                run.mkdir(parents=True, exist_ok=True)     # held since choose_run (store.resume_run)
             else:
                 run = self._make_new_run()
             store.point_latest(run)
@@ -169,6 +179,8 @@ class MetricsController:
         run = self.run
         used = run is not None and (self.opened or (bool(worker_dirs(run)) and (self.begun or not self.continues)))
         if not used:                           # no experiment wrote: the results directory is left as it was
+            store.release(self.claim)
+            self.claim = None
             self._give_back()
             return self.summaries
         if self.distributed:
@@ -176,6 +188,8 @@ class MetricsController:
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
             store.mark_finished(run, int(session.exitstatus))
         store.point_latest(run)
+        store.release(self.claim)              # written: a later resume may take it (if unfinished)
+        self.claim = None
         ran = bool(self.summaries)
         if ran and (self.s.baseline or self.s.save_baseline):
             self._gate(session, records)
@@ -212,6 +226,10 @@ class MetricsController:
                 self.gate_lines.append(f"GATE ERROR: {exc}")
                 session.exitstatus = pytest.ExitCode.USAGE_ERROR
                 return
+        if self.s.baseline and self.baseline_error:
+            self.gate_lines.append(f"GATE ERROR: baseline {self.baseline_error}")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         if self.s.baseline:
             try:
                 verdict = gate.compare(gate.load(self.s.baseline), gate.per_test(records), self.s.rules)
@@ -228,6 +246,8 @@ class MetricsController:
 
     @pytest.hookimpl(trylast=True)        # after the run's summary table
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        for note in self.notes:
+            terminalreporter.write_line(f"agentcgroup: {note}", yellow=True)
         if self.json_written:
             terminalreporter.write_line(f"agentcgroup: wrote benchmark JSON of {len(self.entries)} test(s) "
                                         f"from the xdist workers: {self.json_written}")

@@ -55,7 +55,7 @@ def results_store(config: pytest.Config) -> ResultsStore:
             # file was consolidated by the controller before the workers started; a worker only reads it.
             run, continues = Path(workerinput[WORKERINPUT_RUN]), workerinput[WORKERINPUT_CONTINUES]
             earlier = read_records(run / METRICS_FILE) if continues else None
-            state.store = ResultsStore(run / workerinput["workerid"], resume=continues, earlier=earlier)
+            state.store = ResultsStore(run / workerinput["workerid"], resume=continues, earlier=earlier, claim_run=run)
         else:
             run, continues = config.stash[CONTROLLER].open_run()
             state.store = ResultsStore(run, resume=continues)

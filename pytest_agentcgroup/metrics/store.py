@@ -13,8 +13,17 @@ that runs no experiment never makes, changes or removes anything here. `complete
 when the session ends (not when it was killed or interrupted): a run without it is unfinished, and
 `--agentcgroup-resume` continues the newest run when it is unfinished, else starts a new one.
 `resolve_run` turns what a reader is given (a run directory, the results directory, `latest`)
-into one run directory; a directory that holds metrics.jsonl itself (a run, or results written
-before runs had directories) is taken as it is.
+into one run directory: a results directory means its newest run — even when an old top-level
+metrics.jsonl (written before runs had directories) lies beside the runs; a directory without runs
+that holds metrics.jsonl itself (a run, or such old results) is taken as it is.
+
+A run is written by one session at a time. Every process that writes into a run (the pytest
+process, or xdist's controller and each worker) holds a shared flock on the run directory itself
+for as long as it writes (`claim`: nothing is added to the run). A resume takes the unfinished
+newest run only when nobody holds it (`resume_run`, which probes with an exclusive lock): a run
+still written by a live session is never continued — the resuming session starts a new run and
+says so. Choosing and claiming happen under a short exclusive flock on the results directory, so
+two sessions never both take one run.
 
 One writer per file: a serial run writes `RUN/metrics.jsonl`; each xdist worker writes
 `RUN/<worker>/metrics.jsonl` and the controller merges them into `RUN/metrics.jsonl` at the end
@@ -29,6 +38,8 @@ file holds every step once.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -82,19 +93,91 @@ def holds_results(d: Path) -> bool:
     return (d / METRICS_FILE).is_file() or any((w / METRICS_FILE).is_file() for w in worker_dirs(d))
 
 
-def resolve_run(path: str | Path) -> Path:
-    """The run directory meant by `path`: a run directory itself (or `latest`, which resolves to
-    one), else the newest run of a results directory. Raises NoRun naming the path."""
+def resolve_run(path: str | Path, *, exclude: Path | None = None) -> Path:
+    """The run directory meant by `path`: the newest run of a results directory (run directories
+    win over an old top-level metrics.jsonl beside them), else a run directory itself (or
+    `latest`, which resolves to one). `exclude`: the run this session writes, which is never the
+    answer (a results directory then means its newest other run). Raises NoRun naming the path."""
     d = Path(path)
     if not d.is_dir():
         raise NoRun(f"{d}: no such results directory")
-    if holds_results(d):
-        return d
-    have = runs(d)
+    mine = Path(exclude).resolve() if exclude is not None else None
+    have = [r for r in runs(d) if r.resolve() != mine]
     if have:
         return have[-1]
+    if holds_results(d):
+        if mine is not None and d.resolve() == mine:
+            if d.name == LATEST:                     # latest -> this run: the newest other run
+                return resolve_run(d.parent, exclude=exclude)
+            raise NoRun(f"{d}: is the run this session writes; it cannot be its own baseline")
+        return d
+    if runs(d):
+        raise NoRun(f"{d}: its only run is the one this session writes; there is no other run to read")
     raise NoRun(f"{d}: no {METRICS_FILE} (nor gw*/{METRICS_FILE} from xdist workers) and no run "
                 "directories (NNNN_<time>/) — not a results directory")
+
+
+@contextlib.contextmanager
+def _choosing(results: Path):
+    """An exclusive flock on the results directory while a session chooses and claims a run."""
+    Path(results).mkdir(parents=True, exist_ok=True)
+    fd = os.open(results, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _hold(run: Path) -> int:
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def in_use(run: Path) -> bool:
+    """Some live process holds RUN (writes into it): an exclusive flock cannot be had now."""
+    try:
+        fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def claim(run: Path, *, new: bool) -> int:
+    """Make RUN (`new`: it must not exist yet, else FileExistsError; otherwise it may — xdist
+    workers share one run) and hold it as written by this process. Returns the fd whose shared
+    flock marks the run as live: keep it open while writing, close it (`release`) when done."""
+    with _choosing(run.parent):
+        run.mkdir(exist_ok=not new)
+        return _hold(run)
+
+
+def release(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def resume_run(results: Path) -> tuple[Path | None, int | None, Path | None]:
+    """What a resume continues: (run, its claim fd, None) for the unfinished newest run that no
+    live session writes; (None, None, that run) when a live session still writes it (a new run is
+    to be started instead); (None, None, None) when there is no unfinished run."""
+    if not Path(results).is_dir():
+        return None, None, None
+    with _choosing(results):
+        found = unfinished_run(results)
+        if found is None:
+            return None, None, None
+        if in_use(found):
+            return None, None, found
+        return found, _hold(found), None
 
 
 def point_latest(run: Path) -> None:
@@ -227,8 +310,11 @@ class ResultsStore:
     `earlier` holds RUN's records (read, never rewritten, by a worker) and the worker's own file
     starts empty. Without resume the store is a new run's: its directory is new."""
 
-    def __init__(self, out: str | Path, *, resume: bool = False, earlier: list[dict] | None = None):
+    def __init__(self, out: str | Path, *, resume: bool = False, earlier: list[dict] | None = None,
+                 claim_run: Path | None = None):
         self.out = Path(out)
+        # an xdist worker holds its run (claim_run) as live while it writes, as its controller does
+        self._claim = claim(Path(claim_run), new=False) if claim_run is not None else None
         self.out.mkdir(parents=True, exist_ok=True)
         self.path = self.out / METRICS_FILE
         continues = resume and earlier is None
@@ -271,4 +357,6 @@ class ResultsStore:
         self._fh.close()
         sums = self.summaries()
         _write_atomic(self.out / SUMMARY_FILE, json.dumps(sums, indent=1) + "\n")
+        release(self._claim)
+        self._claim = None
         return sums

@@ -46,6 +46,7 @@ class Hostile:
     kind: str
     tree: object
     engine: object = None
+    image: str | None = None        # docker: the executor's default unless set
 
     def executor(self, work):
         if self.kind == "sandbox":
@@ -53,7 +54,7 @@ class Hostile:
         from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
         from pytest_agentcgroup.replay import DockerExecutor
         ex = DockerExecutor(self.engine, cgroup_parent=cgroup_parent(self.tree, work), step_timeout_s=30,
-                            tmpfs_mb=DOCKER_MB)
+                            tmpfs_mb=DOCKER_MB, image=self.image)
         return ex, steps_in_container(self.tree, work, ex)
 
     def run(self, name: str, steps, arm: Arm = Arm("unlimited"), on_step=None):
@@ -139,6 +140,71 @@ def test_no_user_namespace_and_no_mounts(hostile):
              f"mount -t sysfs none /tmp/p 2>/dev/null && exit 42; exit {CONTAINED}")
     (r,) = hostile.run("nsmount", [bash(0, probe)])
     assert r.executed and r.exit_code == CONTAINED, r
+
+
+def test_no_user_namespace_even_without_mapping_ids(hostile):
+    # `unshare -U` alone needs no uid map: a process in a user namespace of its own holds every
+    # capability over namespaces it then makes (mount, tmpfs without a size, kernel attack surface)
+    probe = ("unshare -U true 2>/dev/null && exit 42; unshare -U -m true 2>/dev/null && exit 42; "
+             "python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000))' 2>/dev/null && exit 42; "
+             f"exit {CONTAINED}")
+    (r,) = hostile.run("userns", [bash(0, probe)])
+    assert r.executed and r.exit_code == CONTAINED, r
+
+
+# A canary, not a weapon: the step only attaches without stopping (PTRACE_SEIZE, let go when the
+# step exits) and only opens pid 1's memory for writing (nothing is written).
+PTRACE_INIT = (
+    "python3 -c '\n"
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.ptrace(0x4206, 1, 0, 0) == 0: sys.exit(42)\n"
+    "try:\n"
+    "    os.close(os.open(\"/proc/1/mem\", os.O_RDWR)); sys.exit(42)\n"
+    "except PermissionError: pass\n"
+    f"sys.exit({CONTAINED})'")
+
+
+def test_cannot_ptrace_or_write_the_memory_of_pid_1(hostile):
+    # pid 1 of a docker step's PID namespace is the container's init: it lives in the container's
+    # cgroup, outside every step's limits, outlives the step and reaps the steps after it, so a step
+    # controlling it would run code unlimited and unkilled. Under the sandbox pid 1 is that step's
+    # own bwrap, in the step's cgroup, gone with the step, with nothing the step lacks: no target.
+    if hostile.kind == "sandbox":
+        pytest.skip("the sandbox's pid 1 is the step's own bwrap (same cgroup, uid, capabilities, lifetime)")
+    (r,) = hostile.run("ptrace", [bash(0, PTRACE_INIT)])
+    assert r.executed and r.exit_code == CONTAINED, r
+
+
+def test_a_state_directory_swapped_for_a_symlink_reaches_no_host_file(hostile, tmp_path):
+    # After each step the executor reads (and removes) the file where the step's shell left its
+    # working directory, through /proc/<init>/root/run/agentcgroup/cwd. In an image whose root is
+    # writable (SWE-rebench's), a step can move /run away and put a symlink to a host path there:
+    # followed from the host, it would read and delete the host's <path>/agentcgroup/cwd. On
+    # overlayfs (dockerd's usual storage driver) the kernel refuses to rename the image's /run
+    # (EXDEV; mv's copy cannot remove the mount inside), so there the swap fails and only the
+    # canary's survival is checked; where it succeeds (vfs, btrfs drivers) the walk is what holds.
+    # tests/test_replay.py proves the walk itself on a tree where the swap is in place.
+    if hostile.kind == "sandbox":
+        pytest.skip("the sandbox's state directory is a bind of a directory in a root-owned 0711 tmpfs: "
+                    "the step cannot replace it (tests/test_replay.py covers read_cwd's walk)")
+    from pytest_agentcgroup.engines.docker import LOCAL_IMAGE
+    writable = "agentcgroup-hostile-writable-root:latest"     # not LOCAL_IMAGE's name: a writable root
+    hostile.engine.client.images.get(hostile.engine.ensure_image(LOCAL_IMAGE)).tag(writable)
+    hostile.image = writable
+    host = tmp_path / "host"
+    (host / "agentcgroup").mkdir(parents=True)
+    canary = host / "agentcgroup" / "cwd"
+    canary.write_text("/canary-dir\n")
+    try:
+        results = hostile.run("statelink", [
+            bash(0, f"mv /run /run.moved 2>/dev/null && ln -s {host} /run && exit 0; exit 9"),
+            bash(1, f'[ "$(pwd)" = /canary-dir ] && exit {ESCAPED}; exit 0')])
+    finally:
+        hostile.engine.client.images.remove(writable, noprune=True)
+    assert results[0].executed and results[0].exit_code in (0, 9), results[0]   # swapped / refused
+    assert canary.read_text() == "/canary-dir\n", "the executor read through the step's symlink and removed a host file"
+    assert results[1].executed and results[1].exit_code == 0, results[1]
 
 
 # Try to reach the step's own cgroup files: a freshly mounted cgroupfs of each kind (its root is

@@ -107,3 +107,11 @@ def test_tests_failing_the_same_way_are_named_once_each_with_one_report(tmp_path
     problem, = vmharness.read_run(tmp_path, "subset").problems()
     assert "t::b (error): same as t::a (error)" in problem
     assert problem.count("FileNotFoundError: [Errno 2]") == 1
+
+
+def test_an_architecture_without_a_vm_kernel_is_named():
+    with pytest.raises(vmharness.KernelMissing, match="amd64, arm64.*this host is s390x"):
+        vmharness.qemu_for_host("s390x")
+    arch = vmharness.debian_arch()
+    if arch in vmharness.QEMU_BY_ARCH:         # this host's own: its qemu is the one hostsetup.sh installs
+        assert vmharness.qemu_for_host(arch) == vmharness.QEMU_BY_ARCH[arch][0]

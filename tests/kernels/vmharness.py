@@ -8,8 +8,8 @@ paravirtual KVM that cannot boot a stock kernel), shares the host's root read-on
 "out" directory) for everything it produces: a probe of its cgroup layout, and per pytest run a
 log, the exit code and a JUnit XML. Nothing is read back from the console (lines were lost there).
 
-Kernels are installed by pytest_agentcgroup/hostsetup.sh (groups `vm`, `vm-kernels`), which
-records each in $AGENTCGROUP_KERNELS_DIR/index (default /var/lib/agentcgroup/kernels/index) as
+Kernels are fetched by pytest_agentcgroup/hostsetup.sh (groups `vm`, `vm-kernels`) — downloaded and
+unpacked under $AGENTCGROUP_KERNELS_DIR, never installed on the host — which records each in $AGENTCGROUP_KERNELS_DIR/index (default /var/lib/agentcgroup/kernels/index) as
 `<series> <release> <vmlinuz>`; this module only reads that index.
 
 Command line (a developer's shortcut; the tests in this directory are the CI's way in):
@@ -70,6 +70,37 @@ def find_kernel(series: str, index: Path = KERNELS_INDEX) -> Kernel:
         if not (modules / link).is_dir():
             raise KernelMissing(f"kernel {series}: {modules / link} is missing (its headers; hostsetup.sh links them)")
     return kernel
+
+
+#: Debian architecture -> (the qemu that emulates it, its Debian package); hostsetup.sh fetches
+#: kernels of the same flavours. vng boots the host's own architecture.
+QEMU_BY_ARCH = {
+    "amd64": ("qemu-system-x86_64", "qemu-system-x86"),
+    "arm64": ("qemu-system-aarch64", "qemu-system-arm"),
+    "ppc64el": ("qemu-system-ppc64", "qemu-system-ppc"),
+    "riscv64": ("qemu-system-riscv64", "qemu-system-misc"),
+}
+
+
+def debian_arch() -> str:
+    try:
+        return subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def qemu_for_host(arch: str | None = None) -> str:
+    """The qemu binary that boots this architecture's kernels; KernelMissing says why not."""
+    arch = debian_arch() if arch is None else arch
+    if arch not in QEMU_BY_ARCH:
+        raise KernelMissing(f"the VM tests boot Debian kernels on {', '.join(QEMU_BY_ARCH)} only; this host is "
+                            f"{arch or 'not Debian (no dpkg --print-architecture)'}")
+    binary, package = QEMU_BY_ARCH[arch]
+    if shutil.which(binary) is None:
+        raise KernelMissing(f"{binary} is not installed: apt-get install {package} "
+                            "(`bash pytest_agentcgroup/hostsetup.sh vm` installs it)")
+    return binary
 
 
 def vng_path() -> Path | None:
@@ -322,6 +353,7 @@ class GuestResult:
 def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
          timeout_s: float = 1800) -> GuestResult:
     """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`."""
+    qemu_for_host()
     vng = vng_path()
     if vng is None:
         raise KernelMissing("vng (virtme-ng) is not installed: pip extra `vm` (make setup installs it)")

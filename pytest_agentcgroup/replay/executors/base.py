@@ -100,26 +100,60 @@ def step_script(tool: str, cwd_file: str) -> str:
 CWD_MAX_BYTES = PATH_MAX    # more is not a directory a shell printed
 
 
-def read_cwd(cwd_file: Path) -> str | None:
+def _open_beneath(root: Path, parts: tuple[str, ...]) -> int:
+    """A directory fd of ROOT/parts..., each component opened without following a symlink (and
+    without '..'): a hostile step that made any of them a symlink (to a host path: resolved from
+    /proc/PID/root, an absolute link target is the host's) gets OSError, not the host's file."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            if part in ("", ".", ".."):
+                raise OSError(f"refusing path component {part!r}")
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                          dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_cwd(cwd_file: str | Path, *, root: str | Path | None = None) -> str | None:
     """The directory a step's shell ended in (written by step_script), consumed; None if absent.
 
-    The step can write that file too, and the step is hostile: it could leave a FIFO (a read would
-    block forever), a symlink to /dev/zero or to a host file (read through a bind mount or
-    /proc/PID/root, it would resolve on the host), or gigabytes. So: no symlink followed, no
-    blocking open, a regular file only, a bounded read, and the file is removed whatever it was."""
+    `root`: the tree the step can write (a container's /proc/PID/root, the sandbox's base), with
+    `cwd_file` a path inside it; without it, cwd_file's directory is trusted and only the file is not.
+    The step can write that file and every directory of the tree, and the step is hostile: it could
+    leave a FIFO (a read would block forever), a symlink to /dev/zero or to a host file — as the
+    file or in place of a directory on the way to it (read through a bind mount or /proc/PID/root,
+    an absolute link resolves on the host) — or gigabytes. So: no symlink followed in any component,
+    no blocking open, a regular file only, a bounded read, and the file is removed (in the directory
+    reached that way) whatever it was."""
+    path = Path(cwd_file)
+    if root is None:
+        top, parts = path.parent, ()
+    else:
+        top, parts = Path(root), path.parent.relative_to(path.anchor).parts if path.is_absolute() else path.parent.parts
     try:
-        fd = os.open(cwd_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        dfd = _open_beneath(top, parts)
     except OSError:
-        fd = None
+        return None
+    fd = None
     try:
-        if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
         cwd = os.read(fd, CWD_MAX_BYTES + 1).decode("utf-8", "replace").strip()
     finally:
         if fd is not None:
             os.close(fd)
         try:
-            cwd_file.unlink()
+            os.unlink(path.name, dir_fd=dfd)
         except OSError:
             pass
+        os.close(dfd)
     return cwd if cwd.startswith("/") and len(cwd) <= CWD_MAX_BYTES and "\n" not in cwd else None

@@ -14,8 +14,8 @@ relative to this session's own cgroups on hybrid, absolute on v2: see cgroups/co
 cgroup layer reads where the init landed and nests the steps' cgroups there. Replay stays below
 cgroups: this module knows paths only as strings.
 
-Steps are hostile (commands from public datasets): no network (`network_mode="none"`), no
-capabilities for the init, each step with a reduced capability bounding set (Docker's default set
+Steps are hostile (commands from public datasets): no network (`network_mode="none"`), one
+harmless capability for the init (INIT_CAP), each step with a reduced capability bounding set (Docker's default set
 minus mknod, net_raw, audit_write, setfcap; no sys_admin: no mount, no cgroupfs) and no_new_privs;
 /sys and the container's cgroupfs are read-only. The root file system is read-only for the local
 image, whose writable places are tmpfs with a size (TMPFS_MB: the workspace 1 GiB, /tmp 512 MiB,
@@ -29,19 +29,25 @@ directory that is not a clean absolute path, and a command too long to pass to a
 is removed when the trace ends, and the engine removes every container of the session at its end
 (also after a failure or Ctrl-C).
 
-Not as strict as `docker run`/`docker exec`: a step entered with nsenter gets no seccomp filter
-(Docker applies its default profile only to what runc starts), and it runs as root of the host's
-user namespace, with the capabilities above. The sandbox executor (bubblewrap, no capabilities at
+Not as strict as `docker run`/`docker exec`: a step entered with nsenter gets no Docker seccomp
+profile (Docker applies it only to what runc starts), and it runs as root of the host's user
+namespace, with the capabilities above. Of that profile it gets the part that matters most: no
+user namespaces (nouserns.py, a seccomp filter installed before nsenter, as the profile denies
+unshare/clone(CLONE_NEWUSER) without CAP_SYS_ADMIN); it costs each step a Python start (~30 ms
+here, ~10 MB charged to the step's cgroup until it execs nsenter: a tiny step's peak is that). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
 all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations
 
+import platform
 import shutil
+import sys
 from pathlib import Path
 
 from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from ...errors import ExecutorUnavailable
 from ...traces.ir import Step, Trace
+from .. import nouserns
 from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
                    step_timeout, trace_home)
 
@@ -59,6 +65,13 @@ TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 1}
 # blocks in wait3(), which reaps any child, re-parented orphans included; the sleep it waits on is
 # restarted when a step kills it. Needs only /bin/sh and sleep, which every image has.
 INIT = ["/bin/sh", "-c", "trap '' HUP INT TERM; while :; do sleep 2147483647 & wait; done"]
+# A capability INIT holds and no step can ever have (STEP_CAPS' bounding set lacks it): the kernel
+# lets a process ptrace (or open /proc/PID/mem of) a process of its own uid only when the target's
+# permitted capabilities are a subset of its own, so no step can take INIT over — INIT lives in the
+# container's cgroup, outside every step's limits, and outlives them. Harmless in INIT's hands.
+INIT_CAP = "AUDIT_WRITE"
+# the step's wrapper: a seccomp filter against user namespaces (nouserns.py), run as a script
+NOUSERNS = str(Path(nouserns.__file__).resolve())
 
 
 def instance_id(trace: Trace) -> str | None:
@@ -92,6 +105,10 @@ class DockerExecutor:
         self.nsenter = shutil.which("nsenter")
         if not self.nsenter:
             raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
+        if platform.machine() not in nouserns.MACHINES:
+            raise ExecutorUnavailable(f"the docker executor denies steps user namespaces with a seccomp filter "
+                                      f"that knows no system-call numbers for {platform.machine()!r} "
+                                      f"(known: {', '.join(sorted(nouserns.MACHINES))})")
         self.engine, self.image, self.cgroup_parent = engine, image, cgroup_parent
         self.step_timeout_s, self.pids_limit = step_timeout_s, pids_limit
         self.tmpfs_mb = TMPFS_MB | (tmpfs_mb or {})      # keys as in TMPFS_MB
@@ -117,7 +134,7 @@ class DockerExecutor:
             {self.home: f"exec,size={mb['home']}m", "/root": f"exec,size={mb['/root']}m"} if local else {})
         self.container = self.engine.client.containers.run(
             image, INIT, detach=True, network_mode="none", read_only=local,
-            tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], cap_add=[INIT_CAP], security_opt=["no-new-privileges"],
             labels={SESSION_LABEL: self.engine.tag, "agentcgroup.trace": trace.trace_id[:200]},
             cgroup_parent=self.cgroup_parent, pids_limit=self.pids_limit, init=False, stop_signal="SIGKILL")
         try:
@@ -142,7 +159,7 @@ class DockerExecutor:
 
     def _sync_cwd(self) -> None:
         if self.init_pid:
-            self.cwd = read_cwd(Path(f"/proc/{self.init_pid}/root{STATE}/cwd")) or self.cwd
+            self.cwd = read_cwd(f"{STATE}/cwd", root=f"/proc/{self.init_pid}/root") or self.cwd
 
     def launch(self, step: Step) -> Launch | None:
         self._sync_cwd()
@@ -153,7 +170,7 @@ class DockerExecutor:
         check_command(step)
         if step.args.get("cwd"):
             self.cwd = step_cwd(step)
-        argv = [self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
+        argv = [sys.executable, "-I", "-S", NOUSERNS, self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
                 "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
                 "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]
         timeout = step_timeout(step, self.step_timeout_s)

@@ -3,15 +3,58 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 from ...errors import ExecutorUnavailable
+from ...proc import start_ticks
 from ...traces.ir import Step, Trace
 from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
                    step_timeout, trace_home)
+
+
+SANDBOX_TMPFS = "agentcgroup-ws"           # the source name of the sandbox's per-trace tmpfs
+# its mount point: a temp directory named for the process that mounted it (pid + start ticks)
+_SANDBOX_BASE = re.compile(r"^agentcgroup-sbx-(\d+)-(\d+)-")
+
+
+def _unescape_mountinfo(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+
+
+def sweep_stale_workspaces(mountinfo: str | Path = "/proc/self/mountinfo") -> list[str]:
+    """Unmount (and remove) the sandbox tmpfs mounts whose owner is gone: a pytest SIGKILLed
+    mid-trace never reaches SandboxExecutor.stop(), and its tmpfs (and whatever the steps left in
+    it, in memory) would stay mounted. Ours: tmpfs of source SANDBOX_TMPFS at a directory named
+    agentcgroup-sbx-<pid>-<start ticks>-*; gone: no process with that pid and start time. Mounts of
+    live sessions are left alone. Returns the mount points removed."""
+    removed = []
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return removed
+    for line in lines:
+        fields = line.split()
+        try:
+            sep = fields.index("-")
+            point, fstype, source = _unescape_mountinfo(fields[4]), fields[sep + 1], fields[sep + 2]
+        except (ValueError, IndexError):
+            continue
+        owner = _SANDBOX_BASE.match(os.path.basename(point))
+        if fstype != "tmpfs" or source != SANDBOX_TMPFS or owner is None:
+            continue
+        if start_ticks(int(owner[1])) == int(owner[2]):
+            continue                                   # its session still runs
+        if subprocess.run(["umount", "--lazy", point], capture_output=True).returncode == 0:
+            try:
+                os.rmdir(point)
+            except OSError:
+                pass
+            removed.append(point)
+    return removed
 
 
 class SandboxExecutor:
@@ -70,12 +113,14 @@ class SandboxExecutor:
     def start(self, trace: Trace) -> None:
         self.home = trace_home(trace)
         self.cwd = self.home
-        self.base = tempfile.mkdtemp(prefix="agentcgroup-sbx-")
+        if self.as_root:
+            sweep_stale_workspaces()         # left by an earlier run that was killed mid-trace
+        self.base = tempfile.mkdtemp(prefix=f"agentcgroup-sbx-{os.getpid()}-{start_ticks(os.getpid())}-")
         if self.as_root:
             # bwrap, as STEP_USER, must traverse base to bind ws and state: 0711, nothing listable
             os.chmod(self.base, 0o711)
             opts = f"size={int(self.workspace_mb)}m,mode=0711,nosuid,nodev"
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "agentcgroup-ws", self.base],
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, SANDBOX_TMPFS, self.base],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 os.rmdir(self.base)
@@ -109,7 +154,7 @@ class SandboxExecutor:
     def _sync_cwd(self) -> None:
         # The wrapper writes the shell's final directory here; a killed step leaves the old one.
         if self.state:
-            self.cwd = read_cwd(Path(self.state, "cwd")) or self.cwd
+            self.cwd = read_cwd("state/cwd", root=self.base) or self.cwd
 
     def launch(self, step: Step) -> Launch | None:
         self._sync_cwd()
