@@ -79,15 +79,16 @@ def guest_run(out: Path, repo: Path = vmharness.REPO) -> vmharness.PytestRun:
     return vmharness.PytestRun("subset", subset + exp1)
 
 
-def exp1_problems(out: Path, kernel: vmharness.Kernel) -> list[str]:
-    """The OOM kill counted exactly once under static-toolcall (and nowhere else), and the benchmark
-    JSON's environment naming cgroup v2 and this kernel."""
+def exp1_problems(out: Path, kernel: vmharness.Kernel, *, arms=tuple(EXPECTED_KILLS),
+                  results: str = "subset-results") -> list[str]:
+    """The OOM kill counted exactly once under static-toolcall (and nowhere else among `arms`), and
+    the benchmark JSON's environment naming cgroup v2 and this kernel."""
     problems = []
     try:
-        metrics = resolve_run(out / "subset-results") / METRICS_FILE    # the run's own directory
+        metrics = resolve_run(out / results) / METRICS_FILE    # the run's own directory
         records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     except (OSError, ValueError, NoRun) as exc:
-        metrics = out / "subset-results"
+        metrics = out / results
         return [f"exp1: cannot read {metrics}: {exc}"]
     kills, killed_steps, steps = Counter(), {}, Counter()
     for r in records:
@@ -97,7 +98,7 @@ def exp1_problems(out: Path, kernel: vmharness.Kernel) -> list[str]:
         kills[r["config"]] += r.get("oom_kills") or 0
         if r.get("oom_kills"):
             killed_steps.setdefault(r["config"], []).append(r["step_id"])
-    for arm, want in EXPECTED_KILLS.items():
+    for arm, want in ((a, EXPECTED_KILLS[a]) for a in arms):
         if steps[arm] == 0:
             problems.append(f"exp1: arm {arm} recorded no step of {OOM_TRACE} in {metrics}")
         elif kills[arm] != want:

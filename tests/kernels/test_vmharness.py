@@ -115,3 +115,20 @@ def test_an_architecture_without_a_vm_kernel_is_named():
     arch = vmharness.debian_arch()
     if arch in vmharness.QEMU_BY_ARCH:         # this host's own: its qemu is the one hostsetup.sh installs
         assert vmharness.qemu_for_host(arch) == vmharness.QEMU_BY_ARCH[arch][0]
+
+
+def test_a_user_run_gets_a_delegated_cgroup_and_no_root(tmp_path):
+    """The guest script of a run as a user: its cgroup delegated as systemd's Delegate=yes does (the
+    directory and its three files chowned), the shell moved there as root, then pytest as the user
+    with no capability; what the user reads is copied in, what it writes copied back."""
+    out = tmp_path / "out"
+    run = vmharness.PytestRun("deleg", ("tests/test_cgroups.py", "--agentcgroup-config", str(out / "c.toml")),
+                              user="nobody")
+    script = vmharness.guest_script(out, [run])
+    cg = "/sys/fs/cgroup/deleg"
+    assert f"chown nobody {cg} {cg}/cgroup.procs {cg}/cgroup.threads {cg}/cgroup.subtree_control" in script
+    launch = next(ln for ln in script.splitlines() if "setpriv" in ln)
+    assert launch.startswith(f"sh -c 'echo $$ >{cg}/cgroup.procs && exec setpriv --reuid nobody")
+    assert "--inh-caps=-all --bounding-set=-all" in launch
+    assert f"{vmharness.GUEST_TMP}/deleg/in/c.toml" in launch and str(out) not in launch.split("' sh ", 1)[1]
+    assert f'cp -r {vmharness.GUEST_TMP}/deleg/out/. "$OUT"/' in script

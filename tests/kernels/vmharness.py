@@ -119,6 +119,10 @@ class PytestRun:
     .xml (JUnit) and <name>-results/ (--agentcgroup-out)."""
     name: str
     args: tuple[str, ...]   # test paths (relative to the checkout) and options
+    # None: as root. A user name: as that user (no capability), in a cgroup delegated to it the way
+    # systemd delegates a user session (Delegate=yes: the directory and its cgroup.procs,
+    # cgroup.threads and cgroup.subtree_control chowned to the user), under /sys/fs/cgroup/<name>
+    user: str | None = None
 
 
 def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
@@ -146,18 +150,38 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
     ]
     for run in runs:
         tmp = f"{GUEST_TMP}/{run.name}"
+        # a user can neither read the host's out directory (a pytest tmp_path: 0700 root) nor write
+        # it (9p): root copies it in (arguments naming files in it follow), the user writes in its
+        # tmp, and root copies that back
+        written = f"{tmp}/out" if run.user else str(out)
+        args = [a.replace(str(out), f"{tmp}/in", 1) if run.user and a.startswith(str(out)) else a
+                for a in run.args]
         argv = [str(repo / ".venv" / "bin" / "python"), "-m", "pytest", "-c", str(repo / "pyproject.toml"),
                 "--rootdir", str(repo), "-p", "no:cacheprovider", "--basetemp", f"{tmp}/basetemp",
-                "--junitxml", f"{out}/{run.name}.xml", "--agentcgroup-out", f"{out}/{run.name}-results",
+                "--junitxml", f"{written}/{run.name}.xml", "--agentcgroup-out", f"{written}/{run.name}-results",
                 "-q", "-rfE", "--durations=10",
-                *[str(repo / a) if (repo / a).exists() else a for a in run.args]]
+                *[str(repo / a) if (repo / a).exists() else a for a in args]]
+        command = " ".join(q(a) for a in argv)
+        lines += [f"mkdir -p {tmp} && cd {tmp}"]
+        if run.user:
+            cg = f"/sys/fs/cgroup/{run.name}"
+            command = (f"sh -c 'echo $$ >{cg}/cgroup.procs && exec setpriv --reuid {q(run.user)} "
+                       f"--regid \"$(id -g {q(run.user)})\" --clear-groups --inh-caps=-all --bounding-set=-all "
+                       f"env HOME={tmp}/home \"$@\"' sh {command}")
+            lines += [
+                f"mkdir -p {written} {tmp}/home && cp -r \"$OUT\" {tmp}/in && chown -R {q(run.user)} {tmp}",
+                "echo '+memory +pids' >/sys/fs/cgroup/cgroup.subtree_control",
+                f"mkdir -p {cg}",
+                f"chown {q(run.user)} {cg} {cg}/cgroup.procs {cg}/cgroup.threads {cg}/cgroup.subtree_control",
+            ]
         lines += [
-            f"mkdir -p {tmp} && cd {tmp}",
             f"date +%s >\"$OUT/{run.name}.start\"",
-            f"{' '.join(q(a) for a in argv)} >\"$OUT/{run.name}.log\" 2>&1",
+            f"{command} >\"$OUT/{run.name}.log\" 2>&1",
             f"echo $? >\"$OUT/{run.name}.rc\"",
             f"date +%s >\"$OUT/{run.name}.end\"",
         ]
+        if run.user:
+            lines += [f"cp -r {written}/. \"$OUT\"/ 2>>\"$OUT/{run.name}.log\""]
     lines += ["echo done >\"$OUT/guest.done\"", "exit 0"]
     return "\n".join(lines) + "\n"
 
