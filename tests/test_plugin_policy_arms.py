@@ -30,6 +30,7 @@ raise_max_mb = 384
 freeze_after = 100
 kill_after = 0
 priorities = { default = "low" }
+cpu_weight = { low = 25 }
 
 [arms.bpf-soft]
 policy = "agentcgroup"
@@ -91,6 +92,9 @@ def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy
     # above the 128 MiB soft limit: throttled in the kernel and granted room, not killed ...
     assert big["agentcgroup"]["throttles"] >= 1 and big["agentcgroup"]["oom_kills"] == 0
     assert big["agentcgroup"]["priority"] == "low" and big["agentcgroup"]["exit_code"] == 0
+    # the low priority's cpu weight is on the step's record where the run has the cpu controller
+    assert big["agentcgroup"]["cpu_weight"] == (25 if "cpu" in host.controllers or host.mode != "v2" and "cpu" in host.v1
+                                                else None), big["agentcgroup"]
     # ... while the control arm, with the same limits and no eBPF, only counts the breach
     assert big["bpf-soft"]["throttles"] == 0 and big["bpf-soft"]["mem_high_events"] >= 1
     assert big["bpf-soft"]["priority"] is None and big["bpf-soft"]["oom_kills"] == 0

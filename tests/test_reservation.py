@@ -93,10 +93,15 @@ def test_step_fields_reads_the_grants_and_usage_from_the_counters():
     trace = Trace("t/x", {"format": "test"}, (step,))
     result = SimpleNamespace(executed=True, latency_ms=1000.0,
                              counters={"grants": [[500, 1024]], "usage_mib_ms": 512000.0, "usage_window_ms": 1000.0,
-                                       "usage_samples": 51})
+                                       "usage_samples": 51, "priority": "low"})
     arm = Arm("agentcgroup", policy="agentcgroup", memory_high_mb=512, memory_max_mb=2048)
     f = rv.step_fields(result, step, arm=arm, trace=trace, time_scale=1.0)
     assert f["reserved_gib_s"] == 0.75 and f["used_gib_s"] == 0.5 and f["usage_samples"] == 51
+    # a step the policy does not hold (normal or high priority) may grow to the ceiling: reserves it
+    for priority in ("normal", "high", None):
+        unheld = SimpleNamespace(executed=True, latency_ms=1000.0, counters={**result.counters, "priority": priority})
+        f = rv.step_fields(unheld, step, arm=arm, trace=trace, time_scale=1.0)
+        assert f["reserved_gib_s"] == 2.0 and f["reserved_basis"] == rv.HARD_BASIS, priority
     soft = Arm("bpf-soft", policy="agentcgroup", memory_high_mb=512, memory_max_mb=2048, rules={"ebpf": False})
     assert rv.step_fields(result, step, arm=soft, trace=trace, time_scale=1.0)["reserved_gib_s"] == 2.0
     f = rv.step_fields(result, step, arm=Arm("unlimited"), trace=trace, time_scale=1.0)

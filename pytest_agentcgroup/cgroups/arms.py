@@ -177,8 +177,10 @@ class ArmPlacement:
     A policy arm needs its `policy` (the arm's running controller), which then sets each step's
     limits and acts on it; `kind_of(step)` names what the policy's priorities are keyed by (default:
     the step's kind, traces/classify.py `step_kind`). `sample_usage_s`: sample each step's memory usage
-    at this period (cgroups/usage.py) and add its integral to the step's counters; off by default, as
-    the sampling thread is work the harness's own per-step cost (Experiment 4) should not include."""
+    at this period (cgroups/usage.py) and add its integral to the step's counters; off by default (the
+    bare per-step cost Experiment 4's step test measures has no sampler), on for every experiment
+    replay (harness/fixtures.py), so an experiment's latencies, Experiment 4's per-arm overhead
+    included, count the 20 ms sampling thread as part of the harness."""
 
     def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None,
                  pool: bool = False, policy: StepPolicy | None = None, kind_of: Callable | None = None,

@@ -179,9 +179,9 @@ class MetricsController:
         run = self.run
         used = run is not None and (self.opened or (bool(worker_dirs(run)) and (self.begun or not self.continues)))
         if not used:                           # no experiment wrote: the results directory is left as it was
+            self._give_back()                  # before the lock goes: no resume may take it meanwhile
             store.release(self.claim)
             self.claim = None
-            self._give_back()
             return self.summaries
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)

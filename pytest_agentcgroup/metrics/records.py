@@ -115,6 +115,9 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
     }
     if "kind" in c:                  # policy arms: what the priorities were keyed by, and the priority
         rec["kind"], rec["priority"] = c["kind"], c.get("priority")
+        # the cpu weight its priority gave the step's cgroup; None where the rules give none or the
+        # run has no cpu controller (not delegated): then the policy ran on memory alone
+        rec["cpu_weight"] = c.get("cpu_weight")
     rec.update({k: _round(v) for k, v in result.measures.items()})
     if result.error:
         rec["error"] = result.error

@@ -5,11 +5,12 @@ A limit is memory a host must keep for the cgroup while it holds it, used or not
     reserved_gib_s       = ∫ L(t) dt over the step's time, where L is what the arm commits:
                            - a static arm with a hard limit (memory_max_mb): that limit, for a
                              trace-scope arm (static-env) too (the trace's limit over this step's time);
-                           - the dynamic arm (a policy with eBPF: agentcgroup): the envelope of its granted
-                             soft limit, memory_high_mb raised at each grant the controller logged
-                             (bpf/controller.py `grants`). On cgroup v1 only its low-priority steps are held
-                             at that line (the tripwire); a normal step's soft limit binds nothing there, so
-                             its usage can exceed the envelope (utilization > 1 shows it);
+                           - the dynamic arm (a policy with eBPF: agentcgroup): for a low-priority step,
+                             which the policy holds at its soft limit until it grants more, the envelope of
+                             that soft limit, memory_high_mb raised at each grant the controller logged
+                             (bpf/controller.py `grants`); a normal or high step is never held (it may grow
+                             to the ceiling, as under bpf-soft), so it reserves the ceiling, as the control
+                             arm does — the two arms then differ only where the policy acts;
                            - a soft limit that nothing grants or holds is no reservation: static-high (no
                              hard limit) counts as unlimited, bpf-soft (the control arm: no eBPF, no
                              controller) as the static arm of its ceiling;
@@ -122,9 +123,13 @@ def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
     """The reservation fields of a replayed step's metrics.jsonl record (replay.StepResult `result`
     of IR `step` of `trace` under cgroups.arms.Arm `arm`): the one call the plugin makes."""
     c = result.counters
+    # Only a low-priority step is held at its soft limit (stopped there until a grant); the
+    # controller never holds a normal or high step, which may grow to the ceiling as under bpf-soft:
+    # those reserve the ceiling, like the control arm, so the two differ only where the policy acts.
+    held = granting(arm) and c.get("priority") == "low"
     return step_reservation(
         latency_ms=result.latency_ms if result.executed else None, time_scale=time_scale,
-        memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, granting=granting(arm),
+        memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, granting=held,
         trace_peak_mb=_cached_trace_peak(trace), grants=c.get("grants") or (),
         usage_mib_ms=c.get("usage_mib_ms"), usage_window_ms=c.get("usage_window_ms"),
         usage_samples=c.get("usage_samples"),

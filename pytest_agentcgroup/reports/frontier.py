@@ -32,8 +32,10 @@ def reservation_frame(tests):
         row = dict(zip(["run", "experiment", "config", "params"], key))
         row.update(point=point_name(key[3]), seeds=seeds, traces=sel["trace_id"].nunique())
         for k in SUMS:
-            vals = sel[k].dropna() if k in sel else []
-            v = round(float(vals.sum()) / seeds, 6) if len(vals) else None
+            # each trace's mean over its own seeds, then the sum over traces: a seed missing for one
+            # trace (skipped, failed before writing) does not shrink the arm's total
+            per_trace = sel.groupby("trace_id", sort=False)[k].mean().dropna() if k in sel else []
+            v = round(float(per_trace.sum()), 6) if len(per_trace) else None
             row[k] = int(v) if k in ("oom_kills", "total_steps") and v is not None and v.is_integer() else v
         both = sel.dropna(subset=["reserved_gib_s", "used_gib_s"]) if "reserved_gib_s" in sel else sel.iloc[0:0]
         res = both["reserved_gib_s"].sum() if len(both) else 0.0

@@ -108,6 +108,12 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         print(f"{args.traces / 'manifest.json'}: cannot read the full subset's entries: {exc}", file=sys.stderr)
         return 1
+    if args.n < 1:
+        print(f"-n {args.n}: the paper subset needs at least one trace", file=sys.stderr)
+        return 2
+    if not entries:
+        print(f"{args.traces / 'manifest.json'}: the full subset is empty: no trace peaks to sweep", file=sys.stderr)
+        return 1
     ids = paper_subset(entries, args.n)
     peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
     limits = sweep_limits([peaks[t] for t in ids])
