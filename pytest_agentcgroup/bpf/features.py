@@ -63,10 +63,21 @@ def _btf_has_type(name: str) -> tuple[bool, str]:
     return found, (f"'{name}' in kernel BTF strings" if found else f"'{name}' not in kernel BTF")
 
 
+def _exists(path: Path, *, is_dir: bool = False) -> bool:
+    """Whether `path` is there, as far as this user can see: tracefs and debugfs are root-only
+    (0700) on most kernels, and Path.exists raises PermissionError there instead of saying no."""
+    try:
+        return path.is_dir() if is_dir else path.exists()
+    except OSError:
+        return False
+
+
 def _tracepoint(name: str) -> tuple[bool, str]:
-    if not (TRACEFS / "events").exists():
-        return False, f"tracefs not mounted at {TRACEFS} (mount -t tracefs nodev {TRACEFS})"
-    ok = (TRACEFS / "events" / name).is_dir()
+    if not _exists(TRACEFS / "events"):
+        why = "not readable by this user (root only)" if os.geteuid() != 0 and _exists(TRACEFS) else \
+            f"not mounted at {TRACEFS} (mount -t tracefs nodev {TRACEFS})"
+        return False, f"tracefs {why}"
+    ok = _exists(TRACEFS / "events" / name, is_dir=True)
     return ok, f"tracepoint {name} {'exists' if ok else 'missing'}"
 
 
@@ -89,7 +100,7 @@ def _kernel_headers(release: str | None = None, modules: Path = MODULES) -> tupl
 
 
 def _kprobes() -> tuple[bool, str]:
-    if not (TRACEFS / "kprobe_events").exists():
+    if not _exists(TRACEFS / "kprobe_events"):
         return False, f"{TRACEFS}/kprobe_events missing (kernel without CONFIG_KPROBE_EVENTS)"
     return True, "kprobe_events present"
 
@@ -149,16 +160,17 @@ def probe() -> dict[str, tuple[bool, str]]:
         out["bcc"] = (False, f"bcc not importable ({exc}); run `make setup`")
     out["bpf_syscall"] = _map_create(_BPF_MAP_TYPE_ARRAY, 4, 8, 1)
     out["kernel_headers"] = _kernel_headers()
-    out["btf"] = (BTF.exists(), f"{BTF} {'present' if BTF.exists() else 'missing'}")
+    out["btf"] = (_exists(BTF), f"{BTF} {'present' if _exists(BTF) else 'missing'}")
     ok, why = _map_create(_BPF_MAP_TYPE_RINGBUF, 0, 0, 4096)
     out["ringbuf"] = (ok, why.replace("works", "works for BPF_MAP_TYPE_RINGBUF"))
-    out["tracefs"] = ((TRACEFS / "events").exists(), f"{TRACEFS}/events " + ("present" if (TRACEFS / "events").exists() else "missing"))
+    out["tracefs"] = (_exists(TRACEFS / "events"), f"{TRACEFS}/events " + ("present" if _exists(TRACEFS / "events")
+                                                                             else "missing or not readable"))
     for tp in ("vmscan/mm_vmscan_memcg_reclaim_begin", "vmscan/mm_vmscan_memcg_reclaim_end", "oom/mark_victim",
                "exceptions/page_fault_user", "sched/sched_switch"):
         out[f"tp:{tp}"] = _tracepoint(tp)
     out["cgroup_attach"] = _cgroup_attach() if out["bcc"][0] and out["root"][0] else (False, "needs bcc and root")
     out["bpf_lsm"] = _lsm()
-    out["sched_ext"] = (SCHED_EXT.exists(), f"{SCHED_EXT} {'present' if SCHED_EXT.exists() else 'missing (kernel without CONFIG_SCHED_CLASS_EXT)'}")
+    out["sched_ext"] = (_exists(SCHED_EXT), f"{SCHED_EXT} {'present' if _exists(SCHED_EXT) else 'missing (kernel without CONFIG_SCHED_CLASS_EXT)'}")
     out["memcg_bpf_ops"] = _btf_has_type("memcg_bpf_ops")
     out["kprobes"] = _kprobes()
     return out

@@ -164,6 +164,7 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
         command = " ".join(q(a) for a in argv)
         lines += [f"mkdir -p {tmp} && cd {tmp}"]
         if run.user:
+            lines += _open_path_to(repo / ".venv" / "bin" / "python", f"{GUEST_TMP}/hidden-{run.name}")
             cg = f"/sys/fs/cgroup/{run.name}"
             command = (f"sh -c 'echo $$ >{cg}/cgroup.procs && exec setpriv --reuid {q(run.user)} "
                        f"--regid \"$(id -g {q(run.user)})\" --clear-groups --inh-caps=-all --bounding-set=-all "
@@ -184,6 +185,24 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
             lines += [f"cp -r {written}/. \"$OUT\"/ 2>>\"$OUT/{run.name}.log\""]
     lines += ["echo done >\"$OUT/guest.done\"", "exit 0"]
     return "\n".join(lines) + "\n"
+
+
+def _open_path_to(path: Path, spare: str) -> list[str]:
+    """Guest commands that let any user reach `path` (the venv's interpreter) where a directory on
+    its way is closed to others on the host (e.g. a pyenv under /root, mode 0700): that directory is
+    covered, in the guest only, by a tmpfs others may traverse, holding just the entry on the way
+    (bind-mounted from the original, seen at `spare`). The host's files are shared read-only and
+    untouched; a path open to all needs nothing."""
+    real = Path(os.path.realpath(path))
+    for closed in real.parents:
+        if closed == Path("/") or os.stat(closed).st_mode & 0o001:
+            continue
+        entry = real.relative_to(closed).parts[0]
+        q = shlex.quote
+        return [f"mkdir -p {spare} && mount --bind {q(str(closed))} {spare}",
+                f"mount -t tmpfs -o mode=0711 agentcgroup-path {q(str(closed))}",
+                f"mkdir {q(str(closed / entry))} && mount --bind {spare}/{q(entry)} {q(str(closed / entry))}"]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
