@@ -13,10 +13,10 @@ import ctypes
 import ipaddress
 import os
 
-from .loader import Loaded
+from .loader import Loaded, ProgramSide
 
 
-class EgressPolicy:
+class EgressPolicy(ProgramSide):
     def __init__(self, *, allow=(), allow_loopback: bool = False):
         self.prog = Loaded("egress_policy")
         try:
@@ -46,13 +46,3 @@ class EgressPolicy:
         daddr = str(ipaddress.IPv4Address(int(v.last_drop_daddr).to_bytes(4, "little"))) if v.last_drop_daddr else None
         return {"allowed": int(v.allowed), "dropped": int(v.dropped), "last_drop_ns": int(v.last_drop_ns),
                 "last_drop_daddr": daddr}
-
-    def close(self) -> None:
-        self.prog.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

@@ -205,6 +205,22 @@ class Loaded:
             pass
 
 
+class ProgramSide:
+    """The user-space side of one program of bpf/programs/ (observer, throttle, egress, task_stop):
+    it holds the Loaded `prog`; close() or the end of a with-block detaches and unloads it."""
+    prog: Loaded
+
+    def close(self) -> None:
+        self.prog.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
 @contextmanager
 def _stderr_captured():
     """What is written to file descriptor 2 meanwhile (clang writes there, not to sys.stderr);

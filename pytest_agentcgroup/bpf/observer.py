@@ -15,7 +15,7 @@ import ctypes
 from dataclasses import dataclass, field, fields
 
 from . import features
-from .loader import BPFUnavailable, Loaded
+from .loader import BPFUnavailable, Loaded, ProgramSide
 
 EVENT_KINDS = {1: "reclaim_begin", 2: "reclaim_end", 3: "oom_victim"}
 
@@ -69,7 +69,7 @@ class ObserverStats:
         return None
 
 
-class MemcgObserver:
+class MemcgObserver(ProgramSide):
     def __init__(self, *, page_faults: bool = False, runq: bool = True):
         # page-fault counting is opt-in: a program on every user fault cost ~10 % on a
         # fault-heavy microbenchmark here (tests/test_bpf_overhead.py); the rest costs ~1-2 %
@@ -125,13 +125,3 @@ class MemcgObserver:
                     low = 0 if k.slot == 0 else 1 << (k.slot - 1)
                     st.runq_hist_us[low] = st.runq_hist_us.get(low, 0) + int(v.value)
         return st
-
-    def close(self) -> None:
-        self.prog.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

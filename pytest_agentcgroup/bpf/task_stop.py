@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .loader import Loaded
+from .loader import Loaded, ProgramSide
 
 # features (bpf/features.py) this observer needs; callers skip on `features.missing(*NEEDS)`
 NEEDS = ("root", "bcc", "bpf_syscall", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin",
@@ -71,7 +71,7 @@ def proc_state(pid: int) -> str | None:
         return None
 
 
-class TaskStopObserver:
+class TaskStopObserver(ProgramSide):
     def __init__(self):
         self.prog = Loaded("task_stop")
         try:
@@ -138,13 +138,3 @@ class TaskStopObserver:
             if s is None or s.stop_ns or time.monotonic() >= deadline:
                 return s
             time.sleep(0.0005)
-
-    def close(self) -> None:
-        self.prog.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

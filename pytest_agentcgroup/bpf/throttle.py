@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from .loader import Loaded
+from .loader import Loaded, ProgramSide
 
 MODES = {"record": 0, "notify": 1, "stop": 2}
 
@@ -54,7 +54,7 @@ class ThrottleState:
     signal_ret: int
 
 
-class ReclaimThrottle:
+class ReclaimThrottle(ProgramSide):
     def __init__(self, *, track_stop: bool = True):
         self.prog = Loaded("reclaim_throttle")
         self.events: list[ThrottleEvent] = []
@@ -103,13 +103,3 @@ class ReclaimThrottle:
         n = len(self.events)
         self.prog.poll(timeout_ms)
         return self.events[n:]
-
-    def close(self) -> None:
-        self.prog.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
