@@ -171,7 +171,7 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
                        f"env HOME={tmp}/home \"$@\"' sh {command}")
             lines += [
                 f"mkdir -p {written} {tmp}/home && cp -r \"$OUT\" {tmp}/in && chown -R {q(run.user)} {tmp}",
-                "echo '+memory +pids' >/sys/fs/cgroup/cgroup.subtree_control",
+                "echo '+memory +pids +cpu' >/sys/fs/cgroup/cgroup.subtree_control",
                 f"mkdir -p {cg}",
                 f"chown {q(run.user)} {cg} {cg}/cgroup.procs {cg}/cgroup.threads {cg}/cgroup.subtree_control",
             ]
