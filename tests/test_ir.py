@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_agentcgroup.traces.ir import (PROFILE_FIELDS, PROVENANCES, SCHEMA, TOOLS, Measure, Profile, Step, Trace,
-                                          TraceError, parse_trace, read_traces, write_trace)
+from pytest_agentcgroup.traces.ir import (OUTCOMES, PROFILE_FIELDS, PROVENANCES, SCHEMA, TOOLS, Curve, Measure,
+                                          Original, Outcome, Profile, Step, Trace, TraceError, parse_trace,
+                                          read_traces, write_trace)
 
 # Text without lone surrogates (those cannot be written as UTF-8; see test_surrogates_are_not_writable).
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
@@ -19,7 +20,12 @@ json_value = st.recursive(json_scalar, lambda inner: st.lists(inner, max_size=3)
                           | st.dictionaries(text, inner, max_size=3), max_leaves=8)
 measure = st.builds(Measure, st.floats(min_value=0, allow_nan=False, allow_infinity=False),
                     st.sampled_from(PROVENANCES))
-profile = st.builds(Profile, **{k: st.none() | measure for k in PROFILE_FIELDS})
+number = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
+curve = st.lists(st.tuples(number, number), min_size=1, max_size=5).flatmap(
+    lambda pts: st.builds(Curve, st.just(tuple(sorted(t for t, _ in pts))), st.just(tuple(m for _, m in pts)),
+                          st.sampled_from(PROVENANCES)))
+profile = st.builds(Profile, **{k: st.none() | measure for k in PROFILE_FIELDS}, curve=st.none() | curve)
+outcome = st.builds(Outcome, st.sampled_from(OUTCOMES), st.none() | st.integers(-255, 255))
 
 
 @st.composite
@@ -35,7 +41,9 @@ def steps(draw, step_id: int) -> Step:
         args["timeout_ms"] = draw(st.integers(0, 10**9) | st.floats(0, 1e9))
     return Step(step_id=step_id, tool=tool, args=args,
                 native_tool=draw(st.none() | text),
-                duration_ms=draw(st.none() | measure), profile=draw(profile))
+                duration_ms=draw(st.none() | measure), profile=draw(profile),
+                outcome=draw(st.none() | outcome),
+                original=draw(st.none() | st.builds(Original, st.none() | measure, profile)))
 
 
 @st.composite
@@ -77,6 +85,7 @@ def test_profile_provenance():
     assert Profile().provenance() == "none"
     assert Profile(peak_mb=Measure(1, "recorded"), cpu_ms=Measure(2, "derived")).provenance() == "derived"
     assert Profile(io_bytes=Measure(0, "synthetic"), cpu_ms=Measure(2, "recorded")).provenance() == "synthetic"
+    assert Profile(peak_mb=Measure(1, "recorded"), curve=Curve((0.0,), (1.0,), "derived")).provenance() == "derived"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +95,10 @@ def good() -> dict:
     return {"schema": SCHEMA, "trace_id": "t/1", "source": {"format": "x"},
             "steps": [{"step_id": 0, "tool": "bash", "args": {"command": "ls", "cwd": "/testbed"},
                        "duration_ms": {"value": 5, "provenance": "recorded"},
-                       "profile": {"peak_mb": {"value": 1.5, "provenance": "derived"}}},
+                       "profile": {"peak_mb": {"value": 1.5, "provenance": "derived"},
+                                   "curve": {"t_ms": [0, 10], "mb": [1.0, 1.5], "provenance": "recorded"}},
+                       "outcome": {"status": "ok", "exit_code": 0},
+                       "original": {"profile": {"peak_mb": {"value": 9, "provenance": "derived"}}}},
                       {"step_id": 1, "tool": "noop"}]}
 
 
@@ -131,6 +143,14 @@ MALFORMED = [
     ("steps/0/profile", [], 0, "profile", "expected an object, got list"),
     ("steps/0/profile/rss_mb", {"value": 1, "provenance": "derived"}, 0, "profile", "unknown profile field(s) rss_mb"),
     ("steps/0/profile/peak_mb/value", float("inf"), 0, "profile.peak_mb.value", "finite number"),
+    ("steps/0/profile/curve/t_ms", [0, "a"], 0, "profile.curve.t_ms", "list of finite numbers"),
+    ("steps/0/profile/curve/mb", [1.0], 0, "profile.curve", "of one length"),
+    ("steps/0/profile/curve/t_ms", [10, 0], 0, "profile.curve.t_ms", "must not decrease"),
+    ("steps/0/profile/curve/provenance", "measured", 0, "profile.curve.provenance", "provenance must be one of"),
+    ("steps/0/outcome/status", "killed", 0, "outcome.status", "status must be one of"),
+    ("steps/0/outcome/exit_code", "0", 0, "outcome.exit_code", "expected int or null"),
+    ("steps/0/original", 3, 0, "original", "expected an object"),
+    ("steps/0/original/profile/peak_mb/value", -2, 0, "original.profile.peak_mb.value", "finite number >= 0"),
 ]
 
 

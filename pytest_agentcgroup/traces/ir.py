@@ -17,10 +17,20 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
            "peak_mb":  {"value": 310.0, "provenance": "derived"},
            "ramp_ms":  {"value": 2000.0, "provenance": "derived"},
            "cpu_ms":   {"value": 4100.0, "provenance": "derived"},
-           "io_bytes": {"value": 0, "provenance": "synthetic"}
-         }}
+           "io_bytes": {"value": 0, "provenance": "synthetic"},
+           "curve":    {"t_ms": [0, 10, 20], "mb": [2.0, 180.5, 40.1], "provenance": "recorded"}
+         },
+         "outcome": {"status": "ok", "exit_code": 0},          # profiled steps: how the run ended
+         "original": {"duration_ms": {...}, "profile": {...}}  # profiled steps: the source's own figures
+        }
       ]
     }
+
+`curve` is the memory of the step's own cgroup over the step (MiB at t_ms after its start, t_ms
+increasing), as `agentcgroup traces profile` samples it; `peak_mb` stays the step's peak (the
+kernel's own per-cgroup peak where it has one). `outcome` says how a profiled step ended (OUTCOMES):
+a step that failed or timed out is kept, with what was measured until then. `original` keeps the
+profile the trace had before it was profiled, for comparison.
 
 Every number a trace carries says where it came from (PROVENANCES): `recorded` was measured by the
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
@@ -44,7 +54,8 @@ SCHEMA = "agentcgroup-trace/1"
 #: (think, finish, todo lists) but is kept so step numbering matches the source.
 TOOLS = ("bash", "python", "edit", "read", "search", "browser", "noop")
 PROVENANCES = ("recorded", "derived", "synthetic")
-PROFILE_FIELDS = ("peak_mb", "ramp_ms", "cpu_ms", "io_bytes")
+PROFILE_FIELDS = ("peak_mb", "ramp_ms", "cpu_ms", "io_bytes")          # the Measures of a Profile
+OUTCOMES = ("ok", "failed", "timeout", "oom", "error")   # exit 0 | exit != 0 | killed at its timeout | OOM-killed | did not start
 
 
 class TraceError(ValueError):
@@ -71,21 +82,60 @@ class Measure:
 
 
 @dataclass(frozen=True)
+class Curve:
+    """Memory over a step: mb[i] MiB at t_ms[i] ms after the step started (t_ms increasing)."""
+    t_ms: tuple[float, ...]
+    mb: tuple[float, ...]
+    provenance: str
+
+    def to_json(self) -> dict:
+        return {"t_ms": list(self.t_ms), "mb": list(self.mb), "provenance": self.provenance}
+
+
+@dataclass(frozen=True)
 class Profile:
     peak_mb: Measure | None = None
     ramp_ms: Measure | None = None
     cpu_ms: Measure | None = None
     io_bytes: Measure | None = None
+    curve: Curve | None = None
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k).to_json() for k in PROFILE_FIELDS if getattr(self, k) is not None}
+        out = {k: getattr(self, k).to_json() for k in PROFILE_FIELDS if getattr(self, k) is not None}
+        if self.curve is not None:
+            out["curve"] = self.curve.to_json()
+        return out
 
     def provenance(self) -> str:
         """The weakest provenance among the fields present ('none' when the profile is empty)."""
-        present = [getattr(self, k).provenance for k in PROFILE_FIELDS if getattr(self, k) is not None]
+        present = [getattr(self, k).provenance for k in (*PROFILE_FIELDS, "curve") if getattr(self, k) is not None]
         if not present:
             return "none"
         return max(present, key=PROVENANCES.index)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a profiled step ended: status one of OUTCOMES, the exit code where the command exited."""
+    status: str
+    exit_code: int | None = None
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "exit_code": self.exit_code}
+
+
+@dataclass(frozen=True)
+class Original:
+    """A profiled step's figures from its source, kept beside the recorded ones."""
+    duration_ms: Measure | None = None
+    profile: Profile = field(default_factory=Profile)
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.duration_ms is not None:
+            out["duration_ms"] = self.duration_ms.to_json()
+        out["profile"] = self.profile.to_json()
+        return out
 
 
 @dataclass(frozen=True)
@@ -96,6 +146,8 @@ class Step:
     native_tool: str | None = None
     duration_ms: Measure | None = None
     profile: Profile = field(default_factory=Profile)
+    outcome: Outcome | None = None
+    original: Original | None = None
 
     @property
     def command(self) -> str | None:
@@ -111,6 +163,10 @@ class Step:
         prof = self.profile.to_json()
         if prof:
             out["profile"] = prof
+        if self.outcome is not None:
+            out["outcome"] = self.outcome.to_json()
+        if self.original is not None:
+            out["original"] = self.original.to_json()
         return out
 
 
@@ -183,16 +239,70 @@ def parse_step(raw: Any, index: int, where: dict) -> Step:
     if native is not None and not isinstance(native, str):
         raise TraceError(f"expected str, got {type(native).__name__}", field="native_tool", step=index, **where)
     duration = _measure(raw["duration_ms"], "duration_ms", where, index) if raw.get("duration_ms") is not None else None
-    prof_raw = raw.get("profile")
-    prof_raw = {} if prof_raw is None else prof_raw
-    if not isinstance(prof_raw, dict):
-        raise TraceError(f"expected an object, got {type(prof_raw).__name__}", field="profile", step=index, **where)
-    unknown = set(prof_raw) - set(PROFILE_FIELDS)
+    profile = _profile(raw.get("profile"), "profile", where, index)
+    outcome = _outcome(raw["outcome"], where, index) if raw.get("outcome") is not None else None
+    original = None
+    if raw.get("original") is not None:
+        orig = raw["original"]
+        if not isinstance(orig, dict):
+            raise TraceError(f"expected an object, got {type(orig).__name__}", field="original", step=index, **where)
+        original = Original(
+            duration_ms=_measure(orig["duration_ms"], "original.duration_ms", where, index)
+            if orig.get("duration_ms") is not None else None,
+            profile=_profile(orig.get("profile"), "original.profile", where, index))
+    return Step(step_id=step_id, tool=tool, args=args, native_tool=native, duration_ms=duration, profile=profile,
+                outcome=outcome, original=original)
+
+
+def _profile(raw: Any, name: str, where: dict, step: int) -> Profile:
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise TraceError(f"expected an object, got {type(raw).__name__}", field=name, step=step, **where)
+    unknown = set(raw) - {*PROFILE_FIELDS, "curve"}
     if unknown:
-        raise TraceError(f"unknown profile field(s) {', '.join(sorted(unknown))}; expected {', '.join(PROFILE_FIELDS)}",
-                         field="profile", step=index, **where)
-    profile = Profile(**{k: _measure(v, f"profile.{k}", where, index) for k, v in prof_raw.items() if v is not None})
-    return Step(step_id=step_id, tool=tool, args=args, native_tool=native, duration_ms=duration, profile=profile)
+        raise TraceError(f"unknown profile field(s) {', '.join(sorted(unknown))}; expected "
+                         f"{', '.join(PROFILE_FIELDS)} or curve", field=name, step=step, **where)
+    curve = _curve(raw["curve"], f"{name}.curve", where, step) if raw.get("curve") is not None else None
+    return Profile(**{k: _measure(v, f"{name}.{k}", where, step) for k, v in raw.items()
+                      if v is not None and k != "curve"}, curve=curve)
+
+
+def _curve(raw: Any, name: str, where: dict, step: int) -> Curve:
+    if not isinstance(raw, dict):
+        raise TraceError(f"expected {{t_ms, mb, provenance}}, got {type(raw).__name__}", field=name, step=step, **where)
+    cols = []
+    for key in ("t_ms", "mb"):
+        col = raw.get(key)
+        if not isinstance(col, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                and math.isfinite(v) and v >= 0 for v in col):
+            raise TraceError("must be a list of finite numbers >= 0", field=f"{name}.{key}", step=step, **where)
+        cols.append(tuple(float(v) for v in col))
+    curve = Curve(cols[0], cols[1], raw.get("provenance"))
+    _check_curve(curve, name, where, step)
+    return curve
+
+
+def _check_curve(curve: Curve, name: str, where: dict, step: int) -> None:
+    if len(curve.t_ms) != len(curve.mb) or not curve.t_ms:
+        raise TraceError(f"t_ms and mb must be non-empty and of one length, got {len(curve.t_ms)} and "
+                         f"{len(curve.mb)}", field=name, step=step, **where)
+    if any(b < a for a, b in zip(curve.t_ms, curve.t_ms[1:])):
+        raise TraceError("must not decrease", field=f"{name}.t_ms", step=step, **where)
+    if curve.provenance not in PROVENANCES:
+        raise TraceError(f"provenance must be one of {', '.join(PROVENANCES)}, got {curve.provenance!r}",
+                         field=f"{name}.provenance", step=step, **where)
+
+
+def _outcome(raw: Any, where: dict, step: int) -> Outcome:
+    if not isinstance(raw, dict) or raw.get("status") not in OUTCOMES:
+        got = raw.get("status") if isinstance(raw, dict) else raw
+        raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field="outcome.status",
+                         step=step, **where)
+    code = raw.get("exit_code")
+    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+        raise TraceError(f"expected int or null, got {type(code).__name__}", field="outcome.exit_code", step=step,
+                         **where)
+    return Outcome(raw["status"], code)
 
 
 def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None) -> Trace:
@@ -263,6 +373,11 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
             if m.provenance not in PROVENANCES:
                 raise TraceError(f"provenance must be one of {', '.join(PROVENANCES)}, got {m.provenance!r}",
                                  field=f"{name}.provenance", step=i, **where)
+        if st.profile.curve is not None:
+            _check_curve(st.profile.curve, "profile.curve", where, i)
+        if st.outcome is not None and st.outcome.status not in OUTCOMES:
+            raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {st.outcome.status!r}",
+                             field="outcome.status", step=i, **where)
     return trace
 
 
