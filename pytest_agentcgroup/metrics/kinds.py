@@ -81,3 +81,38 @@ def claims_of(experiment, test: str | None = None, arm: str | None = None) -> li
     mine = [c for c in experiment.claims if test is None or metrics[c.metrics[0]] == test]
     out = claimlang.expand(mine, [arm] if arm is not None else list(experiment.arms))
     return [c for c in out if arm is None or c.arms == [arm]]
+
+
+def runnable_arms(experiment, defined: dict) -> list[str]:
+    """What `--agentcgroup-arms` may select for the experiment: any arm of [arms]; exp2 its controllers."""
+    return list(experiment.arms) if hasattr(KINDS.get(experiment.name), "check_arms") else list(defined)
+
+
+# -- a trace x arm experiment's claims, at the end of the session ---------------------------------
+
+def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]) -> list[claimlang.Verdict]:
+    """The claims of a trace x arm experiment against the run's step records: `<arm>.<metric>` is
+    the sum over the arm's tests (trace x matrix point) of the test's metric (compare.test_values).
+    A claim is checked only when each of its arms ran the same tests (same traces, seeds, params):
+    else it says which arm ran what. `why_absent`: arm -> why it did not run (its skip reason)."""
+    from .compare import test_values
+    tests: dict[str, set] = {}
+    sums: dict[str, dict] = {}
+    for (exp, arm, trace, seed, params), vals in test_values(
+            [r for r in records if r.get("experiment") == experiment.name]).items():
+        tests.setdefault(arm, set()).add((trace, seed, params))
+        arm_sums = sums.setdefault(arm, {})
+        for m in SUMMED:
+            v = vals.get(m)
+            # one test without the value leaves the sum unknown (None), never a partial sum
+            arm_sums[m] = None if v is None or (m in arm_sums and arm_sums[m] is None) else arm_sums.get(m, 0) + v
+    out = []
+    for claim in claimlang.expand(experiment.claims, list(experiment.arms)):
+        absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in claim.arms if a not in tests}
+        ran = [a for a in claim.arms if a in tests]
+        if not absent and len({frozenset(tests[a]) for a in ran}) > 1:
+            first = ran[0]
+            absent = {a: f"ran {len(tests[a])} test(s), {first} {len(tests[first])}: the claim compares the arms "
+                         "over the same traces" for a in ran[1:] if tests[a] != tests[first]}
+        out.append(claimlang.evaluate(claim, lambda a, m: sums.get(a, {}).get(m), absent))
+    return out
