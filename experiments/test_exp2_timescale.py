@@ -318,7 +318,7 @@ def _cap_sys_resource() -> bool:
 @pytest.mark.experiment(name="exp2")
 def test_exp2_reaction_time(request, benchmark, tmp_path, capsys):
     conf, exp = harness_exp.experiment(request.config, "exp2")
-    controllers = harness_exp.arms(request.config, conf, exp)
+    controllers = harness_exp.arms(request, conf, exp)
     from pytest_agentcgroup.bpf import features
     from pytest_agentcgroup.bpf import controller, task_stop
     why = features.missing(*controller.NEEDS, *task_stop.NEEDS)     # the in-kernel arm's and the stop observer's

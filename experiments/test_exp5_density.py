@@ -277,7 +277,7 @@ def test_exp5_density(request, benchmark, tmp_path, capsys):
     study, exp, d = _study(request, "density")
     workload_cgroup, agentcgroup_tree, agentcgroup_placement = _fixtures(request)
     bench = _bench(request, workload_cgroup, agentcgroup_tree, agentcgroup_placement, study, exp, tmp_path)
-    arm_names = harness_exp.arms(request.config, study, exp)
+    arm_names = harness_exp.arms(request, study, exp)
     ks = d["k"]
     peaks = {t: _peak_mb(bench.corpus.load(t)) for t in d["traces"]}
     k_max = dens.agents(d["traces"], ks[-1], d["high_agents"])
@@ -395,7 +395,7 @@ def _density_arm(bench: Bench, arm, d: dict, out: dict) -> None:
 
 def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
     study, exp, rep = _study(request, "replication")
-    selected = harness_exp.arms(request.config, study, exp)
+    selected = harness_exp.arms(request, study, exp)
     arm_names = [a for a in rep["arms"] if a in selected]
     if not arm_names:
         pytest.skip(f"no arm of [experiments.exp5.replication] ({', '.join(rep['arms'])}) is selected "

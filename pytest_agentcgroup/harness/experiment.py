@@ -22,10 +22,10 @@ def experiment(config: pytest.Config, name: str) -> tuple[cfgmod.Config, cfgmod.
     return conf, conf.experiments[name]
 
 
-def arms(config: pytest.Config, conf: cfgmod.Config, exp: cfgmod.Experiment) -> list[str]:
-    """The experiment's arms this session runs, in the experiment's order then the selection's;
-    skips when the selection leaves none."""
-    chosen, why = selected_arms(config, conf, exp)
+def arms(request: pytest.FixtureRequest, conf: cfgmod.Config, exp: cfgmod.Experiment) -> list[str]:
+    """The experiment's arms this session runs (--agentcgroup-arms, the marker's arms=, ini), in the
+    experiment's order then the selection's; skips when the selection leaves none."""
+    chosen, why = selected_arms(request.config, conf, exp, request.node.get_closest_marker("experiment"))
     if why:
         pytest.skip(why)
     return [a for a in exp.arms if a in chosen] + [a for a in chosen if a not in exp.arms]
