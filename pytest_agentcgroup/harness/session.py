@@ -89,7 +89,8 @@ def finish(session: pytest.Session, state: State) -> None:
         state.summaries, records = state.store.close(), state.store.records
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
-        state.summaries = controller.finish(session, records, state.summaries, experiments=_experiments(session, state))
+        conf = _experiments(session, state) if controller.arms_seen else None     # claims only after experiment tests
+        state.summaries = controller.finish(session, records, state.summaries, experiments=conf)
 
 
 def _experiments(session: pytest.Session, state: State) -> cfgmod.Config | None:
