@@ -258,6 +258,7 @@ def test_exp3_multitenant(agentcgroup_arm, request, benchmark, workload_cgroup, 
         if row["error"]:
             lines.append(f"tenant {key}: {row['error']}")
     run = {"page_load_ratio": a_ratio, "b_p95_ratio": b_ratio, "probe_p99_ms": probe_p99}
+    harness_exp.publish(request, figures(s, run))      # claims comparing arms: checked at the session's end
     verdicts = claims.check(kinds.claims_of(exp, arm=arm_name), {arm_name: figures(s, run)}, {})
     lines += [str(v) for v in verdicts]
     with capsys.disabled():                            # output capture would swallow the table

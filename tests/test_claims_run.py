@@ -72,3 +72,49 @@ def test_a_config_without_an_experiment_skips_its_tests_naming_the_section(pytes
     for name in ("exp2", "exp3", "exp4", "exp5"):
         result.stdout.fnmatch_lines([f"SKIPPED*experiment {name} is not in {config} (no [[]experiments.{name}[]] section)"])
     assert "error" not in result.stdout.str().lower().split("short test summary")[-1]
+
+
+# A stand-in for exp3's test (the real one needs docker and chromium and takes ~40 s per arm): one
+# test per arm through `agentcgroup_arm`, publishing its figures as experiments/test_exp3 does. What
+# is under test is the harness: claims comparing arms of a one-test-per-arm experiment are checked
+# at the end of the session on those figures, serially and from xdist workers.
+EXP3_STANDIN = '''
+import pytest
+from pytest_agentcgroup.harness import experiment as harness_exp
+
+pytestmark = pytest.mark.experiment(name="exp3")
+PIDS_MAX_EVENTS = {"unlimited": 64, "static-high": 12}
+
+
+def test_exp3_standin(agentcgroup_arm, request):
+    if agentcgroup_arm == "static-env":
+        pytest.skip("tenant A: no chromium here")
+    harness_exp.publish(request, {"c_pids_max_events": PIDS_MAX_EVENTS[agentcgroup_arm], "a_oom_kills": None})
+'''
+
+
+def test_exp3_claims_comparing_arms_are_checked_at_the_end_of_the_session(pytester):
+    text = (REPO / "experiments" / "agentcgroup.toml").read_text()
+    first = '  "*.c_pids_max_events >= 1",\n'
+    assert first in text
+    cross = ('  "static-high.c_pids_max_events < unlimited.c_pids_max_events",\n'
+             '  "static-high.c_pids_max_events > unlimited.c_pids_max_events",\n'
+             '  "static-env.c_pids_max_events > unlimited.c_pids_max_events",\n'
+             '  "static-high.a_oom_kills <= unlimited.a_oom_kills",\n')
+    config = pytester.path / "exp3.toml"
+    config.write_text(text.replace(first, first + cross))
+    pytester.makepyfile(test_exp3_standin=EXP3_STANDIN)
+    for args in ((), ("-n", "2")):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", str(config),
+                                               "--agentcgroup-arms", "unlimited,static-high,static-env", *args)
+        result.assert_outcomes(passed=2, skipped=1)
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, args
+        result.stdout.fnmatch_lines([
+            "*agentcgroup claims (across arms, at the end of the session)*",
+            "exp3: claim static-high.c_pids_max_events < unlimited.c_pids_max_events: 12 < 64 -> holds",
+            "exp3: claim static-high.c_pids_max_events > unlimited.c_pids_max_events: 12 > 64 -> refuted",
+            "exp3: claim static-env.c_pids_max_events > unlimited.c_pids_max_events: not checked: "
+            "arm static-env skipped: tenant A: no chromium here",
+            "exp3: claim static-high.a_oom_kills <= unlimited.a_oom_kills: static-high.a_oom_kills, "
+            "unlimited.a_oom_kills: no value measured -> not measured",
+        ], consecutive=True)

@@ -18,11 +18,12 @@ what happens once per session, after every test has run, whichever process ran i
   environment snapshot in `machine_info["agentcgroup"]`.
 * the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
   `--agentcgroup-save-baseline`.
-* the claims of trace x arm experiments (metrics/kinds.py): their arms are separate tests, so a
-  claim comparing arms is checked here, on the run's merged records (a resumed run's earlier ones
-  included), once every arm's results are in; printed in the terminal summary, and a refuted one
-  fails the session (exit 1). Each experiment test's report says its experiment and arm
-  (REPORT_CASE), so an arm that did not run is named with its skip reason.
+* claims comparing arms that separate tests measure (metrics/kinds.py): checked here once every
+  arm's results are in, for trace x arm experiments (exp1, exp4) on the run's merged records (a
+  resumed run's earlier ones included), for exp3 on the figures each arm's test put on its report
+  (FIGURES, a user property: it travels from xdist workers too); printed in the terminal summary,
+  and a refuted one fails the session (exit 1). Each experiment test's report says its experiment
+  and arm (REPORT_CASE), so an arm that did not run is named with its skip reason.
 
 May import: metrics/ (store, benchjson, environment, gate, kinds) and pytest.
 """
@@ -41,6 +42,7 @@ WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the
 WORKERINPUT_CONTINUES = "agentcgroup_continues"
 REPORT_EXPERIMENT = "agentcgroup_experiment"  # a worker's report of an experiment test carries it
 REPORT_CASE = "agentcgroup_case"              # every experiment test's report: (experiment, arm)
+FIGURES = "agentcgroup_figures"               # a user property: the claim figures one arm's test measured
 
 
 @dataclass
@@ -69,6 +71,7 @@ class MetricsController:
         self.notes: list[str] = []             # said at the end: e.g. a live run not resumed
         self.baseline_error: str | None = None
         self.arms_seen: dict[str, dict[str, str]] = {}   # experiment -> arm -> "ran" | why it did not
+        self.figures: dict[str, dict[str, dict]] = {}    # experiment -> arm -> metric -> value (FIGURES)
         self.claim_lines: list[str] = []
         self.claims_failed = False
 
@@ -164,6 +167,9 @@ class MetricsController:
                 arms.setdefault(case[1], "skipped: " + reason.removeprefix("Skipped: "))
             elif report.when == "call":
                 arms[case[1]] = "ran"
+                for key, value in report.user_properties:
+                    if key == FIGURES:
+                        self.figures.setdefault(case[0], {})[case[1]] = value
             elif report.failed and report.when == "setup":
                 arms.setdefault(case[1], "errored in setup")
         entry = getattr(report, benchjson.REPORT_ATTR, None)
@@ -221,10 +227,17 @@ class MetricsController:
         """The claims of each trace x arm experiment that had a test in this session."""
         for name, arms in self.arms_seen.items():
             exp = experiments.experiments.get(name) if experiments is not None else None
-            if exp is None or not exp.claims or name in kinds.KINDS:
+            if exp is None or not exp.claims or (name in kinds.KINDS and not kinds.per_arm_test(name)):
                 continue
             why = {a: w for a, w in arms.items() if w != "ran"}
-            for verdict in kinds.session_verdicts(exp, records, why):
+            if kinds.per_arm_test(name):
+                figures = self.figures.get(name, {})
+                why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
+                            if w == "ran" and a not in figures})
+                verdicts = kinds.session_verdicts_from_figures(exp, figures, why)
+            else:
+                verdicts = kinds.session_verdicts(exp, records, why)
+            for verdict in verdicts:
                 self.claim_lines.append(f"{name}: {verdict}")
                 self.claims_failed |= verdict.fails
         if self.claims_failed and session.exitstatus == pytest.ExitCode.OK:
@@ -287,7 +300,7 @@ class MetricsController:
             terminalreporter.write_line(f"agentcgroup: wrote benchmark JSON of {len(self.entries)} test(s) "
                                         f"from the xdist workers: {self.json_written}")
         if self.claim_lines:
-            terminalreporter.write_sep("=", "agentcgroup claims (across arms, on the run's records)")
+            terminalreporter.write_sep("=", "agentcgroup claims (across arms, at the end of the session)")
             for line in self.claim_lines:
                 terminalreporter.write_line(line, red=line.endswith(("-> refuted", "-> not measured")),
                                             yellow=": not checked:" in line)

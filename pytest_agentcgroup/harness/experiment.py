@@ -2,7 +2,7 @@
 asks of the harness: its settings from the config (a skip naming the missing section), the arms
 this session selected, and the outcome of its claims.
 
-May import: config, metrics (claims, kinds) and the harness's collect and state.
+May import: config, metrics (claims, kinds) and the harness's collect, controller and state.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from .. import config as cfgmod
 from ..metrics import claims as claimlang
 from .collect import missing, selected_arms
+from .controller import FIGURES
 from .state import STATE
 
 
@@ -36,6 +37,12 @@ def not_run(exp: cfgmod.Experiment, ran, skipped: dict[str, str] | None = None) 
     skipped = skipped or {}
     return {a: (f"skipped: {skipped[a]}" if a in skipped else "not selected (--agentcgroup-arms)")
             for a in exp.arms if a not in ran or a in skipped}
+
+
+def publish(request: pytest.FixtureRequest, figures: dict) -> None:
+    """One arm's claim figures (metric -> number or None), put on the test's report for the claims
+    comparing arms that the controller checks at the end of the session (exp3)."""
+    request.node.user_properties.append((FIGURES, figures))
 
 
 def outcome(verdicts: list[claimlang.Verdict], title: str, problems=()) -> None:

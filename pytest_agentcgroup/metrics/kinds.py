@@ -2,7 +2,9 @@
 loading `[experiments.<name>]` that differs between experiments (config.py does the rest).
 
     exp2   tables burst, probe (timescale.py); its arms are controllers; claims checked in its test
-    exp3   tables tenants, probe (multitenant.py); one test per arm, each checks its arm's claims
+    exp3   tables tenants, probe (multitenant.py); one test per arm, each checks its arm's claims; a
+           claim comparing arms is checked at the end of the session on the figures each arm's
+           test published (session_verdicts_from_figures)
     exp5   tables density, replication (density.py); each test checks the claims on its metrics
     other  a trace x arm experiment (exp1, exp4, ...): one test per trace x arm, so a claim that
            compares arms is checked at the end of the session on the run's merged records, each
@@ -68,15 +70,17 @@ def parse_claims(name: str, raw, where: str, arm_names) -> tuple[claimlang.Claim
             raise claimlang.ClaimError(f"{at}: reads metrics of different tests ("
                                        + "; ".join(f"{m}: {metrics[m]}" for m in claim.metrics)
                                        + "), so no test can check it")
-        if getattr(KINDS.get(name), "PER_ARM_TEST", False) and len(claim.arms) > 1:
-            raise claimlang.ClaimError(f"{at}: compares arms, and {name} runs each arm in its own test; a claim "
-                                       f"of {name} reads one arm (or `*`: every arm, each in its own test)")
     return out
+
+
+def per_arm_test(name: str) -> bool:
+    """Each arm of the experiment is its own test (exp3): claims comparing arms wait for the session end."""
+    return getattr(KINDS.get(name), "PER_ARM_TEST", False)
 
 
 def claims_of(experiment, test: str | None = None, arm: str | None = None) -> list[claimlang.Claim]:
     """The experiment's claims that `test` checks (all when None), `*` read as each of its arms
-    (only `arm` when given)."""
+    (only the claims on `arm` alone when given)."""
     metrics = claim_metrics(experiment.name)
     mine = [c for c in experiment.claims if test is None or metrics[c.metrics[0]] == test]
     out = claimlang.expand(mine, [arm] if arm is not None else list(experiment.arms))
@@ -88,7 +92,17 @@ def runnable_arms(experiment, defined: dict) -> list[str]:
     return list(experiment.arms) if hasattr(KINDS.get(experiment.name), "check_arms") else list(defined)
 
 
-# -- a trace x arm experiment's claims, at the end of the session ---------------------------------
+# -- claims comparing arms that separate tests measured, at the end of the session ---------------
+
+def session_verdicts_from_figures(experiment, figures: dict[str, dict],
+                                  why_absent: dict[str, str]) -> list[claimlang.Verdict]:
+    """The claims of a one-test-per-arm experiment (exp3) that compare arms, against the figures
+    each arm's test published (arm -> metric -> value)."""
+    cross = [c for c in claimlang.expand(experiment.claims, list(experiment.arms)) if len(c.arms) > 1]
+    absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in experiment.arms
+              if a not in figures}
+    return claimlang.check(cross, figures, absent)
+
 
 def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]) -> list[claimlang.Verdict]:
     """The claims of a trace x arm experiment against the run's step records: `<arm>.<metric>` is

@@ -12,8 +12,9 @@ its claims read. The tenants themselves: experiments/test_exp3_multitenant.py.
 
 A claim reads `<arm>.<tenant>_<metric>`: the tenant with C next door (`a_`, `b_`, `c_`) or alone
 (`a_solo_`, `b_solo_`), e.g. `b_latency_p95_ms`, `b_solo_latency_p95_ms`, `a_oom_kills`; or one of
-the run's own figures (`page_load_ratio`, `b_p95_ratio`, `probe_p99_ms`). Each arm is its own test,
-so a claim reads one arm (or `*`: every arm, each in its own test).
+the run's own figures (`page_load_ratio`, `b_p95_ratio`, `probe_p99_ms`). Each arm is its own test:
+a claim on one arm (or `*`: every arm, each on its own) is checked in that arm's test, a claim
+comparing arms at the end of the session (harness/controller.py).
 
 May import: metrics.records (Metric), metrics.tables.
 """
@@ -24,7 +25,7 @@ from .tables import TableError, number, table, trace_list
 
 TABLES = ("tenants", "probe")
 PRIORITIES = ("low", "normal", "high")
-PER_ARM_TEST = True               # each arm is its own test: a claim reads one arm
+PER_ARM_TEST = True               # each arm is its own test: claims comparing arms wait for the session end
 
 #: a tenant's figures (one row per tenant and phase)
 TENANT_METRICS = {m.name: m for m in (
