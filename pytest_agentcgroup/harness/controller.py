@@ -25,7 +25,7 @@ what happens once per session, after every test has run, whichever process ran i
   and a refuted one fails the session (exit 1). Each experiment test's report says its experiment
   and arm (REPORT_CASE), so an arm that did not run is named with its skip reason.
 
-May import: metrics/ (store, benchjson, environment, gate, kinds) and pytest.
+May import: metrics/ (store, benchjson, environment, gate, kinds, claims) and pytest.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from ..metrics import benchjson, environment, gate, kinds, store
+from ..metrics import benchjson, claims, environment, gate, kinds, store
 from ..metrics.store import begin_session, merge_workers, worker_dirs
 
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
@@ -73,6 +73,7 @@ class MetricsController:
         self.arms_seen: dict[str, dict[str, str]] = {}   # experiment -> arm -> "ran" | why it did not
         self.figures: dict[str, dict[str, dict]] = {}    # experiment -> arm -> metric -> value (FIGURES)
         self.claim_lines: list[str] = []
+        self.verdicts: list = []                         # claims.Verdict of every claim checked here
         self.claims_failed = False
 
     @property
@@ -237,6 +238,7 @@ class MetricsController:
                 verdicts = kinds.session_verdicts_from_figures(exp, figures, why)
             else:
                 verdicts = kinds.session_verdicts(exp, records, why)
+            self.verdicts += verdicts
             for verdict in verdicts:
                 self.claim_lines.append(f"{name}: {verdict}")
                 self.claims_failed |= verdict.fails
@@ -304,8 +306,9 @@ class MetricsController:
             for line in self.claim_lines:
                 terminalreporter.write_line(line, red=line.endswith(("-> refuted", "-> not measured")),
                                             yellow=": not checked:" in line)
-            if self.claims_failed:
-                terminalreporter.write_line("a refuted claim fails the session (exit 1)", red=True)
+            terminalreporter.write_line(claims.summary(self.verdicts)
+                                        + ("; a refuted claim fails the session (exit 1)" if self.claims_failed else ""),
+                                        red=self.claims_failed)
         if self.gate_lines:
             terminalreporter.write_sep("=", "agentcgroup regression gate")
             failed = self.gate_lines[0].startswith(("REGRESSION", "GATE ERROR"))
