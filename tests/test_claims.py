@@ -136,3 +136,34 @@ def test_shipped_config_holds_every_experiment_with_its_claims():
     assert all(kinds.claim_metrics("exp1")[m] == kinds.SESSION for c in conf.experiments["exp1"].claims
                for m in c.metrics)
     assert not (REPO / "experiments" / "exp2.toml").exists() and not (REPO / "experiments" / "exp3.toml").exists()
+
+
+def _record(arm: str, trace: str, oom_kills: int, experiment: str = "exp1") -> dict:
+    """A step record as the store holds it (synthetic values: only the fields a summary reads)."""
+    return {"experiment": experiment, "config": arm, "trace_id": trace, "step_id": 0, "seed": 0, "params": {},
+            "executed": True, "latency_ms": 10.0, "exit_code": 0, "mem_high_events": 0, "mem_max_events": 0,
+            "oom_kills": oom_kills, "timed_out": False}
+
+
+def test_session_claims_sum_an_arms_tests_and_compare_only_the_same_traces(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[arms.a]\n[arms.b]\n[experiments.exp1]\n"
+                    "claims = ['a.oom_kills > b.oom_kills', 'a.oom_kills == 3', '*.total_steps >= 1']\n")
+    exp = cfgmod.load(path).experiments["exp1"]
+    records = [_record("a", "t1", 1), _record("a", "t2", 2), _record("b", "t1", 0), _record("b", "t2", 1),
+               _record("b", "t1", 9, experiment="exp4")]           # another experiment's: not summed
+    assert [str(v) for v in kinds.session_verdicts(exp, records, {})] == [
+        "claim a.oom_kills > b.oom_kills: 3 > 1 -> holds",
+        "claim a.oom_kills == 3: 3 == 3 -> holds",
+        "claim a.total_steps >= 1: 2 >= 1 -> holds",
+        "claim b.total_steps >= 1: 2 >= 1 -> holds"]
+    # b ran one trace fewer: the sums would compare different work, so the claim is not checked
+    short = [r for r in records if not (r["config"] == "b" and r["trace_id"] == "t2")]
+    assert str(kinds.session_verdicts(exp, short, {})[0]) == (
+        "claim a.oom_kills > b.oom_kills: not checked: arm b ran 1 test(s), a 2: the claim compares the arms "
+        "over the same traces")
+    # an arm with no records: its skip reason, or deselected
+    only_a = [r for r in records if r["config"] == "a"]
+    assert str(kinds.session_verdicts(exp, only_a, {"b": "skipped: no eBPF"})[0]) == \
+        "claim a.oom_kills > b.oom_kills: not checked: arm b skipped: no eBPF"
+    assert kinds.session_verdicts(exp, only_a, {})[3].detail == "not checked: arm b did not run in this session (deselected)"

@@ -10,12 +10,13 @@ loading `[experiments.<name>]` that differs between experiments (config.py does 
            compares arms is checked at the end of the session on the run's merged records, each
            metric the sum over the arm's tests of a per-test metric of registry.py (SUMMED)
 
-May import: metrics (timescale, multitenant, density, tables, claims, registry).
+May import: metrics (timescale, multitenant, density, tables, claims, registry, compare).
 """
 from __future__ import annotations
 
 from . import claims as claimlang
 from . import density, multitenant, timescale
+from .compare import test_values
 from .registry import REGISTRY
 from .tables import TableError
 
@@ -109,7 +110,6 @@ def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]
     the sum over the arm's tests (trace x matrix point) of the test's metric (compare.test_values).
     A claim is checked only when each of its arms ran the same tests (same traces, seeds, params):
     else it says which arm ran what. `why_absent`: arm -> why it did not run (its skip reason)."""
-    from .compare import test_values
     tests: dict[str, set] = {}
     sums: dict[str, dict] = {}
     for (exp, arm, trace, seed, params), vals in test_values(
