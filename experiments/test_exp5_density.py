@@ -1,7 +1,10 @@
 """Experiment 5 — density: K agents replayed at once under one host memory budget, K stepped up.
 
-Settings and hypotheses: `[experiments.exp5]` of the config file (experiments/agentcgroup.toml);
-without that section both tests skip saying so. The budget is one inner cgroup with a hard limit
+Settings and hypotheses: `[experiments.exp5]` of the config file (experiments/agentcgroup.toml),
+checked at load by metrics/density.py; without that section both tests skip saying so. Its arms
+(--agentcgroup-arms selects among them) run one after the other inside each test, so each test
+checks the claims on its own metrics (largest_k_held; survival_pct, high_p95_alloc_ms), printing
+every one with its values and verdict. The budget is one inner cgroup with a hard limit
 (v2 `memory.max`, v1 `memory.limit_in_bytes`) below the sum of the agents' peaks; each agent is a
 workload cgroup under it, each of its tool calls a step cgroup below that with the arm's per-step
 limits or policy (cgroups/arms.py ArmPlacement, the same placement every experiment uses):
@@ -33,6 +36,8 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import config as cfgmod
+from pytest_agentcgroup.harness import experiment as harness_exp
+from pytest_agentcgroup.metrics import claims, kinds
 from pytest_agentcgroup.bpf.controller import Rules
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.metrics import density as dens
@@ -70,14 +75,7 @@ METRICS = {m.name: m for m in (
 
 def _study(request, table: str):
     """The config, Experiment 5 and its `table`; skips naming the missing section."""
-    try:
-        study = cfgmod.load(setting(request.config, "config"))
-    except cfgmod.ConfigError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    exp = study.experiments.get("exp5")
-    if exp is None:
-        pytest.skip(f"{study.path}: no [experiments.exp5] section (Experiment 5's settings; "
-                    "see experiments/agentcgroup.toml)")
+    study, exp = harness_exp.experiment(request.config, "exp5")
     if table not in exp.tables:
         pytest.skip(f"{study.path}: no [experiments.exp5.{table}] table")
     return study, exp, exp.tables[table]
@@ -279,10 +277,7 @@ def test_exp5_density(request, benchmark, tmp_path, capsys):
     study, exp, d = _study(request, "density")
     workload_cgroup, agentcgroup_tree, agentcgroup_placement = _fixtures(request)
     bench = _bench(request, workload_cgroup, agentcgroup_tree, agentcgroup_placement, study, exp, tmp_path)
-    arm_names = [a.strip() for a in setting(request.config, "arms", experiment=exp).split(",") if a.strip()]
-    for a in arm_names:
-        if a not in study.arms:
-            pytest.fail(f"arm {a!r} is not defined in {study.path}", pytrace=False)
+    arm_names = harness_exp.arms(request, study, exp)
     ks = d["k"]
     peaks = {t: _peak_mb(bench.corpus.load(t)) for t in d["traces"]}
     k_max = dens.agents(d["traces"], ks[-1], d["high_agents"])
@@ -348,15 +343,18 @@ def test_exp5_density(request, benchmark, tmp_path, capsys):
         "table": lines,
     })
 
-    problems = list(bench.harness)
-    claims = {k: v for k, v in exp.tables.get("claims", {}).items() if k.startswith("density_")}
-    for name, pairs in claims.items():
-        for a, b in pairs:
-            for arm in (a, b):
-                if arm in results and results[arm]["skipped"]:
-                    pytest.skip(f"claim {name} [{a}, {b}] cannot be checked: arm {arm} skipped: {results[arm]['skipped']}")
-    problems += dens.claim_failures(claims, {"density_largest_k_at_least": largest})
-    assert not problems, "exp5 density:\n  " + "\n  ".join(problems)
+    verdicts = claims.check(kinds.claims_of(exp, test="test_exp5_density"),
+                            {a: {"largest_k_held": k} for a, k in largest.items()},
+                            harness_exp.not_run(exp, results, {a: o["skipped"] for a, o in results.items() if o["skipped"]}))
+    _print_claims(capsys, verdicts)
+    benchmark.extra_info["claims"] = [str(v) for v in verdicts]
+    harness_exp.outcome(verdicts, "exp5 density", bench.harness)
+
+
+def _print_claims(capsys, verdicts) -> None:
+    if verdicts:
+        with capsys.disabled():
+            print("\n".join(str(v) for v in verdicts))
 
 
 def _density_arm(bench: Bench, arm, d: dict, out: dict) -> None:
@@ -397,6 +395,11 @@ def _density_arm(bench: Bench, arm, d: dict, out: dict) -> None:
 
 def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
     study, exp, rep = _study(request, "replication")
+    selected = harness_exp.arms(request, study, exp)
+    arm_names = [a for a in rep["arms"] if a in selected]
+    if not arm_names:
+        pytest.skip(f"no arm of [experiments.exp5.replication] ({', '.join(rep['arms'])}) is selected "
+                    f"({', '.join(selected)})")
     workload_cgroup, agentcgroup_tree, agentcgroup_placement = _fixtures(request)
     bench = _bench(request, workload_cgroup, agentcgroup_tree, agentcgroup_placement, study, exp, tmp_path,
                    time_scale=rep.get("time_scale"), step_timeout_s=rep.get("step_timeout_s"))
@@ -411,7 +414,7 @@ def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
     results: dict[str, dict] = {}
 
     def measure():
-        for arm_name in rep["arms"]:
+        for arm_name in arm_names:
             arm = study.arms[arm_name]
             where = "experiments.exp5.replication"
             if arm_name in rep["arm_overrides"]:
@@ -485,13 +488,11 @@ def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
         "table": lines,
     })
 
-    problems = list(bench.harness)
-    claims = {k: v for k, v in exp.tables.get("claims", {}).items() if k.startswith("replication_")}
-    for name, pairs in claims.items():
-        for a, b in pairs:
-            for arm in (a, b):
-                if arm in results and results[arm]["skipped"]:
-                    pytest.skip(f"claim {name} [{a}, {b}] cannot be checked: arm {arm} skipped: {results[arm]['skipped']}")
-    problems += dens.claim_failures(claims, {"replication_survival_at_least":
-                                             {a: f["survival_pct"] for a, f in figures.items()}})
-    assert not problems, "exp5 AgentCgroup replication:\n  " + "\n  ".join(problems)
+    absent = harness_exp.not_run(exp, results, {a: o["skipped"] for a, o in results.items() if o["skipped"]})
+    absent.update({a: "is not among [experiments.exp5.replication] arms" for a in absent if a not in rep["arms"]})
+    verdicts = claims.check(kinds.claims_of(exp, test="test_exp5_agentcgroup_replication"),
+                            {a: {m: f[m] for m in ("survival_pct", "high_p95_alloc_ms")} for a, f in figures.items()},
+                            absent)
+    _print_claims(capsys, verdicts)
+    benchmark.extra_info["claims"] = [str(v) for v in verdicts]
+    harness_exp.outcome(verdicts, "exp5 AgentCgroup replication", bench.harness)

@@ -12,6 +12,7 @@
     subset = "smoke"                     # a manifest subset, or comma-separated trace ids
     arms = ["unlimited", "static-toolcall"]
     time_scale = 0.05                    # overrides [defaults]
+    claims = ["agentcgroup.oom_kills < static-toolcall.oom_kills"]   # see metrics/claims.py, metrics/kinds.py
     [experiments.<name>.budgets.<arm>]   # see metrics/budgets.py
     [experiments.<name>.matrix]          # optional sweep: every combination is a test per trace × arm
     seeds = [0, 1]                       # repetitions, recorded as `seed` (the emulator is deterministic)
@@ -21,7 +22,10 @@
 An ablation or size is a named set of overrides of the experiment: executor, time_scale,
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 
-May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets). Read by reports/ and
+Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenants, probe; exp5:
+density, replication), checked at load by metrics/kinds.py; exp2's `arms` are its controllers.
+
+May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims). Read by reports/ and
 the pytest side.
 """
 from __future__ import annotations
@@ -33,8 +37,10 @@ from pathlib import Path
 
 from .bpf.controller import Rules
 from .cgroups.arms import Arm, ArmError
-from .metrics import density
+from .metrics import kinds
 from .metrics.budgets import BudgetError, validate
+from .metrics.claims import Claim, ClaimError
+from .metrics.tables import TableError
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
@@ -54,8 +60,9 @@ class Experiment:
     settings: dict                      # executor, time_scale, step_timeout_s (file-level values)
     budgets: dict[str, dict] = field(default_factory=dict)
     matrix: tuple["Variant", ...] = ()
-    # experiment-specific tables, checked at load (exp5: density, replication, claims; metrics/density.py)
+    # experiment-specific tables, checked at load (exp2, exp3, exp5; metrics/kinds.py)
     tables: dict = field(default_factory=dict)
+    claims: tuple[Claim, ...] = ()      # parsed and checked at load (metrics/claims.py)
 
     def variants(self, arms: dict[str, Arm]) -> list[tuple["Variant", "Experiment", dict[str, Arm]]]:
         """(variant, the experiment with its overrides, the arms with theirs) for every point of
@@ -115,7 +122,7 @@ def load(path: str | Path) -> Config:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
         return _parse(raw, path)
-    except (ArmError, BudgetError, density.DensityError) as exc:
+    except (ArmError, BudgetError, TableError, ClaimError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
 
@@ -135,13 +142,16 @@ def _parse(raw: dict, path: Path) -> Config:
     experiments = {}
     for name, spec in (raw.get("experiments") or {}).items():
         where = f"experiments.{name}"
-        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", *density.TABLES, *DEFAULTS}
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{path}: {where}: expected a table")
+        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", "claims", *kinds.tables(name),
+                             *DEFAULTS}
         if extra:
             raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}")
+        if "arms" in spec and (not isinstance(spec["arms"], list) or not all(isinstance(a, str) for a in spec["arms"])):
+            raise ConfigError(f"{path}: {where}.arms: expected a list of names, got {spec['arms']!r}")
         arm_names = tuple(spec.get("arms") or arms)
-        for a in arm_names:
-            if a not in arms:
-                raise ConfigError(f"{path}: {where}.arms: no arm named {a!r} (defined: {', '.join(arms)})")
+        kinds.check_arms(name, arm_names, f"{where}.arms", arms)                     # TableError
         budgets = {}
         for arm, budget in (spec.get("budgets") or {}).items():
             if arm not in arms:
@@ -152,13 +162,11 @@ def _parse(raw: dict, path: Path) -> Config:
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
                                        settings=settings, budgets=budgets,
                                        matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms),
-                                       tables=_tables(spec, where, arms))
+                                       tables=kinds.validate_tables(name, spec, where, arms),
+                                       claims=kinds.parse_claims(name, spec.get("claims"), f"{where}.claims",
+                                                                 arm_names))
     traces = (path.parent / raw.get("traces", "../traces")).resolve()
     return Config(path=path, traces=traces, arms=arms, experiments=experiments)
-
-
-def _tables(spec: dict, where: str, arms: dict[str, Arm]) -> dict:
-    return density.validate({k: spec[k] for k in density.TABLES if k in spec}, where, arms)  # DensityError
 
 
 def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:

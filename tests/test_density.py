@@ -50,15 +50,6 @@ def test_slowdown_and_survival():
     assert dens.survival([]) is None
 
 
-def test_claims_report_refutations_with_both_values():
-    claims = {"replication_survival_at_least": [["agentcgroup", "bpf-soft"], ["agentcgroup", "unlimited"]]}
-    figs = {"replication_survival_at_least": {"agentcgroup": 66.7, "bpf-soft": 100.0, "unlimited": 50.0}}
-    assert dens.claim_failures(claims, figs) == [
-        "replication_survival_at_least: refuted: agentcgroup = 66.7 < bpf-soft = 100"]
-    missing = dens.claim_failures(claims, {"replication_survival_at_least": {"agentcgroup": None, "bpf-soft": 1}})
-    assert missing[0].endswith("not measured, cannot be checked")
-
-
 def test_shipped_exp5_settings_load_and_the_budget_binds():
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
     t = conf.experiments["exp5"].tables
@@ -86,9 +77,12 @@ BASE = "[arms.a]\n[arms.b]\n[experiments.exp5]\n"
      "experiments.exp5.replication.arms: no arm named 'c'"),
     (BASE + "[experiments.exp5.replication]\nhigh = 't'\nlow = ['t']\narms = ['a']\nbudget_mb = 5\n"
      "arm_overrides = { c = { memory_high_mb = 1 } }\n", "replication.arm_overrides: expected a table"),
-    (BASE + "[experiments.exp5.claims]\nsurvival = [['a', 'b']]\n", "experiments.exp5.claims: unknown key(s) survival"),
-    (BASE + "[experiments.exp5.claims]\ndensity_largest_k_at_least = [['a', 'z']]\n",
-     "claims.density_largest_k_at_least: no arm named 'z'"),
+    # claims: one language (metrics/claims.py), exp5's metrics, one test's metrics per claim
+    (BASE + "claims = ['a.survival >= b.survival']\n",
+     "experiments.exp5.claims[0]: claim 'a.survival >= b.survival': a.survival: no metric 'survival'"),
+    (BASE + "claims = ['a.survival_pct >= z.survival_pct']\n", "claim 'a.survival_pct >= z.survival_pct': z.survival_pct: no arm 'z'"),
+    (BASE + "claims = ['a.survival_pct >= b.largest_k_held']\n",
+     "reads metrics of different tests (survival_pct: test_exp5_agentcgroup_replication; largest_k_held: test_exp5_density)"),
 ])
 def test_exp5_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, message):
     path = tmp_path / "bad.toml"
@@ -105,7 +99,7 @@ def test_a_config_without_exp5_skips_both_tests_naming_the_section(pytester):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
                                            "-rs", "test_exp5_density.py")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["SKIPPED [[]2[]]*study.toml: no [[]experiments.exp5[]] section*"])
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]]*experiment exp5 is not in *study.toml (no [[]experiments.exp5[]] section)*"])
     # with the section but no replication table: only that test skips, naming the table
     (pytester.path / "study.toml").write_text(f'traces = "{REPO / "traces"}"\n[arms.unlimited]\n'
                                               "[experiments.exp5]\narms = ['unlimited']\n")

@@ -1,8 +1,10 @@
 """Collection: an experiment's test becomes one test per trace x arm (x matrix point: seeds,
-ablations, sizes), each with a stable, readable id.
+ablations, sizes), each with a stable, readable id; a test using `agentcgroup_arm` one test per arm.
+An experiment the config does not have, or whose arms the selection leaves out, is one skipped test
+saying so (never a collection error: `-k exp1` with a config holding only exp1 runs).
 
-May import: config, traces/, cgroups.arms, metrics.store (a case's results key) and the harness's
-settings and state.
+May import: config, traces/, cgroups.arms, metrics (store: a case's results key; kinds) and the
+harness's settings and state.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 
 from .. import config as cfgmod
 from ..cgroups.arms import Arm
+from ..metrics import kinds
 from ..metrics.store import run_key
 from ..traces.ir import TraceError
 from .settings import setting
@@ -50,30 +53,79 @@ def case_id(arm: str, trace_id: str) -> str:
     return f"{arm}:{short}"
 
 
+def experiment_name(definition) -> str | None:
+    """The name in a test's @pytest.mark.experiment(name=...) marker."""
+    marker = definition.get_closest_marker("experiment")
+    return (marker.kwargs.get("name") or (marker.args[0] if marker.args else None)) if marker else None
+
+
+def case_of(item: pytest.Item) -> tuple[str, str] | None:
+    """(experiment, arm) of a test made by generate_tests; None for any other test (or a skipped
+    placeholder)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    case, arm = params.get("agentcgroup_case"), params.get("agentcgroup_arm")
+    if isinstance(case, Case):
+        return case.experiment.name, case.arm.name
+    name = experiment_name(item)
+    return (name, arm) if isinstance(arm, str) and name else None
+
+
+def missing(conf: cfgmod.Config, name: str) -> str:
+    """The skip reason of an experiment the config does not have."""
+    return f"experiment {name} is not in {conf.path} (no [experiments.{name}] section)"
+
+
+def selected_arms(config: pytest.Config, conf: cfgmod.Config, exp: cfgmod.Experiment,
+                  marker=None) -> tuple[list[str], str | None]:
+    """The arms of `exp` this session runs, and why it runs none (a skip reason). Without a
+    selection: the experiment's `arms`. With one (--agentcgroup-arms, the marker's arms=, ini): the
+    selected names the experiment can run (any arm of [arms]; exp2: its controllers). A name that is
+    neither an arm nor any experiment's arm fails (a typo)."""
+    chosen = setting(config, "arms", marker=marker)
+    if chosen is None:
+        return list(exp.arms), None
+    names = [a.strip() for a in chosen.split(",") if a.strip()]
+    known = dict.fromkeys([*conf.arms, *(a for e in conf.experiments.values() for a in e.arms)])
+    for a in names:
+        if a not in known:
+            pytest.fail(f"arm {a!r} is not defined in {conf.path} (defined: {', '.join(known)})", pytrace=False)
+    runnable = kinds.runnable_arms(exp, conf.arms)
+    arms = [a for a in names if a in runnable]
+    return arms, None if arms else (f"no arm of {exp.name} is selected (arms {chosen}; {exp.name} runs "
+                                    f"{', '.join(runnable)})")
+
+
+def _skipped(metafunc: pytest.Metafunc, argname: str, reason: str) -> None:
+    metafunc.parametrize(argname, [pytest.param(None, marks=pytest.mark.skip(reason=reason), id="not-run")],
+                         scope="function")
+
+
 def generate_tests(metafunc: pytest.Metafunc) -> None:
     """plugin.py's pytest_generate_tests: a test using `agentcgroup_case` gets one case per trace x arm
-    (x matrix point) of its experiment."""
-    if "agentcgroup_case" not in metafunc.fixturenames:
+    (x matrix point) of its experiment; one using `agentcgroup_arm` one test per arm (its name)."""
+    argname = next((a for a in ("agentcgroup_case", "agentcgroup_arm") if a in metafunc.fixturenames), None)
+    if argname is None:
         return
     marker = metafunc.definition.get_closest_marker("experiment")
-    name = (marker.kwargs.get("name") or (marker.args[0] if marker.args else None)) if marker else None
+    name = experiment_name(metafunc.definition)
     if not name:
-        pytest.fail(f"{metafunc.definition.nodeid}: uses agentcgroup_case but has no "
+        pytest.fail(f"{metafunc.definition.nodeid}: uses {argname} but has no "
                     "@pytest.mark.experiment(name=...) marker", pytrace=False)
     state = metafunc.config.stash[STATE]
     conf = state.load_config(metafunc.config)
     if name not in conf.experiments:
-        pytest.fail(f"{conf.path}: no [experiments.{name}] (needed by {metafunc.definition.nodeid})", pytrace=False)
+        return _skipped(metafunc, argname, missing(conf, name))
     exp = conf.experiments[name]
+    arm_names, why = selected_arms(metafunc.config, conf, exp, marker)
+    if why:
+        return _skipped(metafunc, argname, why)
+    if argname == "agentcgroup_arm":
+        return metafunc.parametrize(argname, arm_names, ids=arm_names, scope="function")
     corpus = state.load_corpus(metafunc.config)
     try:
         trace_ids = corpus.ids(setting(metafunc.config, "subset", marker=marker, experiment=exp))
     except TraceError as exc:
         pytest.fail(f"--agentcgroup-subset: {exc}", pytrace=False)
-    arm_names = [a.strip() for a in setting(metafunc.config, "arms", marker=marker, experiment=exp).split(",") if a.strip()]
-    for a in arm_names:
-        if a not in conf.arms:
-            pytest.fail(f"arm {a!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
     with_seed = any(v.seed for v in exp.matrix)       # seeds are distinct: more than one means a non-zero one
     cases = []
     for variant, vexp, varms in exp.variants(conf.arms):       # the matrix: seeds x ablations x sizes

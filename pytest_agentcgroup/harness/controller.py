@@ -18,8 +18,14 @@ what happens once per session, after every test has run, whichever process ran i
   environment snapshot in `machine_info["agentcgroup"]`.
 * the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
   `--agentcgroup-save-baseline`.
+* claims comparing arms that separate tests measure (metrics/kinds.py): checked here once every
+  arm's results are in, for trace x arm experiments (exp1, exp4) on the run's merged records (a
+  resumed run's earlier ones included), for exp3 on the figures each arm's test put on its report
+  (FIGURES, a user property: it travels from xdist workers too); printed in the terminal summary,
+  and a refuted one fails the session (exit 1). Each experiment test's report says its experiment
+  and arm (REPORT_CASE), so an arm that did not run is named with its skip reason.
 
-May import: metrics/ (store, benchjson, environment, gate) and pytest.
+May import: metrics/ (store, benchjson, environment, gate, kinds, claims) and pytest.
 """
 from __future__ import annotations
 
@@ -29,12 +35,14 @@ from pathlib import Path
 
 import pytest
 
-from ..metrics import benchjson, environment, gate, store
+from ..metrics import benchjson, claims, environment, gate, kinds, store
 from ..metrics.store import begin_session, merge_workers, worker_dirs
 
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
 WORKERINPUT_CONTINUES = "agentcgroup_continues"
 REPORT_EXPERIMENT = "agentcgroup_experiment"  # a worker's report of an experiment test carries it
+REPORT_CASE = "agentcgroup_case"              # every experiment test's report: (experiment, arm)
+FIGURES = "agentcgroup_figures"               # a user property: the claim figures one arm's test measured
 
 
 @dataclass
@@ -62,6 +70,11 @@ class MetricsController:
         self.claim: int | None = None          # our flock on the run while we write it (store.claim)
         self.notes: list[str] = []             # said at the end: e.g. a live run not resumed
         self.baseline_error: str | None = None
+        self.arms_seen: dict[str, dict[str, str]] = {}   # experiment -> arm -> "ran" | why it did not
+        self.figures: dict[str, dict[str, dict]] = {}    # experiment -> arm -> metric -> value (FIGURES)
+        self.claim_lines: list[str] = []
+        self.verdicts: list = []                         # claims.Verdict of every claim checked here
+        self.claims_failed = False
 
     @property
     def distributed(self) -> bool:
@@ -147,6 +160,19 @@ class MetricsController:
 
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
+        case = getattr(report, REPORT_CASE, None)
+        if case is not None:
+            arms = self.arms_seen.setdefault(case[0], {})
+            if report.skipped:
+                reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+                arms.setdefault(case[1], "skipped: " + reason.removeprefix("Skipped: "))
+            elif report.when == "call":
+                arms[case[1]] = "ran"
+                for key, value in report.user_properties:
+                    if key == FIGURES:
+                        self.figures.setdefault(case[0], {})[case[1]] = value
+            elif report.failed and report.when == "setup":
+                arms.setdefault(case[1], "errored in setup")
         entry = getattr(report, benchjson.REPORT_ATTR, None)
         if entry is not None and report.when == "call":
             self.entries.append(entry)
@@ -169,10 +195,11 @@ class MetricsController:
         return [i["seed"] for i in infos if "seed" in i]
 
     # -- after the last test ---------------------------------------------------------------------
-    def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict]) -> list[dict]:
+    def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict],
+               experiments=None) -> list[dict]:
         """Called by session.py's finish once the serial store is closed (`records` are its
-        file's records, `summaries` their summaries; both empty under xdist). Returns the run's
-        summaries."""
+        file's records, `summaries` their summaries; both empty under xdist). `experiments`: the
+        config (config.Config) whose claims are checked. Returns the run's summaries."""
         self.summaries = summaries
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
@@ -182,9 +209,11 @@ class MetricsController:
             self._give_back()                  # before the lock goes: no resume may take it meanwhile
             store.release(self.claim)
             self.claim = None
+            self._claims(session, [], experiments)
             return self.summaries
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)
+        self._claims(session, records, experiments)
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
             store.mark_finished(run, int(session.exitstatus))
         store.point_latest(run)
@@ -194,6 +223,27 @@ class MetricsController:
         if ran and (self.s.baseline or self.s.save_baseline):
             self._gate(session, records)
         return self.summaries
+
+    def _claims(self, session: pytest.Session, records: list[dict], experiments) -> None:
+        """The claims of each trace x arm experiment that had a test in this session."""
+        for name, arms in self.arms_seen.items():
+            exp = experiments.experiments.get(name) if experiments is not None else None
+            if exp is None or not exp.claims or (name in kinds.KINDS and not kinds.per_arm_test(name)):
+                continue
+            why = {a: w for a, w in arms.items() if w != "ran"}
+            if kinds.per_arm_test(name):
+                figures = self.figures.get(name, {})
+                why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
+                            if w == "ran" and a not in figures})
+                verdicts = kinds.session_verdicts_from_figures(exp, figures, why)
+            else:
+                verdicts = kinds.session_verdicts(exp, records, why)
+            self.verdicts += verdicts
+            for verdict in verdicts:
+                self.claim_lines.append(f"{name}: {verdict}")
+                self.claims_failed |= verdict.fails
+        if self.claims_failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _give_back(self) -> None:
         """Remove what reserve_run made, if it is still empty (no worker wrote)."""
@@ -251,6 +301,14 @@ class MetricsController:
         if self.json_written:
             terminalreporter.write_line(f"agentcgroup: wrote benchmark JSON of {len(self.entries)} test(s) "
                                         f"from the xdist workers: {self.json_written}")
+        if self.claim_lines:
+            terminalreporter.write_sep("=", "agentcgroup claims (across arms, at the end of the session)")
+            for line in self.claim_lines:
+                terminalreporter.write_line(line, red=line.endswith(("-> refuted", "-> not measured")),
+                                            yellow=": not checked:" in line)
+            terminalreporter.write_line(claims.summary(self.verdicts)
+                                        + ("; a refuted claim fails the session (exit 1)" if self.claims_failed else ""),
+                                        red=self.claims_failed)
         if self.gate_lines:
             terminalreporter.write_sep("=", "agentcgroup regression gate")
             failed = self.gate_lines[0].startswith(("REGRESSION", "GATE ERROR"))

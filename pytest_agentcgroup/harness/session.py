@@ -5,7 +5,7 @@ first experiment test needs it (a worker writes its own file in the run director
 chose); a worker's reports carry its benchmark entries; at the end the store is closed and the
 controller merges, marks and gates the run.
 
-May import: metrics/, reports.table and the harness's settings, state and controller.
+May import: config, metrics/, reports.table and the harness's settings, state, collect and controller.
 """
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from .. import config as cfgmod
 from ..metrics import benchjson, gate
 from ..metrics.store import METRICS_FILE, ResultsStore, read_records
 from ..reports.table import format_summary
-from .controller import (REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, ControllerSettings,
-                         MetricsController)
+from .collect import case_of
+from .controller import (REPORT_CASE, REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN,
+                         ControllerSettings, MetricsController)
 from .settings import setting
 from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
 
@@ -63,8 +65,12 @@ def results_store(config: pytest.Config) -> ResultsStore:
 
 
 def mark_report(item: pytest.Item, call, report) -> None:
-    """plugin.py's pytest_runtest_makereport: under xdist, a benchmark's entry travels to the
-    controller on the call report."""
+    """plugin.py's pytest_runtest_makereport: an experiment test's report says its experiment and
+    arm (the controller checks claims across arms at the end); under xdist, a benchmark's entry
+    travels to the controller on the call report."""
+    case = case_of(item)
+    if case is not None:
+        setattr(report, REPORT_CASE, case)
     if not hasattr(item.config, "workerinput"):      # not an xdist worker
         return
     if "agentcgroup_case" in getattr(item, "fixturenames", ()):
@@ -83,7 +89,19 @@ def finish(session: pytest.Session, state: State) -> None:
         state.summaries, records = state.store.close(), state.store.records
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
-        state.summaries = controller.finish(session, records, state.summaries)
+        conf = _experiments(session, state) if controller.arms_seen else None     # claims only after experiment tests
+        state.summaries = controller.finish(session, records, state.summaries, experiments=conf)
+
+
+def _experiments(session: pytest.Session, state: State) -> cfgmod.Config | None:
+    """The config whose claims the controller checks (loaded here under xdist, where the controller
+    does not collect); None when it cannot be loaded (collection already said why)."""
+    if state.experiments is None:
+        try:
+            state.experiments = cfgmod.load(setting(session.config, "config"))
+        except cfgmod.ConfigError:
+            return None
+    return state.experiments
 
 
 def terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -35,7 +35,8 @@ SETTINGS = {
             "summary.json); `latest` points at the newest", "results", str, None),
     "traces": ("trace corpus directory (holding manifest.json); default: the config file's `traces`", None, str, None),
     "subset": ("manifest subset or comma-separated trace ids to replay, for every experiment", None, str, "subset"),
-    "arms": ("comma-separated arm names to run, for every experiment", None, str, "arms"),
+    "arms": ("comma-separated arm names to run: each experiment runs those it can (exp2: its controllers); "
+             "an experiment left with none skips", None, str, "arms"),
     "executor": ("how steps run: emulate (reproduce the recorded profile), sandbox (real command under bubblewrap) or docker (real command in a container)", None, str, None),
     "time_scale": ("multiply recorded durations by this factor when replaying (emulate executor only; "
                    "policy timers follow it)", None, float, None),

@@ -21,24 +21,24 @@ at which priority, the budget arithmetic, what "held" means for one K and the la
     rounds = 1
     arm_overrides = { agentcgroup = { memory_high_mb = 128 }, bpf-soft = { memory_high_mb = 128 } }
 
-    [experiments.exp5.claims]      # hypotheses; each pair [A, B] reads "A's figure >= B's"
-    replication_survival_at_least = [["agentcgroup", "bpf-soft"]]
-    density_largest_k_at_least = [["agentcgroup", "bpf-soft"]]
+    claims = ["agentcgroup.survival_pct >= bpf-soft.survival_pct"]   # metrics/claims.py; CLAIM_METRICS
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .tables import TableError, number as _number, table as _table, trace_list as _trace_list
+
 #: the priority labels a policy arm's placement keys each agent's steps by (they replace the step
 #: kinds: every step of an agent has the agent's priority), and what they map to
 AGENT_PRIORITY_KINDS = {"agent-high": "high", "agent-low": "low"}
 
-TABLES = ("density", "replication", "claims")
-CLAIMS = ("replication_survival_at_least", "density_largest_k_at_least")
+TABLES = ("density", "replication")
+#: metric -> the test that measures it (a claim reads the metrics of one test)
+CLAIM_METRICS = {"largest_k_held": "test_exp5_density", "survival_pct": "test_exp5_agentcgroup_replication",
+                 "high_p95_alloc_ms": "test_exp5_agentcgroup_replication"}
 
-
-class DensityError(ValueError):
-    """A density/replication/claims setting that cannot be used; names the key."""
+DensityError = TableError          # a density/replication setting that cannot be used; names the key
 
 
 @dataclass(frozen=True)
@@ -100,62 +100,16 @@ def survival(oom_killed: list[bool]) -> float | None:
     return 100.0 * sum(1 for x in oom_killed if not x) / len(oom_killed)
 
 
-def claim_failures(claims: dict, figures: dict[str, dict[str, float | None]]) -> list[str]:
-    """Each claim [A, B] of `claims` (name -> pairs) whose figure for A is below B's (or missing),
-    one line with both values. `figures` maps a claim name to {arm: value}."""
-    out = []
-    for name, pairs in claims.items():
-        vals = figures.get(name)
-        if vals is None:
-            continue
-        for a, b in pairs:
-            va, vb = vals.get(a), vals.get(b)
-            if va is None or vb is None:
-                out.append(f"{name}: {a} = {va}, {b} = {vb}: not measured, cannot be checked")
-            elif va < vb:
-                out.append(f"{name}: refuted: {a} = {va:g} < {b} = {vb:g}")
-    return out
-
-
 # -- settings ------------------------------------------------------------------------------------
 
 def validate(tables: dict, where: str, arms: dict) -> dict:
-    """The density/replication/claims tables of an experiment, checked; DensityError names the key."""
+    """The density/replication tables of an experiment, checked; DensityError names the key."""
     out = {}
     if "density" in tables:
         out["density"] = _density(tables["density"], f"{where}.density")
     if "replication" in tables:
         out["replication"] = _replication(tables["replication"], f"{where}.replication", arms)
-    if "claims" in tables:
-        out["claims"] = _claims(tables["claims"], f"{where}.claims", arms)
     return out
-
-
-def _table(raw, where: str, required: set, optional: set) -> dict:
-    if not isinstance(raw, dict):
-        raise DensityError(f"{where}: expected a table")
-    missing, unknown = required - set(raw), set(raw) - required - optional
-    if missing:
-        raise DensityError(f"{where}: missing key(s) {', '.join(sorted(missing))}")
-    if unknown:
-        raise DensityError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected "
-                           f"{', '.join(sorted(required | optional))}")
-    return dict(raw)
-
-
-def _number(val, where: str, *, least: float = 0.0, strict: bool = True, integer: bool = False):
-    ok = not isinstance(val, bool) and isinstance(val, int if integer else (int, float)) \
-        and (val > least if strict else val >= least)
-    if not ok:
-        raise DensityError(f"{where}: expected {'an integer' if integer else 'a number'} "
-                           f"{'>' if strict else '>='} {least:g}, got {val!r}")
-    return val
-
-
-def _trace_list(val, where: str) -> list[str]:
-    if not isinstance(val, list) or not val or not all(isinstance(t, str) and t for t in val):
-        raise DensityError(f"{where}: expected a non-empty list of trace ids")
-    return list(val)
 
 
 def _density(raw, where: str) -> dict:
@@ -205,14 +159,3 @@ def _replication(raw, where: str, arms: dict) -> dict:
                            f"for defined arms ({', '.join(arms)})")
     return r
 
-
-def _claims(raw, where: str, arms: dict) -> dict:
-    c = _table(raw, where, set(), set(CLAIMS))
-    for name, pairs in c.items():
-        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            raise DensityError(f"{where}.{name}: expected a list of [arm, arm] pairs")
-        for p in pairs:
-            for a in p:
-                if a not in arms:
-                    raise DensityError(f"{where}.{name}: no arm named {a!r}")
-    return c

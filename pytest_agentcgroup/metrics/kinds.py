@@ -1,0 +1,132 @@
+"""Which experiment has which settings tables, which arms and which claim metrics: the part of
+loading `[experiments.<name>]` that differs between experiments (config.py does the rest).
+
+    exp2   tables burst, probe (timescale.py); its arms are controllers; claims checked in its test
+    exp3   tables tenants, probe (multitenant.py); one test per arm, each checks its arm's claims; a
+           claim comparing arms is checked at the end of the session on the figures each arm's
+           test published (session_verdicts_from_figures)
+    exp5   tables density, replication (density.py); each test checks the claims on its metrics
+    other  a trace x arm experiment (exp1, exp4, ...): one test per trace x arm, so a claim that
+           compares arms is checked at the end of the session on the run's merged records, each
+           metric the sum over the arm's tests of a per-test metric of registry.py (SUMMED)
+
+May import: metrics (timescale, multitenant, density, tables, claims, registry, compare).
+"""
+from __future__ import annotations
+
+from . import claims as claimlang
+from . import density, multitenant, timescale
+from .compare import test_values
+from .registry import REGISTRY
+from .tables import TableError
+
+KINDS = {"exp2": timescale, "exp3": multitenant, "exp5": density}
+SESSION = "the end of the session"        # where a trace x arm experiment's claims are checked
+#: per-test metrics a sum over an arm's tests means something for (counts, totals, GiB·s); not
+#: percentiles, ratios or peaks
+SUMMED = tuple(m for m in REGISTRY if not m.startswith("latency_p") and m not in ("utilization", "peak_rss_mb"))
+
+
+def tables(name: str) -> tuple[str, ...]:
+    """The experiment-specific tables `[experiments.<name>]` may hold."""
+    kind = KINDS.get(name)
+    return tuple(kind.TABLES) if kind else ()
+
+
+def check_arms(name: str, arm_names, where: str, defined: dict) -> None:
+    """The experiment's `arms`: arms of `[arms]`, except exp2's (controllers). TableError."""
+    kind = KINDS.get(name)
+    if hasattr(kind, "check_arms"):
+        kind.check_arms(arm_names, where)
+        return
+    for a in arm_names:
+        if a not in defined:
+            raise TableError(f"{where}: no arm named {a!r} (defined: {', '.join(defined)})")
+
+
+def validate_tables(name: str, spec: dict, where: str, defined: dict) -> dict:
+    kind = KINDS.get(name)
+    if kind is None:
+        return {}
+    return kind.validate({k: spec[k] for k in kind.TABLES if k in spec}, where, defined)
+
+
+def claim_metrics(name: str) -> dict[str, str]:
+    """metric -> where it is measured (a test's name, or SESSION)."""
+    kind = KINDS.get(name)
+    return dict(kind.CLAIM_METRICS) if kind else {m: SESSION for m in SUMMED}
+
+
+def parse_claims(name: str, raw, where: str, arm_names) -> tuple[claimlang.Claim, ...]:
+    """The experiment's `claims`, parsed and checked against its arms and metrics; a claim reads the
+    metrics of one test (ClaimError names the claim)."""
+    if raw is None:
+        return ()
+    metrics = claim_metrics(name)
+    out = claimlang.parse_all(raw, where, arm_names, metrics)
+    for i, claim in enumerate(out):
+        at = f"{where}[{i}]: claim {claim.text!r}"
+        tests = {metrics[m] for m in claim.metrics}
+        if len(tests) > 1:
+            raise claimlang.ClaimError(f"{at}: reads metrics of different tests ("
+                                       + "; ".join(f"{m}: {metrics[m]}" for m in claim.metrics)
+                                       + "), so no test can check it")
+    return out
+
+
+def per_arm_test(name: str) -> bool:
+    """Each arm of the experiment is its own test (exp3): claims comparing arms wait for the session end."""
+    return getattr(KINDS.get(name), "PER_ARM_TEST", False)
+
+
+def claims_of(experiment, test: str | None = None, arm: str | None = None) -> list[claimlang.Claim]:
+    """The experiment's claims that `test` checks (all when None), `*` read as each of its arms
+    (only the claims on `arm` alone when given)."""
+    metrics = claim_metrics(experiment.name)
+    mine = [c for c in experiment.claims if test is None or metrics[c.metrics[0]] == test]
+    out = claimlang.expand(mine, [arm] if arm is not None else list(experiment.arms))
+    return [c for c in out if arm is None or c.arms == [arm]]
+
+
+def runnable_arms(experiment, defined: dict) -> list[str]:
+    """What `--agentcgroup-arms` may select for the experiment: any arm of [arms]; exp2 its controllers."""
+    return list(experiment.arms) if hasattr(KINDS.get(experiment.name), "check_arms") else list(defined)
+
+
+# -- claims comparing arms that separate tests measured, at the end of the session ---------------
+
+def session_verdicts_from_figures(experiment, figures: dict[str, dict],
+                                  why_absent: dict[str, str]) -> list[claimlang.Verdict]:
+    """The claims of a one-test-per-arm experiment (exp3) that compare arms, against the figures
+    each arm's test published (arm -> metric -> value)."""
+    cross = [c for c in claimlang.expand(experiment.claims, list(experiment.arms)) if len(c.arms) > 1]
+    absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in experiment.arms
+              if a not in figures}
+    return claimlang.check(cross, figures, absent)
+
+
+def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]) -> list[claimlang.Verdict]:
+    """The claims of a trace x arm experiment against the run's step records: `<arm>.<metric>` is
+    the sum over the arm's tests (trace x matrix point) of the test's metric (compare.test_values).
+    A claim is checked only when each of its arms ran the same tests (same traces, seeds, params):
+    else it says which arm ran what. `why_absent`: arm -> why it did not run (its skip reason)."""
+    tests: dict[str, set] = {}
+    sums: dict[str, dict] = {}
+    for (exp, arm, trace, seed, params), vals in test_values(
+            [r for r in records if r.get("experiment") == experiment.name]).items():
+        tests.setdefault(arm, set()).add((trace, seed, params))
+        arm_sums = sums.setdefault(arm, {})
+        for m in SUMMED:
+            v = vals.get(m)
+            # one test without the value leaves the sum unknown (None), never a partial sum
+            arm_sums[m] = None if v is None or (m in arm_sums and arm_sums[m] is None) else arm_sums.get(m, 0) + v
+    out = []
+    for claim in claimlang.expand(experiment.claims, list(experiment.arms)):
+        absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in claim.arms if a not in tests}
+        ran = [a for a in claim.arms if a in tests]
+        if not absent and len({frozenset(tests[a]) for a in ran}) > 1:
+            first = ran[0]
+            absent = {a: f"ran {len(tests[a])} test(s), {first} {len(tests[first])}: the claim compares the arms "
+                         "over the same traces" for a in ran[1:] if tests[a] != tests[first]}
+        out.append(claimlang.evaluate(claim, lambda a, m: sums.get(a, {}).get(m), absent))
+    return out

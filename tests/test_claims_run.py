@@ -1,0 +1,120 @@
+"""Claims end to end, in pytest subprocesses on real cgroups (issue 13 part 7's acceptance): a copy
+of the shipped config with a claim turned around fails with the claim, its values and its verdict;
+and a config without an experiment skips that experiment's tests naming the missing section."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import cgroups_or_skip
+
+REPO = Path(__file__).resolve().parents[1]
+CLAIM = '"static-toolcall.oom_kills > unlimited.oom_kills"'
+TURNED = '"static-toolcall.oom_kills <= unlimited.oom_kills"'
+# the one smoke trace with a step above the static per-step limit (512 MiB): pydicom step 32, 1778 MiB
+TRACE = "claude-code/local/pydicom__pydicom-2065"
+
+
+def _copy_config(root: Path, *, turn: bool) -> Path:
+    text = (REPO / "experiments" / "agentcgroup.toml").read_text()
+    assert CLAIM in text, "the shipped exp1 claim this test turns around is gone"
+    if turn:
+        text = text.replace(CLAIM, TURNED)
+    path = root / ("turned.toml" if turn else "shipped.toml")
+    path.write_text(text.replace('traces = "../traces"', f'traces = "{REPO / "traces"}"'))
+    return path
+
+
+def _exp1(pytester, config: Path, *args):
+    shutil.copy(REPO / "experiments" / "test_exp1_domain_mismatch.py", pytester.path)
+    return pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--agentcgroup-config", str(config), "--agentcgroup-out", "out",
+        "--agentcgroup-arms", "unlimited,static-toolcall", "--agentcgroup-subset", TRACE,
+        "--agentcgroup-time-scale", "0.01", "test_exp1_domain_mismatch.py", *args)
+
+
+def test_a_claim_turned_around_fails_with_the_claim_its_values_and_its_verdict(pytester):
+    cgroups_or_skip()
+    shipped = _exp1(pytester, _copy_config(pytester.path, turn=False))
+    shipped.assert_outcomes(passed=2)
+    assert shipped.ret == 0
+    shipped.stdout.fnmatch_lines(["*agentcgroup claims*",
+                                  "exp1: claim static-toolcall.oom_kills > unlimited.oom_kills: 1 > 0 -> holds"])
+    # the arms this run left out: not checked, named, and not counted as a pass
+    shipped.stdout.fnmatch_lines(["exp1: claim agentcgroup.oom_kills < static-toolcall.oom_kills: not checked: "
+                                  "arm agentcgroup did not run in this session (deselected)"])
+
+    turned = _copy_config(pytester.path, turn=True)
+    for args in ((), ("-n", "2")):          # serially, and with the arms in two xdist workers
+        result = _exp1(pytester, turned, *args)
+        result.assert_outcomes(passed=2)                    # every test's budget held ...
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, args   # ... and the refuted claim fails the session
+        result.stdout.fnmatch_lines(["exp1: claim static-toolcall.oom_kills <= unlimited.oom_kills: 1 <= 0 -> refuted",
+                                     "*claims: 1 refuted, 2 not checked; a refuted claim fails the session (exit 1)*"])
+
+
+def test_a_config_without_an_experiment_skips_its_tests_naming_the_section(pytester):
+    cgroups_or_skip()
+    for f in (REPO / "experiments").glob("test_exp*.py"):
+        shutil.copy(f, pytester.path)
+    config = pytester.path / "only-exp1.toml"
+    config.write_text(f'traces = "{REPO / "traces"}"\n[defaults]\ntime_scale = 0.05\n[arms.unlimited]\n'
+                      '[experiments.exp1]\nsubset = "claude-code/haiku/xonsh__xonsh-3255"\narms = ["unlimited"]\n')
+    base = ("-p", "no:cacheprovider", "--agentcgroup-config", str(config), "--agentcgroup-out", "out", "-rs")
+    result = pytester.runpytest_subprocess(*base, "-k", "exp1")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0
+    # every experiment's tests (but the harness's own per-step cost, which reads no config)
+    result = pytester.runpytest_subprocess(*base, "--deselect", "test_exp4_overhead.py::test_exp4_step_overhead")
+    result.assert_outcomes(passed=1, skipped=5)
+    for name in ("exp2", "exp3", "exp4", "exp5"):
+        result.stdout.fnmatch_lines([f"SKIPPED*experiment {name} is not in {config} (no [[]experiments.{name}[]] section)"])
+    assert "error" not in result.stdout.str().lower().split("short test summary")[-1]
+
+
+# A stand-in for exp3's test (the real one needs docker and chromium and takes ~40 s per arm): one
+# test per arm through `agentcgroup_arm`, publishing its figures as experiments/test_exp3 does. What
+# is under test is the harness: claims comparing arms of a one-test-per-arm experiment are checked
+# at the end of the session on those figures, serially and from xdist workers.
+EXP3_STANDIN = '''
+import pytest
+from pytest_agentcgroup.harness import experiment as harness_exp
+
+pytestmark = pytest.mark.experiment(name="exp3")
+PIDS_MAX_EVENTS = {"unlimited": 64, "static-high": 12}
+
+
+def test_exp3_standin(agentcgroup_arm, request):
+    if agentcgroup_arm == "static-env":
+        pytest.skip("tenant A: no chromium here")
+    harness_exp.publish(request, {"c_pids_max_events": PIDS_MAX_EVENTS[agentcgroup_arm], "a_oom_kills": None})
+'''
+
+
+def test_exp3_claims_comparing_arms_are_checked_at_the_end_of_the_session(pytester):
+    text = (REPO / "experiments" / "agentcgroup.toml").read_text()
+    first = '  "*.c_pids_max_events >= 1",\n'
+    assert first in text
+    cross = ('  "static-high.c_pids_max_events < unlimited.c_pids_max_events",\n'
+             '  "static-high.c_pids_max_events > unlimited.c_pids_max_events",\n'
+             '  "static-env.c_pids_max_events > unlimited.c_pids_max_events",\n'
+             '  "static-high.a_oom_kills <= unlimited.a_oom_kills",\n')
+    config = pytester.path / "exp3.toml"
+    config.write_text(text.replace(first, first + cross))
+    pytester.makepyfile(test_exp3_standin=EXP3_STANDIN)
+    for args in ((), ("-n", "2")):
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", str(config),
+                                               "--agentcgroup-arms", "unlimited,static-high,static-env", *args)
+        result.assert_outcomes(passed=2, skipped=1)
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, args
+        result.stdout.fnmatch_lines([
+            "*agentcgroup claims (across arms, at the end of the session)*",
+            "exp3: claim static-high.c_pids_max_events < unlimited.c_pids_max_events: 12 < 64 -> holds",
+            "exp3: claim static-high.c_pids_max_events > unlimited.c_pids_max_events: 12 > 64 -> refuted",
+            "exp3: claim static-env.c_pids_max_events > unlimited.c_pids_max_events: not checked: "
+            "arm static-env skipped: tenant A: no chromium here",
+            "exp3: claim static-high.a_oom_kills <= unlimited.a_oom_kills: static-high.a_oom_kills, "
+            "unlimited.a_oom_kills: no value measured -> not measured",
+        ], consecutive=True)
