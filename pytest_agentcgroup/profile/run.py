@@ -87,13 +87,16 @@ def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
     read before anything runs; a bad file is a ProfileError naming it."""
     files: list[Path] = []
     for p in paths:
-        if p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.suffix in (".json", ".jsonl") and f.name != MANIFEST
-                            and f.is_file() and not f.name.endswith(".partial"))
-        elif p.exists():
-            files.append(p)
-        else:
-            raise ProfileError(f"{p}: no such file or directory")
+        try:
+            if p.is_dir():
+                files += sorted(f for f in p.rglob("*") if f.suffix in (".json", ".jsonl") and f.name != MANIFEST
+                                and f.is_file() and not f.name.endswith(".partial"))
+            elif p.exists():
+                files.append(p)
+            else:
+                raise ProfileError(f"{p}: no such file or directory")
+        except OSError as exc:           # e.g. a directory this user may not enter
+            raise ProfileError(f"{exc.filename or p}: {exc.strerror}") from None
     out, seen = [], {}
     for f in files:
         try:
