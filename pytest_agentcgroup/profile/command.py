@@ -70,6 +70,12 @@ def cmd_profile(args) -> int:
     except (ProfileError, CgroupUnavailable, ExecutorUnavailable) as exc:
         print(f"{chr(10) if tty else ''}agentcgroup traces profile: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as exc:
+        if not type(exc).__module__.startswith("docker."):
+            raise
+        # the Docker engine refused something (an image, a container): its own words, no traceback
+        print(f"{chr(10) if tty else ''}agentcgroup traces profile: docker: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"\nagentcgroup traces profile: interrupted; traces complete in {args.output} are kept, "
               "run the same command again to resume", file=sys.stderr)

@@ -29,6 +29,7 @@ import re
 import shutil
 import stat
 import statistics
+import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -170,7 +171,10 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
         executor.start(trace)
         try:
             if settings.workspace is not None:
-                seed_workspace(executor, settings.workspace)
+                if settings.executor == "docker":
+                    _seed_container(executor, settings.workspace, trace, meter)
+                else:
+                    seed_workspace(executor, settings.workspace)
             for k, step in enumerate(trace.steps, 1):
                 result = replay_step(trace, step, executor, meter)
                 new = _profiled_step(step, result, meter.last)
@@ -240,17 +244,15 @@ def _provenance(trace: Trace, tree: RunTree, settings: Settings, measures: list[
 
 
 def seed_workspace(executor, src: Path) -> None:
-    """Copy `src` into the trace's working directory (the executor's `home`) before its first step:
-    regular files, directories and symlinks (as links), nothing else (a FIFO or device is skipped)."""
-    if getattr(executor, "name", "") == "sandbox":
-        dst = Path(executor.workspace)
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
-        if executor.as_root:
-            for root, dirs, files in os.walk(dst):
-                for name in [*dirs, *files]:
-                    os.lchown(os.path.join(root, name), executor.step_uid, executor.step_gid)
-        return
-    _seed_container(executor, src)
+    """Copy `src` into the sandbox's workspace (mounted at the trace's working directory) before the
+    first step: regular files, directories and symlinks (as links), nothing else (a FIFO or device
+    is skipped), owned by the step's user."""
+    dst = Path(executor.workspace)
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+    if executor.as_root:
+        for root, dirs, files in os.walk(dst):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), executor.step_uid, executor.step_gid)
 
 
 def _special_files(directory: str, names: list[str]) -> list[str]:
@@ -262,15 +264,22 @@ def _special_files(directory: str, names: list[str]) -> list[str]:
     return skip
 
 
-def _seed_container(executor, src: Path) -> None:
-    import io
-    import tarfile
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None:
+    # The container's workspace may be a tmpfs on a read-only root (the local image), which Docker's
+    # archive API cannot write; so the tar goes to the container's fresh /tmp tmpfs (nothing of the
+    # trace has run yet: no link a step could have planted) and a step of ours, measured like any
+    # step but not part of the trace, unpacks it where the trace starts.
+    name = "/tmp/.agentcgroup-workspace.tar"
+    fd = os.open(Path(f"/proc/{executor.init_pid}/root") / name.lstrip("/"),
+                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
         for entry in sorted(src.iterdir()):
             tar.add(entry, arcname=entry.name, filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() else None)
-    if not executor.container.put_archive(executor.home, buf.getvalue()):
-        raise ProfileError(f"--workspace {src}: the container did not accept it at {executor.home}")
+    seed = Step(-1, "bash", {"command": f"tar -xf {name} && rm -f {name}"})
+    result = replay_step(trace, seed, executor, meter)
+    if not result.executed or result.timed_out or result.exit_code != 0:
+        raise ProfileError(f"--workspace {src}: unpacking it in the container failed "
+                           f"({result.error or f'exit {result.exit_code}, timed out {result.timed_out}'})")
 
 
 def _write(trace: Trace, dst: Path) -> None:
