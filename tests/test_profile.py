@@ -194,3 +194,19 @@ def test_the_shipped_recorded_here_corpus():
             assert s.profile.peak_mb and s.profile.cpu_ms and s.profile.curve
             statuses.add(s.outcome.status)
     assert {"ok", "failed", "timeout"} <= statuses
+
+
+def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, agentcgroup_docker):
+    """The docker executor (local image): the workspace is unpacked in the container's tmpfs
+    workspace, each step measured in its own cgroup under the container's."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.txt").write_text("41\n")
+    path = tiny(tmp_path, [bash(0, "test \"$(cat data.txt)\" = 41", cwd="/workspace"),
+                           bash(1, "python3 -c 'x = bytearray(300 * 2**20)'"), bash(2, "exit 4")])
+    profile_traces([path], tmp_path / "out", Settings(executor="docker", workspace=ws, memory_max_mb=200),
+                   engine=agentcgroup_docker)
+    t = profiled(tmp_path / "out", "t/tiny")
+    assert [(s.outcome.status, s.outcome.exit_code) for s in t.steps] == [("ok", 0), ("oom", 137), ("failed", 4)]
+    assert t.steps[1].profile.peak_mb.value > 150 and t.steps[1].profile.provenance() == "recorded"
+    assert t.source["profiled"]["executor"] == "docker" and t.source["profiled"]["image"]

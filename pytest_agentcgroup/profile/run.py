@@ -115,8 +115,9 @@ def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
 
 
 def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
-                   progress: Callable[[str], None] = lambda line: None) -> dict:
-    """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}."""
+                   progress: Callable[[str], None] = lambda line: None, engine=None) -> dict:
+    """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}.
+    docker: `engine` is a DockerEngine the caller owns; without one, one is acquired and released."""
     inputs = load_inputs(paths)
     if settings.workspace is not None and not settings.workspace.is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
@@ -131,11 +132,11 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     host = detect()
     controllers = ("memory", "pids", "cpu") + (("io",) if host.mode == "v2" and "io" in host.controllers else ())
     tree = RunTree(host, controllers=controllers)
-    engine = None
+    own_engine = None
     try:
-        if settings.executor == "docker":
+        if settings.executor == "docker" and engine is None:
             from ..engines.docker import DockerEngine
-            engine = DockerEngine.acquire()
+            engine = own_engine = DockerEngine.acquire()
         for i, (trace, dst) in enumerate(todo, 1):
             def on_step(k: int, n: int, step: Step, i=i, trace=trace):
                 status = step.outcome.status if step.outcome else "not a command"
@@ -147,8 +148,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
             done.append(trace.trace_id)
     finally:
         try:
-            if engine is not None:
-                engine.release()
+            if own_engine is not None:
+                own_engine.release()
         finally:
             tree.close()
     return {"profiled": done, "skipped": skipped}
