@@ -231,7 +231,7 @@ def _provenance(trace: Trace, tree: RunTree, settings: Settings, measures: list[
     out = {"by": "agentcgroup traces profile", "command": settings.command,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
-                       "cpus": os.cpu_count(), "python": platform.python_version()},
+                       "cpus": os.cpu_count(), "profiler_python": platform.python_version()},
            "executor": settings.executor, "image": getattr(executor, "image", None),
            "workspace": str(settings.workspace) if settings.workspace else None,
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
