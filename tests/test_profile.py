@@ -63,12 +63,14 @@ def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
         bash(3, "exit 3"),
         bash(4, "sleep 10", timeout_ms=700),
         bash(5, "python3 -c 'x = bytearray(400 * 2**20)'"),
+        bash(6, "true", cwd="/workspace/../etc"),         # refused: not started, nothing measured
     ])
     done = profile_traces([path], tmp_path / "out", Settings(memory_max_mb=200))
     assert done == {"profiled": ["t/tiny"], "skipped": []}
     t = profiled(tmp_path / "out", "t/tiny")
     s = t.steps
-    assert [x.outcome.status if x.outcome else None for x in s] == ["ok", None, "ok", "failed", "timeout", "oom"]
+    assert [x.outcome.status if x.outcome else None for x in s] == ["ok", None, "ok", "failed", "timeout", "oom",
+                                                                      "error"]
     assert (s[3].outcome.exit_code, s[4].outcome.exit_code) == (3, None)
     # the allocation: the kernel's peak sees the 120 MiB, the curve rises to it, CPU was spent
     p = s[0].profile
@@ -82,6 +84,7 @@ def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
     assert s[1] == Step(1, "read", {"file_path": "/workspace/f"}, profile=Profile(peak_mb=Measure(3.0, "derived")))
     assert 600 <= s[4].duration_ms.value < 5000                     # killed at its own 700 ms timeout
     assert s[5].profile.peak_mb.value <= 200 + 1                     # held at the bound, then killed
+    assert s[6].duration_ms is None and s[6].profile.to_json() == {} and s[6].original is not None
     src = t.source["profiled"]
     assert src["complete"] and src["executor"] == "sandbox" and src["steps_profiled"] == 5
     assert src["sample_hz"]["median"] >= 100                         # the floor

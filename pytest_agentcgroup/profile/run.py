@@ -177,9 +177,10 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
                 else:
                     seed_workspace(executor, settings.workspace)
             for k, step in enumerate(trace.steps, 1):
+                meter.last = None               # a step refused before its cgroup was made leaves none
                 result = replay_step(trace, step, executor, meter)
                 new = _profiled_step(step, result, meter.last)
-                if new.outcome is not None and meter.last is not None:
+                if new.outcome is not None and new.outcome.status != "error":
                     measures.append(meter.last)
                 steps.append(new)
                 on_step(k, len(trace.steps), new)
@@ -249,7 +250,11 @@ def seed_workspace(executor, src: Path) -> None:
     first step: regular files, directories and symlinks (as links), nothing else (a FIFO or device
     is skipped), owned by the step's user."""
     dst = Path(executor.workspace)
-    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+    try:
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+    except (OSError, shutil.Error) as exc:       # e.g. ENOSPC: the workspace tmpfs has a size
+        raise ProfileError(f"--workspace {src}: cannot copy it into the sandbox's workspace "
+                           f"({executor.workspace_mb} MiB): {exc}") from None
     if executor.as_root:
         for root, dirs, files in os.walk(dst):
             for name in [*dirs, *files]:
