@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
 
-from conftest import cgroups_or_skip
+from conftest import EXP_MODULE, cgroups_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -213,3 +214,29 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
     assert [(s.outcome.status, s.outcome.exit_code) for s in t.steps] == [("ok", 0), ("oom", 137), ("failed", 4)]
     assert t.steps[1].profile.peak_mb.value > 150 and t.steps[1].profile.provenance() == "recorded"
     assert t.source["profiled"]["executor"] == "docker" and t.source["profiled"]["image"]
+
+
+def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester):
+    """Acceptance: exp1 runs on the profiled corpus like on any other, and what the emulator replays
+    is the recorded profile (every step record says `recorded`)."""
+    cgroups_or_skip()
+    (pytester.path / "study.toml").write_text(textwrap.dedent(f"""
+        traces = "{REPO / 'traces'}"
+        [defaults]
+        executor = "emulate"
+        time_scale = 0.01
+        step_timeout_s = 60
+        [arms.unlimited]
+        [arms.static-toolcall]
+        memory_max_mb = 1024
+        [experiments.exp1]
+        subset = "recorded-here"
+    """))
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                           "--agentcgroup-out", "out", timeout=600)
+    traces = [Corpus.open(REPO / "traces").load(t) for t in Corpus.open(REPO / "traces").ids("recorded-here")]
+    result.assert_outcomes(passed=len(traces) * 2)
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * sum(len(t.steps) for t in traces)
+    assert {r["profile_source"] for r in lines} == {"recorded"}
