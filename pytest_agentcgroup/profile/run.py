@@ -276,8 +276,21 @@ def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None
     # trace has run yet: no link a step could have planted) and a step of ours, measured like any
     # step but not part of the trace, unpacks it where the trace starts.
     name = "/tmp/.agentcgroup-workspace.tar"
-    fd = os.open(Path(f"/proc/{executor.init_pid}/root") / name.lstrip("/"),
-                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    # component by component, no symlink followed: an image whose /tmp is a link would otherwise
+    # have it resolved on the host (an absolute link under /proc/PID/root is the host's path)
+    try:
+        root = os.open(f"/proc/{executor.init_pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            tmp = os.open("tmp", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
+        finally:
+            os.close(root)
+        try:
+            fd = os.open(name.rpartition("/")[2], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=tmp)
+        finally:
+            os.close(tmp)
+    except OSError as exc:
+        raise ProfileError(f"--workspace {src}: cannot write {name} in the container ({exc.strerror})") from None
     with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
         for entry in sorted(src.iterdir()):
             tar.add(entry, arcname=entry.name, filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() else None)
