@@ -191,7 +191,7 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
                 executor.stop()
     finally:
         workload.remove()
-    source = {**trace.source, "profiled": _provenance(trace, tree, settings, measures, executor)}
+    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor)}
     return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps))
 
 
@@ -211,9 +211,10 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None) -> Ste
     rec = lambda v: Measure(round(float(v), 3), "recorded")       # noqa: E731
     curve = to_curve(m.curve)
     ramp = curve.t_ms[curve.mb.index(max(curve.mb))] if curve else None
-    profile = Profile(peak_mb=rec(m.peak_bytes / MB), ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
-                      cpu_ms=rec(m.cpu_usec / 1000.0), io_bytes=rec(m.io_bytes) if m.io_bytes is not None else None,
-                      curve=curve)
+    profile = Profile(peak_mb=rec(m.peak_bytes / MB),
+                      ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
+                      cpu_ms=rec(m.cpu_usec / 1000.0),
+                      io_bytes=rec(m.io_bytes) if m.io_bytes is not None else None, curve=curve)
     return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original)
 
 
@@ -223,11 +224,12 @@ def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
     pts = [(round(t, 1), round(v / MB, 3)) for t, v in samples]
     if not pts:
         return None
-    kept = [p for i, p in enumerate(pts) if i in (0, len(pts) - 1) or p[1] != pts[i - 1][1] or p[1] != pts[i + 1][1]]
+    kept = [p for i, p in enumerate(pts)
+            if i in (0, len(pts) - 1) or p[1] != pts[i - 1][1] or p[1] != pts[i + 1][1]]
     return Curve(tuple(t for t, _ in kept), tuple(mb for _, mb in kept), "recorded")
 
 
-def _provenance(trace: Trace, tree: RunTree, settings: Settings, measures: list[StepMeasure], executor) -> dict:
+def _provenance(tree: RunTree, settings: Settings, measures: list[StepMeasure], executor) -> dict:
     rates = [r for m in measures if (r := m.sample_hz) is not None]
     out = {"by": "agentcgroup traces profile", "command": settings.command,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -238,7 +240,8 @@ def _provenance(trace: Trace, tree: RunTree, settings: Settings, measures: list[
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
            "step_timeout_s": settings.step_timeout_s, "sample_period_ms": settings.period_s * 1000.0,
            "sample_hz": {"min": round(min(rates), 1), "median": round(statistics.median(rates), 1)} if rates else None,
-           "peak": "kernel" if all(m.peak_from == "kernel" for m in measures) else "curve maximum where the kernel has no memory.peak",
+           "peak": "kernel" if all(m.peak_from == "kernel" for m in measures)
+                   else "the curve's maximum where the kernel has no memory.peak",
            "steps_profiled": len(measures), "complete": True}
     if any(m.io_bytes is None for m in measures):
         out["io_bytes"] = "not measured: no per-cgroup IO count for the step's cgroup on this host"
@@ -323,12 +326,14 @@ def _add_to_manifest(out: Path, written: list[tuple[Trace, Path]], subset: str) 
                                    "steps": len(trace.steps), "profiled_steps": len(rows),
                                    "outcomes": {k: sum(1 for s in rows if s.outcome.status == k)
                                                 for k in sorted({s.outcome.status for s in rows})},
-                                   "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb), default=0.0),
+                                   "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb),
+                                                  default=0.0),
                                    "total_step_ms": round(sum(s.duration_ms.value for s in rows if s.duration_ms))}
         if trace.trace_id not in listed:
             listed.append(trace.trace_id)
     subsets[subset] = listed
-    manifest = {"schema": MANIFEST_SCHEMA, "subsets": subsets, "traces": sorted(entries.values(), key=lambda e: e["trace_id"])}
+    manifest = {"schema": MANIFEST_SCHEMA, "subsets": subsets,
+                "traces": sorted(entries.values(), key=lambda e: e["trace_id"])}
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(MANIFEST + ".partial")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
