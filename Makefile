@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report paper clean clean-images
+.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report paper clean clean-images recorded-here
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -54,6 +54,14 @@ paper: setup
 
 clean:
 	rm -rf .venv results report results-paper report-paper
+
+# The recorded-here corpus (issue 15): its workspace (more-itertools' sdist and a wheel directory,
+# pinned by sha256, from PyPI) and its command traces profiled on this machine into traces/ (subset
+# recorded-here; resumable: a trace already complete there is kept, delete it to profile it again)
+recorded-here: setup
+	@$(PY) -m pytest_agentcgroup.tools.recorded_here workspace .cache/recorded-here/workspace
+	@$(PY) -m pytest_agentcgroup.cli traces profile traces/recorded-here/commands -o traces \
+	  --workspace .cache/recorded-here/workspace --subset recorded-here
 
 # the Docker images the project built (agentcgroup/...), so that the next run builds them from nothing;
 # starts dockerd for it when none answers (and stops it again); silent when there is nothing to remove

@@ -6,6 +6,7 @@
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
+    agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG] [--step-timeout S]
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: README, "Tolerances")
     agentcgroup images clean [--image NAME]...
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
     _add_select(tsub)
+    from .profile import command as profile_command     # `traces profile` (issue 15)
+    profile_command.add_parser(tsub)
     from .reports import commands as report_commands
     report_commands.add_parsers(sub)
     _add_images(sub)

@@ -31,7 +31,7 @@ RANKS = {
     "replay": 2,
     "tenants": 3,
     "cgroups": 4,
-    "bpf": 5,
+    "bpf": 5, "profile": 5,
     "metrics": 6,
     "config": 7,
     "reports": 8,

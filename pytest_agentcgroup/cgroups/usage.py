@@ -9,6 +9,9 @@ trapezoid rule over those samples plus one last reading at stop.
 The first reading is taken as soon as the step's window opens (before its program runs, so it is
 the cgroup's baseline, e.g. the parked shell); a step shorter than the period has only that reading
 and the last one, so its integral is under-sampled: `samples` says how many readings it rests on.
+
+With `keep_samples=True` the readings themselves are kept too (`curve`: ms after the window opened,
+bytes), for a profile's memory curve (`agentcgroup traces profile`).
 """
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ MB = 1024 * 1024
 
 
 class UsageSampler:
-    def __init__(self, period_s: float = 0.02):
+    def __init__(self, period_s: float = 0.02, *, keep_samples: bool = False):
         if period_s <= 0:
             raise ValueError(f"usage sampling period must be positive, got {period_s!r}")
         self.period_s = period_s
+        self.keep_samples = keep_samples
+        self.curve: list[tuple[float, int]] = []      # the last window's readings (keep_samples)
         self._cond = threading.Condition()
         self._cg = None
         self._gen = 0                      # which window a reading belongs to (start/stop move it on)
@@ -52,6 +57,8 @@ class UsageSampler:
         t1 = time.monotonic()
         if last is not None:
             samples = [*samples, (t1, last)]
+        if self.keep_samples:
+            self.curve = [((t - t0) * 1000.0, v) for t, v in samples]
         return {"usage_mib_ms": integral_mib_ms(samples, t0, t1), "usage_samples": len(samples),
                 "usage_window_ms": (t1 - t0) * 1000.0}
 

@@ -1,0 +1,89 @@
+"""`agentcgroup traces profile`: the command line of the profiler (run.py), with a progress line on
+stderr and one message for whatever stops it (a bad trace file, a missing workspace, no cgroups
+or executor here)."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from ..cgroups.host import CgroupUnavailable
+from ..errors import ExecutorUnavailable
+from .run import ProfileError, Settings, profile_traces
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 1
+
+
+def add_parser(tsub) -> argparse.ArgumentParser:
+    p = tsub.add_parser(
+        "profile", help="run each trace's real commands once, step by step, and record their profiles",
+        description="Run every executing step (bash, python) of each trace once, in order, in one workspace "
+                    "per trace, each step in a fresh cgroup of its own under a real executor (sandbox: "
+                    "bubblewrap as an unprivileged user; docker: a container of the trace's image), and write "
+                    "the traces to OUT/<trace_id>.json with profiles whose numbers are all `recorded`: duration, "
+                    "the kernel's memory peak, a memory curve sampled every few ms, CPU user+sys, IO bytes where "
+                    "the kernel counts them per cgroup, and the step's outcome (ok, failed, timeout, oom, error). "
+                    "The old figures stay beside them (`original`). Steps that are not commands (edit, read, "
+                    "search, noop, browser) keep their profile. OUT/manifest.json lists the traces (subset "
+                    "--subset). Resumable: a trace already complete in OUT is skipped; run the same command "
+                    "again after an interruption. Needs root (cgroups, the sandbox's bounded workspace).",
+        epilog="Example: agentcgroup traces profile traces/recorded-here/commands -o /tmp/profiled "
+               "--workspace .cache/recorded-here/workspace. Exit codes: 0 ok, 1 bad input or cannot run "
+               "here (named on stderr), 2 usage error, 130 interrupted (rerun to resume).")
+    p.add_argument("files", nargs="+", metavar="TRACES", type=Path, help="IR trace files or directories of them")
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="DIR", help="output directory (created)")
+    p.add_argument("--executor", choices=("sandbox", "docker"), default="sandbox",
+                   help="where the commands run (default sandbox); never outside one of these")
+    p.add_argument("--workspace", type=Path, metavar="DIR",
+                   help="a directory copied into each trace's working directory before its first step "
+                        "(e.g. a repository checkout); default: an empty workspace (sandbox) or the image's")
+    p.add_argument("--image", metavar="IMG", help="docker: the image to run in (default: the trace's SWE-rebench "
+                                                   "image when it is present locally, else the local image)")
+    p.add_argument("--step-timeout", type=float, default=120.0, metavar="S",
+                   help="a step's timeout in seconds (default 120; a trace's own shorter timeout wins)")
+    p.add_argument("--memory-max-mb", type=int, default=4096, metavar="MB",
+                   help="each step's hard memory limit (default 4096); a step OOM-killed at it is `oom`")
+    p.add_argument("--pids-max", type=int, default=1024, metavar="N", help="each step's pids limit (default 1024)")
+    p.add_argument("--subset", default="profiled", help="manifest subset listing the traces (default profiled)")
+    p.add_argument("--json", action="store_true", help="print {profiled, skipped} as JSON on stdout")
+    p.set_defaults(func=cmd_profile)
+    return p
+
+
+def cmd_profile(args) -> int:
+    if args.image and args.executor != "docker":
+        print("agentcgroup traces profile: --image needs --executor docker", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    settings = Settings(executor=args.executor, workspace=args.workspace, image=args.image,
+                        step_timeout_s=args.step_timeout, memory_max_mb=args.memory_max_mb, pids_max=args.pids_max,
+                        subset=args.subset, command=shlex.join(["agentcgroup", *sys.argv[1:]]))
+    tty = sys.stderr.isatty()
+
+    def progress(line: str) -> None:
+        # one line rewritten in place on a terminal, a line per step otherwise (logs, CI)
+        sys.stderr.write(f"\r\033[K{line}" if tty else f"{line}\n")
+        sys.stderr.flush()
+    try:
+        done = profile_traces(args.files, args.output, settings, progress=progress)
+    except (ProfileError, CgroupUnavailable, ExecutorUnavailable) as exc:
+        print(f"{chr(10) if tty else ''}agentcgroup traces profile: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:
+        if not type(exc).__module__.startswith("docker."):
+            raise
+        # the Docker engine refused something (an image, a container): its own words, no traceback
+        print(f"{chr(10) if tty else ''}agentcgroup traces profile: docker: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"\nagentcgroup traces profile: interrupted; traces complete in {args.output} are kept, "
+              "run the same command again to resume", file=sys.stderr)
+        return 130
+    if tty:
+        sys.stderr.write("\n")
+    print(f"profiled {len(done['profiled'])} trace(s), skipped {len(done['skipped'])} already complete, in "
+          f"{args.output}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(done))
+    return EXIT_OK

@@ -1,0 +1,340 @@
+"""Profile traces: each trace's executing steps run once, in order, in one workspace per trace (the
+state an agent's run leaves carries from step to step: files, the shell's directory), each step
+measured in its own cgroup (meter.py); the trace is written back with recorded figures.
+
+What a profiled step carries (traces/ir.py):
+- `duration_ms`: wall time, spawn to reap; `profile`: peak_mb (the kernel's per-cgroup peak),
+  ramp_ms (start to the highest reading of the curve), cpu_ms (user + system), io_bytes (where the
+  kernel counts it per cgroup; omitted where it does not), curve (memory every few ms) — every
+  number `recorded`;
+- `outcome`: timeout (killed at its timeout) > oom (any OOM kill in its cgroup) > failed (exit != 0)
+  > ok; `error` for a step that could not start (refused or not spawnable; nothing measured). A
+  step killed by a signal has exit_code 128 + signal (the shell's convention); a timed-out step none;
+- `original`: the figures the step had before (kept from an earlier `original` when a profiled
+  trace is profiled again, so it always holds the source's own).
+Steps that execute nothing here (edit, read, search, noop, browser: the agent runtime's own work,
+not a command) keep their profile unchanged and get no outcome: that is what "not profiled" means.
+
+Output: OUT/<trace_id>.json (the corpus layout), written whole once the trace has ended (a
+`.partial` file before), and OUT/manifest.json listing it (entries of other traces kept). A trace
+whose output is complete is skipped (resume); anything else is profiled again.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import stat
+import statistics
+import tarfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from ..cgroups.host import detect
+from ..cgroups.tree import RunTree
+from ..replay.executors import EXECUTING_TOOLS, make_executor
+from ..replay.replayer import StepResult, replay_step
+from ..traces.corpus import MANIFEST, MANIFEST_SCHEMA
+from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
+from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter
+
+MB = 1024 * 1024
+_SAFE_PART = re.compile(r"^[A-Za-z0-9._@+-]+$")
+
+
+class ProfileError(RuntimeError):
+    """Profiling cannot go on: one message naming the file, directory or capability."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    executor: str = "sandbox"            # sandbox | docker
+    workspace: Path | None = None        # copied into each trace's working directory before its first step
+    image: str | None = None             # docker: the image (default: the trace's SWE-rebench image, else local)
+    step_timeout_s: float = 120.0
+    memory_max_mb: int = 4096            # each step's hard memory limit (above it: OOM-killed, outcome oom)
+    pids_max: int = 1024
+    period_s: float = SAMPLE_PERIOD_S
+    subset: str = "profiled"             # the manifest subset the profiled traces are listed in
+    command: str = ""                    # the command line, for the traces' provenance
+
+
+def output_path(out: Path, trace_id: str) -> Path:
+    """OUT/<trace_id>.json; a trace id that is not a clean relative path is refused, not rewritten
+    (two ids rewritten alike would overwrite each other's output)."""
+    parts = trace_id.split("/")
+    if not all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts):
+        raise ProfileError(f"trace {trace_id!r}: its id is not a clean relative path (letters, digits, ._@+-, "
+                           "'/'-separated), so it cannot name an output file")
+    return out.joinpath(*parts[:-1], parts[-1] + ".json")
+
+
+def is_complete(path: Path, trace: Trace) -> bool:
+    """Whether `path` holds this trace, profiled to its end by this command."""
+    try:
+        done = list(read_traces(path))
+    except TraceError:
+        return False
+    return (len(done) == 1 and done[0].trace_id == trace.trace_id and len(done[0].steps) == len(trace.steps)
+            and (done[0].source.get("profiled") or {}).get("complete") is True)
+
+
+def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
+    """Every trace in the files (directories: their *.json / *.jsonl, manifest.json excepted), all
+    read before anything runs; a bad file is a ProfileError naming it."""
+    files: list[Path] = []
+    for p in paths:
+        try:
+            if p.is_dir():
+                files += sorted(f for f in p.rglob("*") if f.suffix in (".json", ".jsonl") and f.name != MANIFEST
+                                and f.is_file() and not f.name.endswith(".partial"))
+            elif p.exists():
+                files.append(p)
+            else:
+                raise ProfileError(f"{p}: no such file or directory")
+        except OSError as exc:           # e.g. a directory this user may not enter
+            raise ProfileError(f"{exc.filename or p}: {exc.strerror}") from None
+    out, seen = [], {}
+    for f in files:
+        try:
+            traces = list(read_traces(f))
+        except TraceError as exc:
+            raise ProfileError(str(exc)) from None
+        for t in traces:
+            if t.trace_id in seen:
+                raise ProfileError(f"{f}: trace {t.trace_id!r} is also in {seen[t.trace_id]}")
+            seen[t.trace_id] = f
+            out.append((f, t))
+    if not out:
+        raise ProfileError(f"no traces in {', '.join(map(str, paths))}")
+    return out
+
+
+def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
+                   progress: Callable[[str], None] = lambda line: None, engine=None) -> dict:
+    """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}.
+    docker: `engine` is a DockerEngine the caller owns; without one, one is acquired and released."""
+    inputs = load_inputs(paths)
+    if settings.workspace is not None and not settings.workspace.is_dir():
+        raise ProfileError(f"--workspace {settings.workspace}: not a directory")
+    todo = [(t, output_path(out, t.trace_id)) for _, t in inputs]
+    skipped = [t.trace_id for t, dst in todo if is_complete(dst, t)]
+    todo = [(t, dst) for t, dst in todo if t.trace_id not in skipped]
+    for tid in skipped:
+        progress(f"{tid}: complete in {out}, skipped (resume)")
+    done: list[str] = []
+    if not todo:
+        return {"profiled": done, "skipped": skipped}
+    host = detect()
+    controllers = ("memory", "pids", "cpu") + (("io",) if host.mode == "v2" and "io" in host.controllers else ())
+    tree = RunTree(host, controllers=controllers)
+    own_engine = None
+    try:
+        if settings.executor == "docker" and engine is None:
+            from ..engines.docker import DockerEngine
+            engine = own_engine = DockerEngine.acquire()
+        for i, (trace, dst) in enumerate(todo, 1):
+            def on_step(k: int, n: int, step: Step, i=i, trace=trace):
+                status = step.outcome.status if step.outcome else "not a command"
+                secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
+                progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
+            profiled = _profile_one(trace, tree, engine, settings, on_step)
+            _write(profiled, dst)
+            _add_to_manifest(out, [(profiled, dst)], settings.subset)
+            done.append(trace.trace_id)
+    finally:
+        try:
+            if own_engine is not None:
+                own_engine.release()
+        finally:
+            tree.close()
+    return {"profiled": done, "skipped": skipped}
+
+
+def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step) -> Trace:
+    workload = tree.workload(trace.trace_id)
+    docker, nest_in = {}, None
+    if settings.executor == "docker":
+        from ..cgroups.container import cgroup_parent, steps_in_container
+        docker = {"engine": engine, "cgroup_parent": cgroup_parent(tree, workload)}
+    try:
+        executor = make_executor(settings.executor, time_scale=1.0, step_timeout_s=settings.step_timeout_s, **docker)
+        if docker:
+            executor.image = settings.image or executor.image_for(trace)
+            nest_in = steps_in_container(tree, workload, executor)
+        meter = StepMeter(workload, tree.controllers, memory_max_mb=settings.memory_max_mb,
+                          pids_max=settings.pids_max, period_s=settings.period_s, nest_in=nest_in)
+        steps, measures = [], []
+        executor.start(trace)
+        try:
+            if settings.workspace is not None:
+                if settings.executor == "docker":
+                    _seed_container(executor, settings.workspace, trace, meter)
+                else:
+                    seed_workspace(executor, settings.workspace)
+            for k, step in enumerate(trace.steps, 1):
+                meter.last = None               # a step refused before its cgroup was made leaves none
+                result = replay_step(trace, step, executor, meter)
+                new = _profiled_step(step, result, meter.last)
+                if new.outcome is not None and new.outcome.status != "error":
+                    measures.append(meter.last)
+                steps.append(new)
+                on_step(k, len(trace.steps), new)
+        finally:
+            try:
+                meter.close()
+            finally:
+                executor.stop()
+    finally:
+        workload.remove()
+    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor)}
+    return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps))
+
+
+def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None) -> Step:
+    if not result.executed and not result.error:
+        return step                                   # executes nothing: not profiled
+    original = step.original or Original(duration_ms=step.duration_ms, profile=step.profile)
+    if not result.executed or m is None:              # refused, or could not be spawned: nothing ran
+        return replace(step, duration_ms=None, profile=Profile(), outcome=Outcome("error"), original=original)
+    if result.timed_out:
+        outcome = Outcome("timeout", None)
+    else:
+        code = result.exit_code if result.exit_code is not None else (
+            128 + result.signal if result.signal is not None else None)
+        status = "oom" if m.oom_kills else "ok" if code == 0 else "failed"
+        outcome = Outcome(status, code)
+    rec = lambda v: Measure(round(float(v), 3), "recorded")       # noqa: E731
+    curve = to_curve(m.curve)
+    ramp = curve.t_ms[curve.mb.index(max(curve.mb))] if curve else None
+    profile = Profile(peak_mb=rec(m.peak_bytes / MB),
+                      ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
+                      cpu_ms=rec(m.cpu_usec / 1000.0),
+                      io_bytes=rec(m.io_bytes) if m.io_bytes is not None else None, curve=curve)
+    return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original)
+
+
+def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
+    """The readings as a Curve in MiB; a run of equal readings keeps its first and last point only
+    (the curve is the same, the file smaller)."""
+    pts = [(round(t, 1), round(v / MB, 3)) for t, v in samples]
+    if not pts:
+        return None
+    kept = [p for i, p in enumerate(pts)
+            if i in (0, len(pts) - 1) or p[1] != pts[i - 1][1] or p[1] != pts[i + 1][1]]
+    return Curve(tuple(t for t, _ in kept), tuple(mb for _, mb in kept), "recorded")
+
+
+def _provenance(tree: RunTree, settings: Settings, measures: list[StepMeasure], executor) -> dict:
+    rates = [r for m in measures if (r := m.sample_hz) is not None]
+    out = {"by": "agentcgroup traces profile", "command": settings.command,
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
+                       "cpus": os.cpu_count(), "profiler_python": platform.python_version()},
+           "executor": settings.executor, "image": getattr(executor, "image", None),
+           "workspace": str(settings.workspace) if settings.workspace else None,
+           "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
+           "step_timeout_s": settings.step_timeout_s, "sample_period_ms": settings.period_s * 1000.0,
+           "sample_hz": {"min": round(min(rates), 1), "median": round(statistics.median(rates), 1)} if rates else None,
+           "peak": "kernel" if all(m.peak_from == "kernel" for m in measures)
+                   else "the curve's maximum where the kernel has no memory.peak",
+           "steps_profiled": len(measures), "complete": True}
+    if any(m.io_bytes is None for m in measures):
+        out["io_bytes"] = "not measured: no per-cgroup IO count for the step's cgroup on this host"
+    return out
+
+
+def seed_workspace(executor, src: Path) -> None:
+    """Copy `src` into the sandbox's workspace (mounted at the trace's working directory) before the
+    first step: regular files, directories and symlinks (as links), nothing else (a FIFO or device
+    is skipped), owned by the step's user."""
+    dst = Path(executor.workspace)
+    try:
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+    except (OSError, shutil.Error) as exc:       # e.g. ENOSPC: the workspace tmpfs has a size
+        raise ProfileError(f"--workspace {src}: cannot copy it into the sandbox's workspace "
+                           f"({executor.workspace_mb} MiB): {exc}") from None
+    if executor.as_root:
+        for root, dirs, files in os.walk(dst):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), executor.step_uid, executor.step_gid)
+
+
+def _special_files(directory: str, names: list[str]) -> list[str]:
+    skip = []
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            skip.append(name)
+    return skip
+
+
+def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None:
+    # The container's workspace may be a tmpfs on a read-only root (the local image), which Docker's
+    # archive API cannot write; so the tar goes to the container's fresh /tmp tmpfs (nothing of the
+    # trace has run yet: no link a step could have planted) and a step of ours, measured like any
+    # step but not part of the trace, unpacks it where the trace starts.
+    name = "/tmp/.agentcgroup-workspace.tar"
+    # component by component, no symlink followed: an image whose /tmp is a link would otherwise
+    # have it resolved on the host (an absolute link under /proc/PID/root is the host's path)
+    try:
+        root = os.open(f"/proc/{executor.init_pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            tmp = os.open("tmp", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
+        finally:
+            os.close(root)
+        try:
+            fd = os.open(name.rpartition("/")[2], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=tmp)
+        finally:
+            os.close(tmp)
+    except OSError as exc:
+        raise ProfileError(f"--workspace {src}: cannot write {name} in the container ({exc.strerror})") from None
+    with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
+        for entry in sorted(src.iterdir()):
+            tar.add(entry, arcname=entry.name, filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() else None)
+    seed = Step(-1, "bash", {"command": f"tar -xf {name} && rm -f {name}"})
+    result = replay_step(trace, seed, executor, meter)
+    if not result.executed or result.timed_out or result.exit_code != 0:
+        raise ProfileError(f"--workspace {src}: unpacking it in the container failed "
+                           f"({result.error or f'exit {result.exit_code}, timed out {result.timed_out}'})")
+
+
+def _write(trace: Trace, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".partial")
+    tmp.write_text(trace.dumps() + "\n", encoding="utf-8")
+    os.replace(tmp, dst)
+
+
+def _add_to_manifest(out: Path, written: list[tuple[Trace, Path]], subset: str) -> None:
+    """OUT/manifest.json with these traces listed (and in `subset`); every other entry kept."""
+    path = out / MANIFEST
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if old and old.get("schema") != MANIFEST_SCHEMA:
+        raise ProfileError(f"{path}: not a trace manifest ({MANIFEST_SCHEMA}); not touched")
+    entries = {e["trace_id"]: e for e in old.get("traces") or [] if isinstance(e, dict) and "trace_id" in e}
+    subsets = dict(old.get("subsets") or {})
+    listed = list(subsets.get(subset) or [])
+    for trace, dst in written:
+        rows = [s for s in trace.steps if s.outcome is not None]
+        entries[trace.trace_id] = {"trace_id": trace.trace_id, "file": str(dst.relative_to(out)),
+                                   "steps": len(trace.steps), "profiled_steps": len(rows),
+                                   "outcomes": {k: sum(1 for s in rows if s.outcome.status == k)
+                                                for k in sorted({s.outcome.status for s in rows})},
+                                   "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb),
+                                                  default=0.0),
+                                   "total_step_ms": round(sum(s.duration_ms.value for s in rows if s.duration_ms))}
+        if trace.trace_id not in listed:
+            listed.append(trace.trace_id)
+    subsets[subset] = listed
+    manifest = {"schema": MANIFEST_SCHEMA, "subsets": subsets,
+                "traces": sorted(entries.values(), key=lambda e: e["trace_id"])}
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(MANIFEST + ".partial")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,242 @@
+"""`agentcgroup traces profile` (issue 15): real commands under the sandbox executor, each step in a
+cgroup of its own, give recorded profiles and outcomes; resume; one clear message for bad input or
+missing privileges; the shipped recorded-here corpus is what the profiler writes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup import cli
+from pytest_agentcgroup.profile.run import Settings, profile_traces, to_curve
+from pytest_agentcgroup.tools import recorded_here
+from pytest_agentcgroup.traces.corpus import Corpus
+from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
+
+from conftest import EXP_MODULE, cgroups_or_skip
+
+REPO = Path(__file__).resolve().parents[1]
+MB = 1024 * 1024
+
+
+@pytest.fixture
+def can_profile():
+    """Root (cgroups, the sandbox's bounded workspace) and bubblewrap, or a skip naming what is missing."""
+    cgroups_or_skip()
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) not installed: `make setup` installs it")
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox bounds its workspace (tmpfs) only as root")
+
+
+def bash(i, cmd, **args):
+    return Step(i, "bash", {"command": cmd, **args}, native_tool="Bash")
+
+
+def tiny(tmp_path: Path, steps, trace_id="t/tiny") -> Path:
+    path = tmp_path / "in" / (trace_id.replace("/", "_") + ".json")
+    path.parent.mkdir(exist_ok=True)
+    write_trace(Trace(trace_id, {"format": "test"}, tuple(steps)), path)
+    return path
+
+
+def profiled(out: Path, trace_id: str) -> Trace:
+    (trace,) = read_traces(out / f"{trace_id}.json")
+    return trace
+
+
+def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
+    from pytest_agentcgroup.traces.ir import Measure, Profile
+    first = Step(0, "bash", {"command": "echo state > f; python3 -c 'x = bytearray(120 * 2**20); "
+                                        "import time; time.sleep(0.3)'", "cwd": "/workspace"},
+                 duration_ms=Measure(40.0, "recorded"), profile=Profile(peak_mb=Measure(7.0, "derived")))
+    path = tiny(tmp_path, [
+        first,
+        Step(1, "read", {"file_path": "/workspace/f"}, profile=Profile(peak_mb=Measure(3.0, "derived"))),
+        bash(2, "test \"$(cat f)\" = state"),           # the state the first step left
+        bash(3, "exit 3"),
+        bash(4, "sleep 10", timeout_ms=700),
+        bash(5, "python3 -c 'x = bytearray(400 * 2**20)'"),
+        bash(6, "true", cwd="/workspace/../etc"),         # refused: not started, nothing measured
+    ])
+    done = profile_traces([path], tmp_path / "out", Settings(memory_max_mb=200))
+    assert done == {"profiled": ["t/tiny"], "skipped": []}
+    t = profiled(tmp_path / "out", "t/tiny")
+    s = t.steps
+    assert [x.outcome.status if x.outcome else None for x in s] == ["ok", None, "ok", "failed", "timeout", "oom",
+                                                                      "error"]
+    assert (s[3].outcome.exit_code, s[4].outcome.exit_code) == (3, None)
+    # the allocation: the kernel's peak sees the 120 MiB, the curve rises to it, CPU was spent
+    p = s[0].profile
+    assert 120 <= p.peak_mb.value < 200 and p.cpu_ms.value > 0 and s[0].duration_ms.value >= 300
+    assert p.curve.mb[0] < 5 and max(p.curve.mb) >= 115 and p.curve.t_ms[-1] >= 300
+    assert 0 < p.ramp_ms.value <= s[0].duration_ms.value
+    for x in (s[0], s[2], s[3], s[4], s[5]):
+        prov = {m.provenance for m in (x.duration_ms, x.profile.peak_mb, x.profile.ramp_ms, x.profile.cpu_ms)}
+        assert prov == {"recorded"} and x.profile.curve.provenance == "recorded"
+    assert s[0].original.duration_ms == Measure(40.0, "recorded") and s[0].original.profile.peak_mb.value == 7.0
+    assert s[1] == Step(1, "read", {"file_path": "/workspace/f"}, profile=Profile(peak_mb=Measure(3.0, "derived")))
+    assert 600 <= s[4].duration_ms.value < 5000                     # killed at its own 700 ms timeout
+    assert s[5].profile.peak_mb.value <= 200 + 1                     # held at the bound, then killed
+    assert s[6].duration_ms is None and s[6].profile.to_json() == {} and s[6].original is not None
+    src = t.source["profiled"]
+    assert src["complete"] and src["executor"] == "sandbox" and src["steps_profiled"] == 5
+    assert src["sample_hz"]["median"] >= 100                         # the issue's floor
+    # the manifest lists it: a corpus the plugin loads
+    assert Corpus.open(tmp_path / "out").load("t/tiny") == t
+
+
+def test_resume_skips_complete_traces_redoes_partial_ones_and_keeps_other_files(tmp_path, can_profile):
+    a = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], "t/a")
+    b = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], "t/b")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    profile_traces([a], out, Settings())
+    first = (out / "t" / "a.json").read_bytes()
+    (out / "t" / "b.json").write_text('{"schema": "agentcgroup-trace/1", "trace_id": "t/b", "source": {}, "st')
+    done = profile_traces([a, b], out, Settings())
+    assert done == {"profiled": ["t/b"], "skipped": ["t/a"]}
+    assert (out / "t" / "a.json").read_bytes() == first and (out / "notes.txt").read_text() == "mine"
+    assert profiled(out, "t/b").steps[0].outcome.status == "ok"
+    assert set(Corpus.open(out).ids("profiled")) == {"t/a", "t/b"}
+
+
+def test_the_workspace_is_copied_per_trace(tmp_path, can_profile):
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "mod.py").write_text("VALUE = 41\n")
+    os.mkfifo(ws / "pipe")                                # skipped, not opened (it would block)
+    path = tiny(tmp_path, [bash(0, "cd pkg && python3 -c 'import mod; assert mod.VALUE == 41'", cwd="/workspace"),
+                           bash(1, "echo 'VALUE = 42' > mod.py"), bash(2, "test ! -e ../pipe")])
+    profile_traces([path], tmp_path / "out", Settings(workspace=ws))
+    assert [s.outcome.status for s in profiled(tmp_path / "out", "t/tiny").steps] == ["ok", "ok", "ok"]
+    assert (ws / "pkg" / "mod.py").read_text() == "VALUE = 41\n"   # the copy changed, not the original
+
+
+def _cli(argv, capsys):
+    code = cli.main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_errors_are_one_message(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "agentcgroup-trace/1", "trace_id": "x", "source": {}, "steps": [{"step_id": 0}]}')
+    code, err = _cli(["traces", "profile", str(bad), "-o", str(tmp_path / "o")], capsys)
+    assert code == 1 and err.strip().endswith("step 0, field 'tool': missing") and str(bad) in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+    good = tiny(tmp_path, [bash(0, "true")])
+    code, err = _cli(["traces", "profile", str(good), "-o", str(tmp_path / "o"), "--workspace",
+                      str(tmp_path / "absent")], capsys)
+    assert code == 1 and f"--workspace {tmp_path / 'absent'}: not a directory" in err
+    code, err = _cli(["traces", "profile", str(tmp_path / "nothing.json"), "-o", str(tmp_path / "o")], capsys)
+    assert code == 1 and "nothing.json: no such file or directory" in err
+    code, err = _cli(["traces", "profile", str(good), "-o", str(tmp_path / "o"), "--image", "x"], capsys)
+    assert code == 1 and "--image needs --executor docker" in err
+    odd = tiny(tmp_path, [bash(0, "true")], "t/../escape")
+    code, err = _cli(["traces", "profile", str(odd), "-o", str(tmp_path / "o")], capsys)
+    assert code == 1 and "'t/../escape': its id is not a clean relative path" in err
+
+
+def test_without_privileges_one_message(tmp_path):
+    """As an unprivileged user (nobody, via setpriv) the profiler cannot make cgroups: it says so."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the command as an unprivileged user")
+    # a directory nobody can read (pytest's own tmp_path is root's only: that message is tested below)
+    tmp_path = Path(tempfile.mkdtemp(prefix="agentcgroup-profile-test-"))
+    os.chmod(tmp_path, 0o755)
+    good = tiny(tmp_path, [bash(0, "true")])
+    # the system interpreter: this venv's may live under a home directory nobody cannot enter
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-m",
+                           "pytest_agentcgroup.cli", "traces", "profile", str(good), "-o", str(tmp_path / "o")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "cannot create cgroups" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    # and a trace file it may not read is named, not a traceback
+    os.chmod(good.parent, 0o700)
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-m",
+                           "pytest_agentcgroup.cli", "traces", "profile", str(good), "-o", str(tmp_path / "o")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd="/")
+    shutil.rmtree(tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith(f"{good}: Permission denied"), done.stderr
+
+
+def test_curve_keeps_change_points_only():
+    c = to_curve([(0.0, 0), (4.0, 0), (8.0, 0), (12.0, 5 * MB), (16.0, 5 * MB), (20.0, 5 * MB), (24.0, MB)])
+    assert c.t_ms == (0.0, 8.0, 12.0, 20.0, 24.0) and c.mb == (0.0, 0.0, 5.0, 5.0, 1.0)
+    assert to_curve([]) is None
+
+
+def test_the_shipped_recorded_here_corpus():
+    """traces/recorded-here/: the command traces are the generator's, and each has its profiled
+    trace in the manifest (subset recorded-here) with every executing step recorded and an outcome."""
+    root = REPO / "traces"
+    corpus = Corpus.open(root)
+    commands = {t.trace_id: t for f in sorted((root / "recorded-here" / "commands").glob("*.json"))
+                for t in read_traces(f)}
+    assert commands == {t.trace_id: t for t in recorded_here.traces()}
+    assert set(corpus.ids("recorded-here")) == set(commands) and 5 <= len(commands) <= 10
+    statuses = set()
+    for tid, src in commands.items():
+        t = corpus.load(tid)
+        assert 5 <= len(t.steps) <= 15 and [s.args for s in t.steps] == [s.args for s in src.steps]
+        prof = t.source["profiled"]
+        assert prof["complete"] and prof["executor"] == "sandbox" and prof["sample_hz"]["min"] >= 100
+        assert {"kernel", "hostname", "cgroups"} <= set(prof["machine"]) and prof["date"] and prof["command"]
+        for s in t.steps:
+            assert s.outcome is not None and s.original is not None
+            assert s.profile.provenance() == "recorded" and s.duration_ms.provenance == "recorded"
+            assert s.profile.peak_mb and s.profile.cpu_ms and s.profile.curve
+            statuses.add(s.outcome.status)
+    assert {"ok", "failed", "timeout"} <= statuses
+
+
+def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, agentcgroup_docker):
+    """The docker executor (local image): the workspace is unpacked in the container's tmpfs
+    workspace, each step measured in its own cgroup under the container's."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "data.txt").write_text("41\n")
+    path = tiny(tmp_path, [bash(0, "test \"$(cat data.txt)\" = 41", cwd="/workspace"),
+                           bash(1, "python3 -c 'x = bytearray(300 * 2**20)'"), bash(2, "exit 4")])
+    profile_traces([path], tmp_path / "out", Settings(executor="docker", workspace=ws, memory_max_mb=200),
+                   engine=agentcgroup_docker)
+    t = profiled(tmp_path / "out", "t/tiny")
+    assert [(s.outcome.status, s.outcome.exit_code) for s in t.steps] == [("ok", 0), ("oom", 137), ("failed", 4)]
+    assert t.steps[1].profile.peak_mb.value > 150 and t.steps[1].profile.provenance() == "recorded"
+    assert t.source["profiled"]["executor"] == "docker" and t.source["profiled"]["image"]
+
+
+def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester):
+    """Acceptance: exp1 runs on the profiled corpus like on any other, and what the emulator replays
+    is the recorded profile (every step record says `recorded`)."""
+    cgroups_or_skip()
+    (pytester.path / "study.toml").write_text(textwrap.dedent(f"""
+        traces = "{REPO / 'traces'}"
+        [defaults]
+        executor = "emulate"
+        time_scale = 0.01
+        step_timeout_s = 60
+        [arms.unlimited]
+        [arms.static-toolcall]
+        memory_max_mb = 1024
+        [experiments.exp1]
+        subset = "recorded-here"
+    """))
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                           "--agentcgroup-out", "out", timeout=600)
+    traces = [Corpus.open(REPO / "traces").load(t) for t in Corpus.open(REPO / "traces").ids("recorded-here")]
+    result.assert_outcomes(passed=len(traces) * 2)
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 2 * sum(len(t.steps) for t in traces)
+    assert {r["profile_source"] for r in lines} == {"recorded"}
