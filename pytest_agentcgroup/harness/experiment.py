@@ -2,7 +2,7 @@
 asks of the harness: its settings from the config (a skip naming the missing section), the arms
 this session selected, and the outcome of its claims.
 
-May import: config, metrics (claims, kinds) and the harness's collect, controller and state.
+May import: config, metrics (claims) and the harness's collect, controller and state.
 """
 from __future__ import annotations
 
