@@ -158,13 +158,14 @@ def _parse(raw: dict, path: Path) -> Config:
                 raise ConfigError(f"{path}: {where}.budgets.{arm}: no arm of that name")
             budgets[arm] = validate(budget, f"{where}.budgets.{arm}")
         settings = {k: spec.get(k, defaults[k]) for k in DEFAULTS}
+        tables = kinds.validate_tables(name, spec, where, arms)
         experiments[name] = Experiment(name=name, description=spec.get("description", ""),
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
                                        settings=settings, budgets=budgets,
                                        matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms),
-                                       tables=kinds.validate_tables(name, spec, where, arms),
+                                       tables=tables,
                                        claims=kinds.parse_claims(name, spec.get("claims"), f"{where}.claims",
-                                                                 arm_names))
+                                                                 arm_names, tables))
     traces = (path.parent / raw.get("traces", "../traces")).resolve()
     return Config(path=path, traces=traces, arms=arms, experiments=experiments)
 

@@ -38,6 +38,8 @@ TABLES = ("density", "replication")
 CLAIM_METRICS = {"largest_k_held": "test_exp5_density", "survival_pct": "test_exp5_agentcgroup_replication",
                  "high_p95_alloc_ms": "test_exp5_agentcgroup_replication"}
 
+REPLICATION_METRICS = ("survival_pct", "high_p95_alloc_ms")
+
 
 @dataclass(frozen=True)
 class Agent:
@@ -48,6 +50,14 @@ class Agent:
     @property
     def kind(self) -> str:
         return f"agent-{self.priority}"
+
+
+def claim_arms(metric: str, tables: dict) -> tuple[str, list[str]] | None:
+    """The replication test runs the arms of [experiments.exp5.replication], not the experiment's:
+    a claim on its metrics names those (kinds.parse_claims)."""
+    if metric in REPLICATION_METRICS and "replication" in tables:
+        return "[experiments.exp5.replication] arms", list(tables["replication"]["arms"])
+    return None
 
 
 def agents(traces: list[str], k: int, high_agents: int) -> list[Agent]:

@@ -57,9 +57,10 @@ def claim_metrics(name: str) -> dict[str, str]:
     return dict(kind.CLAIM_METRICS) if kind else {m: SESSION for m in SUMMED}
 
 
-def parse_claims(name: str, raw, where: str, arm_names) -> tuple[claimlang.Claim, ...]:
+def parse_claims(name: str, raw, where: str, arm_names, tables: dict | None = None) -> tuple[claimlang.Claim, ...]:
     """The experiment's `claims`, parsed and checked against its arms and metrics; a claim reads the
-    metrics of one test (ClaimError names the claim)."""
+    metrics of one test, and names only arms that test runs (`tables`: the experiment's checked
+    tables, for a kind whose test runs arms of its own, exp5's replication). ClaimError names the claim."""
     if raw is None:
         return ()
     metrics = claim_metrics(name)
@@ -71,7 +72,20 @@ def parse_claims(name: str, raw, where: str, arm_names) -> tuple[claimlang.Claim
             raise claimlang.ClaimError(f"{at}: reads metrics of different tests ("
                                        + "; ".join(f"{m}: {metrics[m]}" for m in claim.metrics)
                                        + "), so no test can check it")
+        runs = arms_measuring(name, claim.metrics[0], tables or {})
+        if runs is not None:
+            for arm in claim.arms:
+                if arm != claimlang.EVERY_ARM and arm not in runs[1]:
+                    raise claimlang.ClaimError(f"{at}: {claim.metrics[0]} is measured only for the arms of "
+                                               f"{runs[0]} ({', '.join(runs[1])}), not {arm}")
     return out
+
+
+def arms_measuring(name: str, metric: str, tables: dict) -> tuple[str, list[str]] | None:
+    """(where, arms) when the test measuring `metric` runs arms of its own table rather than the
+    experiment's `arms` (exp5's replication); else None."""
+    of = getattr(KINDS.get(name), "claim_arms", None)
+    return of(metric, tables) if of else None
 
 
 def per_arm_test(name: str) -> bool:
@@ -79,12 +93,12 @@ def per_arm_test(name: str) -> bool:
     return getattr(KINDS.get(name), "PER_ARM_TEST", False)
 
 
-def claims_of(experiment, test: str | None = None, arm: str | None = None) -> list[claimlang.Claim]:
-    """The experiment's claims that `test` checks (all when None), `*` read as each of its arms
-    (only the claims on `arm` alone when given)."""
+def claims_of(experiment, test: str | None = None, arm: str | None = None, arms=None) -> list[claimlang.Claim]:
+    """The experiment's claims that `test` checks (all when None), `*` read as each of `arms` (the
+    experiment's arms when None; exp5's replication: its own), only the claims on `arm` alone when given."""
     metrics = claim_metrics(experiment.name)
     mine = [c for c in experiment.claims if test is None or metrics[c.metrics[0]] == test]
-    out = claimlang.expand(mine, [arm] if arm is not None else list(experiment.arms))
+    out = claimlang.expand(mine, [arm] if arm is not None else list(arms if arms is not None else experiment.arms))
     return [c for c in out if arm is None or c.arms == [arm]]
 
 
