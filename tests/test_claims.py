@@ -138,9 +138,9 @@ def test_shipped_config_holds_every_experiment_with_its_claims():
     assert not (REPO / "experiments" / "exp2.toml").exists() and not (REPO / "experiments" / "exp3.toml").exists()
 
 
-def _record(arm: str, trace: str, oom_kills: int, experiment: str = "exp1") -> dict:
+def _record(arm: str, trace: str, oom_kills: int, experiment: str = "exp1", step: int = 0, **more) -> dict:
     """A step record as the store holds it (synthetic values: only the fields a summary reads)."""
-    return {"experiment": experiment, "config": arm, "trace_id": trace, "step_id": 0, "seed": 0, "params": {},
+    return {"experiment": experiment, "config": arm, "trace_id": trace, "step_id": step, "seed": 0, "params": {}, **more,
             "executed": True, "latency_ms": 10.0, "exit_code": 0, "mem_high_events": 0, "mem_max_events": 0,
             "oom_kills": oom_kills, "timed_out": False}
 
@@ -167,3 +167,20 @@ def test_session_claims_sum_an_arms_tests_and_compare_only_the_same_traces(tmp_p
     assert str(kinds.session_verdicts(exp, only_a, {"b": "skipped: no eBPF"})[0]) == \
         "claim a.oom_kills > b.oom_kills: not checked: arm b skipped: no eBPF"
     assert kinds.session_verdicts(exp, only_a, {})[3].detail == "not checked: arm b did not run in this session (deselected)"
+
+
+def test_session_claims_compare_complete_tests_only(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[arms.a]\n[arms.b]\n[experiments.exp1]\nclaims = ['a.oom_kills >= b.oom_kills']\n")
+    exp = cfgmod.load(path).experiments["exp1"]
+    # the records say the trace has 2 steps: b's test (e.g. a partial earlier attempt kept on resume) has 1
+    whole = [_record(arm, "t1", 0, step=s, trace_steps=2) for arm in ("a", "b") for s in (0, 1)]
+    assert str(kinds.session_verdicts(exp, whole, {})[0]) == "claim a.oom_kills >= b.oom_kills: 0 >= 0 -> holds"
+    partial = whole[:3]
+    assert str(kinds.session_verdicts(exp, partial, {})[0]) == (
+        "claim a.oom_kills >= b.oom_kills: not checked: arm b has an incomplete test: t1, 1 of 2 steps recorded; "
+        "the claim compares complete tests only")
+    # records without trace_steps (written before it): an arm with fewer steps than another for the same test
+    old = [{k: v for k, v in r.items() if k != "trace_steps"} for r in whole]
+    verdict = kinds.session_verdicts(exp, [old[0], *old[2:]], {})[0]
+    assert verdict.state == claims.NOT_CHECKED and "arm a has an incomplete test: t1, 1 of 2 steps" in verdict.detail

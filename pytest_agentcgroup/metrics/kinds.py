@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import claims as claimlang
 from . import density, multitenant, timescale
-from .compare import test_values
+from .compare import test_key, test_values
 from .registry import REGISTRY
 from .tables import TableError
 
@@ -122,18 +122,20 @@ def session_verdicts_from_figures(experiment, figures: dict[str, dict],
 def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]) -> list[claimlang.Verdict]:
     """The claims of a trace x arm experiment against the run's step records: `<arm>.<metric>` is
     the sum over the arm's tests (trace x matrix point) of the test's metric (compare.test_values).
-    A claim is checked only when each of its arms ran the same tests (same traces, seeds, params):
-    else it says which arm ran what. `why_absent`: arm -> why it did not run (its skip reason)."""
+    A claim is checked only when each of its arms ran the same tests (same traces, seeds, params),
+    each complete (every step of its trace recorded): else it says which arm ran what, or which
+    test is incomplete. `why_absent`: arm -> why it did not run (its skip reason)."""
+    mine = [r for r in records if r.get("experiment") == experiment.name]
     tests: dict[str, set] = {}
     sums: dict[str, dict] = {}
-    for (exp, arm, trace, seed, params), vals in test_values(
-            [r for r in records if r.get("experiment") == experiment.name]).items():
+    for (exp, arm, trace, seed, params), vals in test_values(mine).items():
         tests.setdefault(arm, set()).add((trace, seed, params))
         arm_sums = sums.setdefault(arm, {})
         for m in SUMMED:
             v = vals.get(m)
             # one test without the value leaves the sum unknown (None), never a partial sum
             arm_sums[m] = None if v is None or (m in arm_sums and arm_sums[m] is None) else arm_sums.get(m, 0) + v
+    steps = _steps_recorded(mine)
     out = []
     for claim in claimlang.expand(experiment.claims, list(experiment.arms)):
         absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in claim.arms if a not in tests}
@@ -142,5 +144,37 @@ def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]
             first = ran[0]
             absent = {a: f"ran {len(tests[a])} test(s), {first} {len(tests[first])}: the claim compares the arms "
                          "over the same traces" for a in ran[1:] if tests[a] != tests[first]}
+        if not absent:
+            absent = _incomplete(ran, steps)
         out.append(claimlang.evaluate(claim, lambda a, m: sums.get(a, {}).get(m), absent))
+    return out
+
+
+def _steps_recorded(records: list[dict]) -> dict[tuple, tuple[int, int | None]]:
+    """(arm, trace, seed, params) -> (distinct steps recorded, the trace's step count where the
+    records say it: `trace_steps`)."""
+    ids: dict[tuple, set] = {}
+    total: dict[tuple, int | None] = {}
+    for r in records:
+        key = test_key(r)[1:]
+        ids.setdefault(key, set()).add(r.get("step_id"))
+        total[key] = r.get("trace_steps", total.get(key))
+    return {k: (len(v), total[k]) for k, v in ids.items()}
+
+
+def _incomplete(arms: list[str], steps: dict) -> dict[str, str]:
+    """arm -> which of its tests is incomplete: fewer steps recorded than its trace has (e.g. a
+    resumed run whose arm skipped this time keeps a partial earlier attempt), or, where the records
+    do not say the trace's length, fewer than another arm recorded for the same test."""
+    out = {}
+    for arm in arms:
+        for (a, trace, seed, params), (n, total) in steps.items():
+            if a != arm:
+                continue
+            want = total if total is not None else max(steps.get((b, trace, seed, params), (0, None))[0] for b in arms)
+            if n < want:
+                point = (f" seed {seed}" if seed else "") + (f" {params}" if params != "{}" else "")
+                out[arm] = (f"has an incomplete test: {trace}{point}, {n} of {want} steps recorded; the claim "
+                            "compares complete tests only")
+                break
     return out
