@@ -236,7 +236,8 @@ class MetricsController:
                 why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
                             if w == "ran" and a not in figures})
                 verdicts = kinds.session_verdicts_from_figures(exp, figures, why)
-            else:
+            else:           # an arm with records has no `why`: only one without them is named
+                why.update({a: "ran, but wrote no step records" for a, w in arms.items() if w == "ran"})
                 verdicts = kinds.session_verdicts(exp, records, why)
             self.verdicts += verdicts
             for verdict in verdicts:
