@@ -89,8 +89,19 @@ def finish(session: pytest.Session, state: State) -> None:
         state.summaries, records = state.store.close(), state.store.records
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
-        conf = _experiments(session, state) if controller.arms_seen else None     # claims only after experiment tests
-        state.summaries = controller.finish(session, records, state.summaries, experiments=conf)
+        state.summaries = controller.finish(session, records, state.summaries)
+
+
+def check_claims(session: pytest.Session) -> None:
+    """plugin.py's pytest_runtestloop, after the last test: on the controller, the claims that
+    compare arms across tests, each experiment's as one more test report (controller.py)."""
+    controller = session.config.stash.get(CONTROLLER, None)
+    state = session.config.stash.get(STATE, None)
+    if controller is None or state is None or not controller.arms_seen:     # only after experiment tests
+        return
+    conf = _experiments(session, state)
+    if conf is not None:
+        controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf)
 
 
 def _experiments(session: pytest.Session, state: State) -> cfgmod.Config | None:
