@@ -132,3 +132,20 @@ def test_exp3_claims_comparing_arms_are_checked_at_the_end_of_the_session(pytest
             "exp3: claim static-high.a_oom_kills <= unlimited.a_oom_kills: static-high.a_oom_kills, "
             "unlimited.a_oom_kills: no value measured -> not measured",
         ], consecutive=True)
+
+
+def test_claims_that_cannot_be_checked_because_the_config_broke_fail_the_session(pytester):
+    """Under xdist the controller loads the config at the end for the claims: a file broken meanwhile
+    is said, and the session fails (the claims were not checked: no pass)."""
+    config = pytester.path / "exp3.toml"
+    config.write_text((REPO / "experiments" / "agentcgroup.toml").read_text())
+    pytester.makepyfile(test_exp3_standin=EXP3_STANDIN + f'''
+
+def test_zz_breaks_the_config():
+    open({str(config)!r}, "a").write("[[[ not toml\\n")
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", str(config),
+                                           "--agentcgroup-arms", "unlimited,static-high", "-n", "2")
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"agentcgroup: claims not checked: {config}: not valid TOML*"])

@@ -80,6 +80,7 @@ class MetricsController:
         self.claim_lines: list[str] = []
         self.verdicts: list = []                         # claims.Verdict of every claim checked here
         self.claims_failed = False
+        self.claims_error: str | None = None             # why the claims could not be checked at all
 
     @property
     def distributed(self) -> bool:
@@ -205,6 +206,8 @@ class MetricsController:
         """Called by session.py's finish once the serial store is closed (`records` are its
         file's records, `summaries` their summaries; both empty under xdist). Returns the run's summaries."""
         self.summaries = summaries
+        if self.claims_error and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED     # claims never checked are no pass
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
         run = self.run
@@ -255,6 +258,12 @@ class MetricsController:
             self.verdicts += verdicts
             self.claim_lines += [f"{name}: {verdict}" for verdict in verdicts]
             self._report_claims(name, verdicts)
+
+    def claims_unchecked(self, why: str) -> None:
+        """The claims could not be checked at all (the config did not load again): said at the end,
+        and the session fails."""
+        self.claims_error = why
+        self.notes.append(why)
 
     def _report_claims(self, name: str, verdicts: list) -> None:
         """One test report for an experiment's session-end claims, as if a test had run them."""

@@ -99,19 +99,19 @@ def check_claims(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if controller is None or state is None or not controller.arms_seen:     # only after experiment tests
         return
-    conf = _experiments(session, state)
-    if conf is not None:
-        controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf)
+    try:
+        conf = _experiments(session, state)
+    except cfgmod.ConfigError as exc:        # e.g. the file changed while the tests ran: said, and a failure
+        controller.claims_unchecked(f"claims not checked: {exc}")
+        return
+    controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf)
 
 
-def _experiments(session: pytest.Session, state: State) -> cfgmod.Config | None:
+def _experiments(session: pytest.Session, state: State) -> cfgmod.Config:
     """The config whose claims the controller checks (loaded here under xdist, where the controller
-    does not collect); None when it cannot be loaded (collection already said why)."""
+    does not collect). ConfigError when it cannot be loaded."""
     if state.experiments is None:
-        try:
-            state.experiments = cfgmod.load(setting(session.config, "config"))
-        except cfgmod.ConfigError:
-            return None
+        state.experiments = cfgmod.load(setting(session.config, "config"))
     return state.experiments
 
 
