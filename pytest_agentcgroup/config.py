@@ -150,6 +150,8 @@ def _parse(raw: dict, path: Path) -> Config:
             raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}")
         if "arms" in spec and (not isinstance(spec["arms"], list) or not all(isinstance(a, str) for a in spec["arms"])):
             raise ConfigError(f"{path}: {where}.arms: expected a list of names, got {spec['arms']!r}")
+        if "arms" not in spec and kinds.own_arms(name):       # [arms] are no controllers: no default
+            raise ConfigError(f"{path}: {where}: missing key arms: the controllers to compare")
         arm_names = tuple(spec.get("arms") or arms)
         kinds.check_arms(name, arm_names, f"{where}.arms", arms)                     # TableError
         budgets = {}

@@ -87,6 +87,7 @@ BASE = "[arms.a]\n[arms.b]\n"
     # exp2: its arms are controllers, and its claims read its result rows
     (BASE + "[experiments.exp2]\narms = ['a']\n", "experiments.exp2.arms: 'a' is not a controller of exp2"),
     (BASE + "[experiments.exp2]\narms = ['psi']\n", "experiments.exp2: missing table [experiments.exp2.burst]"),
+    (BASE + "[experiments.exp2.burst]\n", "experiments.exp2: missing key arms: the controllers to compare"),
     (BASE + "[experiments.exp3.probe]\nperiod_ms = 10\n[experiments.exp3.tenants.A]\nsubset = 'browser'\n",
      "experiments.exp3.tenants: missing key(s) B, C"),
 ])

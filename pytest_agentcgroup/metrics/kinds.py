@@ -33,6 +33,11 @@ def tables(name: str) -> tuple[str, ...]:
     return tuple(kind.TABLES) if kind else ()
 
 
+def own_arms(name: str) -> bool:
+    """The experiment's arms are its own (exp2's controllers), not arms of [arms]: it names them."""
+    return hasattr(KINDS.get(name), "check_arms")
+
+
 def check_arms(name: str, arm_names, where: str, defined: dict) -> None:
     """The experiment's `arms`: arms of `[arms]`, except exp2's (controllers). TableError."""
     kind = KINDS.get(name)
@@ -104,7 +109,7 @@ def claims_of(experiment, test: str | None = None, arm: str | None = None, arms=
 
 def runnable_arms(experiment, defined: dict) -> list[str]:
     """What `--agentcgroup-arms` may select for the experiment: any arm of [arms]; exp2 its controllers."""
-    return list(experiment.arms) if hasattr(KINDS.get(experiment.name), "check_arms") else list(defined)
+    return list(experiment.arms) if own_arms(experiment.name) else list(defined)
 
 
 # -- claims comparing arms that separate tests measured, at the end of the session ---------------
