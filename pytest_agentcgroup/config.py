@@ -23,7 +23,8 @@ An ablation or size is a named set of overrides of the experiment: executor, tim
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 
 Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenants, probe; exp5:
-density, replication), checked at load by metrics/kinds.py; exp2's `arms` are its controllers.
+density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
+(kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
 May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims). Read by reports/ and
 the pytest side.
@@ -45,6 +46,7 @@ from .metrics.tables import TableError
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
 OVERRIDE_KEYS = (*DEFAULTS, "subset", "arms")
+EXPERIMENT_KEYS = ("description", "subset", "arms", "budgets", "matrix", "claims", *DEFAULTS)   # trace x arm
 
 
 class ConfigError(ValueError):
@@ -144,10 +146,11 @@ def _parse(raw: dict, path: Path) -> Config:
         where = f"experiments.{name}"
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: {where}: expected a table")
-        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", "claims", *kinds.tables(name),
-                             *DEFAULTS}
-        if extra:
-            raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}")
+        allowed = kinds.keys(name, EXPERIMENT_KEYS)
+        extra = set(spec) - set(allowed)
+        if extra:      # a key this experiment would not read is a mistake, not a setting ignored
+            raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}; {name} reads "
+                              f"{', '.join(allowed)}")
         if "arms" in spec and (not isinstance(spec["arms"], list) or not all(isinstance(a, str) for a in spec["arms"])):
             raise ConfigError(f"{path}: {where}.arms: expected a list of names, got {spec['arms']!r}")
         if "arms" not in spec and kinds.own_arms(name):       # [arms] are no controllers: no default

@@ -88,6 +88,14 @@ BASE = "[arms.a]\n[arms.b]\n"
     (BASE + "[experiments.exp2]\narms = ['a']\n", "experiments.exp2.arms: 'a' is not a controller of exp2"),
     (BASE + "[experiments.exp2]\narms = ['psi']\n", "experiments.exp2: missing table [experiments.exp2.burst]"),
     (BASE + "[experiments.exp2.burst]\n", "experiments.exp2: missing key arms: the controllers to compare"),
+    # exp2, exp3, exp5 read only their own keys: a trace x arm setting there would be ignored
+    (BASE + "[experiments.exp2]\narms = ['psi']\nsubset = 'smoke'\n",
+     "experiments.exp2: unknown key(s) subset; exp2 reads description, arms, claims, burst, probe"),
+    (BASE + "[experiments.exp3]\ntime_scale = 0.1\nexecutor = 'sandbox'\n",
+     "experiments.exp3: unknown key(s) executor, time_scale; exp3 reads"),
+    (BASE + "[experiments.exp5]\ntime_scale = 0.1\n[experiments.exp5.budgets.a]\noom_kills = 0\n",
+     "experiments.exp5: unknown key(s) budgets; exp5 reads description, arms, claims, density, replication, "
+     "time_scale, step_timeout_s"),
     (BASE + "[experiments.exp3.probe]\nperiod_ms = 10\n[experiments.exp3.tenants.A]\nsubset = 'browser'\n",
      "experiments.exp3.tenants: missing key(s) B, C"),
 ])

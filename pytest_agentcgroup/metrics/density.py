@@ -34,6 +34,7 @@ from .tables import TableError, number as _number, table as _table, trace_list a
 AGENT_PRIORITY_KINDS = {"agent-high": "high", "agent-low": "low"}
 
 TABLES = ("density", "replication")
+KEYS = ("time_scale", "step_timeout_s")    # besides description, arms, claims, TABLES (emulate only)
 #: metric -> the test that measures it (a claim reads the metrics of one test)
 CLAIM_METRICS = {"largest_k_held": "test_exp5_density", "survival_pct": "test_exp5_agentcgroup_replication",
                  "high_p95_alloc_ms": "test_exp5_agentcgroup_replication"}

@@ -27,10 +27,12 @@ SESSION = "the end of the session"        # where a trace x arm experiment's cla
 SUMMED = tuple(m for m in REGISTRY if not m.startswith("latency_p") and m not in ("utilization", "peak_rss_mb"))
 
 
-def tables(name: str) -> tuple[str, ...]:
-    """The experiment-specific tables `[experiments.<name>]` may hold."""
+def keys(name: str, generic) -> tuple[str, ...]:
+    """The keys `[experiments.<name>]` may hold: `generic` (a trace x arm experiment's: subset,
+    budgets, matrix, executor, ...) unless the experiment is a kind of its own, whose test reads
+    only its description, arms, claims, tables and the few settings it uses (KEYS)."""
     kind = KINDS.get(name)
-    return tuple(kind.TABLES) if kind else ()
+    return tuple(generic) if kind is None else ("description", "arms", "claims", *kind.TABLES, *kind.KEYS)
 
 
 def own_arms(name: str) -> bool:
