@@ -31,6 +31,9 @@ def parse(text):
      {}, "claim agentcgroup.b <= 4 * agentcgroup.c + 250: 300 <= 4 * 10 + 250 (= 290) -> refuted"),
     ("agentcgroup.b - agentcgroup.c == 1.5", {"agentcgroup": {"b": 2.5, "c": 1}},
      {}, "claim agentcgroup.b - agentcgroup.c == 1.5: 2.5 - 1 (= 1.5) == 1.5 -> holds"),
+    # a leading sign is the first term's
+    ("-agentcgroup.b + 3 > 0", {"agentcgroup": {"b": 2}}, {}, "claim -agentcgroup.b + 3 > 0: - 2 + 3 (= 1) > 0 -> holds"),
+    ("- agentcgroup.b < -1", {"agentcgroup": {"b": 2}}, {}, "claim - agentcgroup.b < -1: - 2 < -1 -> holds"),
     ("agentcgroup.p99_ms != 0", {"agentcgroup": {"p99_ms": math.nan}}, {},
      "claim agentcgroup.p99_ms != 0: agentcgroup.p99_ms: no value measured -> not measured"),
     ("agentcgroup.oom_kills < static-toolcall.oom_kills", {"agentcgroup": {"oom_kills": 0}},
@@ -64,6 +67,8 @@ def test_every_arm_claim_is_one_claim_per_arm():
     ("agentcgroup.b <= agentcgroup.c * 4", "cannot read 'agentcgroup.c * 4'"),
     ("*.b < agentcgroup.c", "`*` (every arm, each on its own) cannot be mixed with a named arm"),
     ("", "expected a claim such as"),
+    ("agentcgroup.b + < 1", "a side of the comparison is empty or ends in ' + ' / ' - ' with no term"),
+    ("< agentcgroup.b", "a side of the comparison is empty"),
 ])
 def test_a_claim_that_cannot_be_checked_is_named_with_what_is_wrong(text, message):
     with pytest.raises(claims.ClaimError) as err:

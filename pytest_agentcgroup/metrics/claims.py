@@ -126,7 +126,14 @@ def _side(text: str, name: str) -> tuple[Term, ...]:
         if i % 2:
             sign = 1 if part == "+" else -1
             continue
+        if i == 0 and not part.strip() and len(parts) > 1:
+            continue                    # ' - a.b ...': the sign before the first term
+        body = part.strip()
+        if body[:1] in ("+", "-") and not _TERM.match(body):
+            sign, part = (-sign if body[0] == "-" else sign), body[1:]   # '-a.b': a sign, not a number's
         m = _TERM.match(part)
+        if not part.strip():
+            raise ClaimError(f"{name}: a side of the comparison is empty or ends in ' + ' / ' - ' with no term")
         if not m:
             raise ClaimError(f"{name}: cannot read {part.strip()!r}: expected a number, <arm>.<metric> or "
                              "<number> * <arm>.<metric> (terms joined by ' + ' or ' - ')")
