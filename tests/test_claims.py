@@ -31,6 +31,9 @@ def parse(text):
      {}, "claim agentcgroup.b <= 4 * agentcgroup.c + 250: 300 <= 4 * 10 + 250 (= 290) -> refuted"),
     ("agentcgroup.b - agentcgroup.c == 1.5", {"agentcgroup": {"b": 2.5, "c": 1}},
      {}, "claim agentcgroup.b - agentcgroup.c == 1.5: 2.5 - 1 (= 1.5) == 1.5 -> holds"),
+    # values shown to 10 significant digits: a near miss is visible
+    ("agentcgroup.b <= 1234567", {"agentcgroup": {"b": 1234567.5}}, {},
+     "claim agentcgroup.b <= 1234567: 1234567.5 <= 1234567 -> refuted"),
     # a leading sign is the first term's
     ("-agentcgroup.b + 3 > 0", {"agentcgroup": {"b": 2}}, {}, "claim -agentcgroup.b + 3 > 0: - 2 + 3 (= 1) > 0 -> holds"),
     ("- agentcgroup.b < -1", {"agentcgroup": {"b": 2}}, {}, "claim - agentcgroup.b < -1: - 2 < -1 -> holds"),

@@ -208,7 +208,9 @@ def _total(side: tuple[Term, ...], got: dict) -> tuple[float, str]:
 
 
 def _num(v: float) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    # 10 significant digits: :g's 6 would show 1234567 as 1.23457e+06 and 0.1000004 as 0.1, so a
+    # refuted claim could print as if it held
+    return f"{v:.10g}" if isinstance(v, float) else str(v)
 
 
 def check(claims, figures: dict[str, dict], absent: dict[str, str]) -> list[Verdict]:
