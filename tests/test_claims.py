@@ -59,6 +59,7 @@ def test_every_arm_claim_is_one_claim_per_arm():
         "claim static-toolcall.oom_kills == 0: 2 == 0 -> refuted",
         "claim unlimited.oom_kills == 0: not checked: arm unlimited not selected (--agentcgroup-arms)"]
     assert claims.summary(out) == "claims: 1 holds, 1 refuted, 1 not checked"
+    assert claims.summary(out[:1] * 2) == "claims: 2 hold"
 
 
 @pytest.mark.parametrize("text, message", [

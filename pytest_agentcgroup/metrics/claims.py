@@ -223,4 +223,4 @@ def summary(verdicts: list[Verdict]) -> str:
     if not verdicts:
         return ""
     n = {s: sum(v.state == s for v in verdicts) for s in (HOLDS, REFUTED, NOT_MEASURED, NOT_CHECKED)}
-    return "claims: " + ", ".join(f"{k} {s}" for s, k in n.items() if k)
+    return "claims: " + ", ".join(f"{k} {'hold' if s == HOLDS and k > 1 else s}" for s, k in n.items() if k)
