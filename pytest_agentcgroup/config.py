@@ -158,9 +158,14 @@ def _parse(raw: dict, path: Path) -> Config:
         arm_names = tuple(spec.get("arms") or arms)
         kinds.check_arms(name, arm_names, f"{where}.arms", arms)                     # TableError
         budgets = {}
+        if not isinstance(spec.get("budgets", {}), dict):
+            raise ConfigError(f"{path}: {where}.budgets: expected a table of [{where}.budgets.<arm>] tables, "
+                              f"got {spec['budgets']!r}")
         for arm, budget in (spec.get("budgets") or {}).items():
             if arm not in arms:
                 raise ConfigError(f"{path}: {where}.budgets.{arm}: no arm of that name")
+            if not isinstance(budget, dict):
+                raise ConfigError(f"{path}: {where}.budgets.{arm}: expected a table of counter = budget, got {budget!r}")
             budgets[arm] = validate(budget, f"{where}.budgets.{arm}")
         settings = {k: spec.get(k, defaults[k]) for k in DEFAULTS}
         tables = kinds.validate_tables(name, spec, where, arms)
