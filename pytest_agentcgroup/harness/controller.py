@@ -237,7 +237,7 @@ class MetricsController:
             return serial
         return store.merged_records(self.run, keep=self.earlier) if self.run is not None and self.run.is_dir() else []
 
-    def check_claims(self, records: list[dict], experiments) -> None:
+    def check_claims(self, records: list[dict], experiments, session=None) -> None:
         """The claims of each experiment that had a test in this session and whose claims compare
         arms at the end of the session: one test report each (see the module's docstring)."""
         for name, arms in self.arms_seen.items():
@@ -257,6 +257,8 @@ class MetricsController:
                 continue
             self.verdicts += verdicts
             self.claim_lines += [f"{name}: {verdict}" for verdict in verdicts]
+            if session is not None:
+                session.testscollected += 1          # the terminal's progress counts it: [100%], not [133%]
             self._report_claims(name, verdicts)
 
     def claims_unchecked(self, why: str) -> None:

@@ -104,7 +104,8 @@ def check_claims(session: pytest.Session) -> None:
     except cfgmod.ConfigError as exc:        # e.g. the file changed while the tests ran: said, and a failure
         controller.claims_unchecked(f"claims not checked: {exc}")
         return
-    controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf)
+    controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf,
+                            session)
 
 
 def _experiments(session: pytest.Session, state: State) -> cfgmod.Config:
