@@ -488,9 +488,10 @@ def test_exp5_agentcgroup_replication(request, benchmark, tmp_path, capsys):
         "table": lines,
     })
 
-    absent = harness_exp.not_run(exp, results, {a: o["skipped"] for a, o in results.items() if o["skipped"]})
-    absent.update({a: "is not among [experiments.exp5.replication] arms" for a in absent if a not in rep["arms"]})
-    verdicts = claims.check(kinds.claims_of(exp, test="test_exp5_agentcgroup_replication"),
+    # its claims name only replication arms (checked at load), `*` reads each of them
+    absent = harness_exp.not_run(exp, results, {a: o["skipped"] for a, o in results.items() if o["skipped"]},
+                                 arms=rep["arms"])
+    verdicts = claims.check(kinds.claims_of(exp, test="test_exp5_agentcgroup_replication", arms=rep["arms"]),
                             {a: {m: f[m] for m in ("survival_pct", "high_p95_alloc_ms")} for a, f in figures.items()},
                             absent)
     _print_claims(capsys, verdicts)

@@ -23,7 +23,8 @@ An ablation or size is a named set of overrides of the experiment: executor, tim
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 
 Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenants, probe; exp5:
-density, replication), checked at load by metrics/kinds.py; exp2's `arms` are its controllers.
+density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
+(kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
 May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims). Read by reports/ and
 the pytest side.
@@ -45,6 +46,7 @@ from .metrics.tables import TableError
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
 OVERRIDE_KEYS = (*DEFAULTS, "subset", "arms")
+EXPERIMENT_KEYS = ("description", "subset", "arms", "budgets", "matrix", "claims", *DEFAULTS)   # trace x arm
 
 
 class ConfigError(ValueError):
@@ -144,27 +146,36 @@ def _parse(raw: dict, path: Path) -> Config:
         where = f"experiments.{name}"
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: {where}: expected a table")
-        extra = set(spec) - {"description", "subset", "arms", "budgets", "matrix", "claims", *kinds.tables(name),
-                             *DEFAULTS}
-        if extra:
-            raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}")
+        allowed = kinds.keys(name, EXPERIMENT_KEYS)
+        extra = set(spec) - set(allowed)
+        if extra:      # a key this experiment would not read is a mistake, not a setting ignored
+            raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}; {name} reads "
+                              f"{', '.join(allowed)}")
         if "arms" in spec and (not isinstance(spec["arms"], list) or not all(isinstance(a, str) for a in spec["arms"])):
             raise ConfigError(f"{path}: {where}.arms: expected a list of names, got {spec['arms']!r}")
+        if "arms" not in spec and kinds.own_arms(name):       # [arms] are no controllers: no default
+            raise ConfigError(f"{path}: {where}: missing key arms: the controllers to compare")
         arm_names = tuple(spec.get("arms") or arms)
         kinds.check_arms(name, arm_names, f"{where}.arms", arms)                     # TableError
         budgets = {}
+        if not isinstance(spec.get("budgets", {}), dict):
+            raise ConfigError(f"{path}: {where}.budgets: expected a table of [{where}.budgets.<arm>] tables, "
+                              f"got {spec['budgets']!r}")
         for arm, budget in (spec.get("budgets") or {}).items():
             if arm not in arms:
                 raise ConfigError(f"{path}: {where}.budgets.{arm}: no arm of that name")
+            if not isinstance(budget, dict):
+                raise ConfigError(f"{path}: {where}.budgets.{arm}: expected a table of counter = budget, got {budget!r}")
             budgets[arm] = validate(budget, f"{where}.budgets.{arm}")
         settings = {k: spec.get(k, defaults[k]) for k in DEFAULTS}
+        tables = kinds.validate_tables(name, spec, where, arms)
         experiments[name] = Experiment(name=name, description=spec.get("description", ""),
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
                                        settings=settings, budgets=budgets,
                                        matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms),
-                                       tables=kinds.validate_tables(name, spec, where, arms),
+                                       tables=tables,
                                        claims=kinds.parse_claims(name, spec.get("claims"), f"{where}.claims",
-                                                                 arm_names))
+                                                                 arm_names, tables))
     traces = (path.parent / raw.get("traces", "../traces")).resolve()
     return Config(path=path, traces=traces, arms=arms, experiments=experiments)
 

@@ -50,6 +50,15 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    """After the last test (xdist: every worker's), before the session's exit status is decided:
+    the claims comparing arms, as test reports of their own."""
+    result = yield
+    harness_session.check_claims(session)
+    return result
+
+
 @pytest.hookimpl(trylast=True)    # after pytest's own session teardown of fixtures
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)

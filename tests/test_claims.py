@@ -31,6 +31,12 @@ def parse(text):
      {}, "claim agentcgroup.b <= 4 * agentcgroup.c + 250: 300 <= 4 * 10 + 250 (= 290) -> refuted"),
     ("agentcgroup.b - agentcgroup.c == 1.5", {"agentcgroup": {"b": 2.5, "c": 1}},
      {}, "claim agentcgroup.b - agentcgroup.c == 1.5: 2.5 - 1 (= 1.5) == 1.5 -> holds"),
+    # values shown to 10 significant digits: a near miss is visible
+    ("agentcgroup.b <= 1234567", {"agentcgroup": {"b": 1234567.5}}, {},
+     "claim agentcgroup.b <= 1234567: 1234567.5 <= 1234567 -> refuted"),
+    # a leading sign is the first term's
+    ("-agentcgroup.b + 3 > 0", {"agentcgroup": {"b": 2}}, {}, "claim -agentcgroup.b + 3 > 0: - 2 + 3 (= 1) > 0 -> holds"),
+    ("- agentcgroup.b < -1", {"agentcgroup": {"b": 2}}, {}, "claim - agentcgroup.b < -1: - 2 < -1 -> holds"),
     ("agentcgroup.p99_ms != 0", {"agentcgroup": {"p99_ms": math.nan}}, {},
      "claim agentcgroup.p99_ms != 0: agentcgroup.p99_ms: no value measured -> not measured"),
     ("agentcgroup.oom_kills < static-toolcall.oom_kills", {"agentcgroup": {"oom_kills": 0}},
@@ -53,6 +59,7 @@ def test_every_arm_claim_is_one_claim_per_arm():
         "claim static-toolcall.oom_kills == 0: 2 == 0 -> refuted",
         "claim unlimited.oom_kills == 0: not checked: arm unlimited not selected (--agentcgroup-arms)"]
     assert claims.summary(out) == "claims: 1 holds, 1 refuted, 1 not checked"
+    assert claims.summary(out[:1] * 2) == "claims: 2 hold"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -64,6 +71,8 @@ def test_every_arm_claim_is_one_claim_per_arm():
     ("agentcgroup.b <= agentcgroup.c * 4", "cannot read 'agentcgroup.c * 4'"),
     ("*.b < agentcgroup.c", "`*` (every arm, each on its own) cannot be mixed with a named arm"),
     ("", "expected a claim such as"),
+    ("agentcgroup.b + < 1", "a side of the comparison is empty or ends in ' + ' / ' - ' with no term"),
+    ("< agentcgroup.b", "a side of the comparison is empty"),
 ])
 def test_a_claim_that_cannot_be_checked_is_named_with_what_is_wrong(text, message):
     with pytest.raises(claims.ClaimError) as err:
@@ -87,6 +96,15 @@ BASE = "[arms.a]\n[arms.b]\n"
     # exp2: its arms are controllers, and its claims read its result rows
     (BASE + "[experiments.exp2]\narms = ['a']\n", "experiments.exp2.arms: 'a' is not a controller of exp2"),
     (BASE + "[experiments.exp2]\narms = ['psi']\n", "experiments.exp2: missing table [experiments.exp2.burst]"),
+    (BASE + "[experiments.exp2.burst]\n", "experiments.exp2: missing key arms: the controllers to compare"),
+    # exp2, exp3, exp5 read only their own keys: a trace x arm setting there would be ignored
+    (BASE + "[experiments.exp2]\narms = ['psi']\nsubset = 'smoke'\n",
+     "experiments.exp2: unknown key(s) subset; exp2 reads description, arms, claims, burst, probe"),
+    (BASE + "[experiments.exp3]\ntime_scale = 0.1\nexecutor = 'sandbox'\n",
+     "experiments.exp3: unknown key(s) executor, time_scale; exp3 reads"),
+    (BASE + "[experiments.exp5]\ntime_scale = 0.1\n[experiments.exp5.budgets.a]\noom_kills = 0\n",
+     "experiments.exp5: unknown key(s) budgets; exp5 reads description, arms, claims, density, replication, "
+     "time_scale, step_timeout_s"),
     (BASE + "[experiments.exp3.probe]\nperiod_ms = 10\n[experiments.exp3.tenants.A]\nsubset = 'browser'\n",
      "experiments.exp3.tenants: missing key(s) B, C"),
 ])
@@ -138,9 +156,9 @@ def test_shipped_config_holds_every_experiment_with_its_claims():
     assert not (REPO / "experiments" / "exp2.toml").exists() and not (REPO / "experiments" / "exp3.toml").exists()
 
 
-def _record(arm: str, trace: str, oom_kills: int, experiment: str = "exp1") -> dict:
+def _record(arm: str, trace: str, oom_kills: int, experiment: str = "exp1", step: int = 0, **more) -> dict:
     """A step record as the store holds it (synthetic values: only the fields a summary reads)."""
-    return {"experiment": experiment, "config": arm, "trace_id": trace, "step_id": 0, "seed": 0, "params": {},
+    return {"experiment": experiment, "config": arm, "trace_id": trace, "step_id": step, "seed": 0, "params": {}, **more,
             "executed": True, "latency_ms": 10.0, "exit_code": 0, "mem_high_events": 0, "mem_max_events": 0,
             "oom_kills": oom_kills, "timed_out": False}
 
@@ -167,3 +185,20 @@ def test_session_claims_sum_an_arms_tests_and_compare_only_the_same_traces(tmp_p
     assert str(kinds.session_verdicts(exp, only_a, {"b": "skipped: no eBPF"})[0]) == \
         "claim a.oom_kills > b.oom_kills: not checked: arm b skipped: no eBPF"
     assert kinds.session_verdicts(exp, only_a, {})[3].detail == "not checked: arm b did not run in this session (deselected)"
+
+
+def test_session_claims_compare_complete_tests_only(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[arms.a]\n[arms.b]\n[experiments.exp1]\nclaims = ['a.oom_kills >= b.oom_kills']\n")
+    exp = cfgmod.load(path).experiments["exp1"]
+    # the records say the trace has 2 steps: b's test (e.g. a partial earlier attempt kept on resume) has 1
+    whole = [_record(arm, "t1", 0, step=s, trace_steps=2) for arm in ("a", "b") for s in (0, 1)]
+    assert str(kinds.session_verdicts(exp, whole, {})[0]) == "claim a.oom_kills >= b.oom_kills: 0 >= 0 -> holds"
+    partial = whole[:3]
+    assert str(kinds.session_verdicts(exp, partial, {})[0]) == (
+        "claim a.oom_kills >= b.oom_kills: not checked: arm b has an incomplete test: t1, 1 of 2 steps recorded; "
+        "the claim compares complete tests only")
+    # records without trace_steps (written before it): an arm with fewer steps than another for the same test
+    old = [{k: v for k, v in r.items() if k != "trace_steps"} for r in whole]
+    verdict = kinds.session_verdicts(exp, [old[0], *old[2:]], {})[0]
+    assert verdict.state == claims.NOT_CHECKED and "arm a has an incomplete test: t1, 1 of 2 steps" in verdict.detail

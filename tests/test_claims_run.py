@@ -1,9 +1,11 @@
 """Claims end to end, in pytest subprocesses on real cgroups (issue 13 part 7's acceptance): a copy
-of the shipped config with a claim turned around fails with the claim, its values and its verdict;
-and a config without an experiment skips that experiment's tests naming the missing section."""
+of the shipped config with a claim turned around fails a test, `<module>::claims[<experiment>]`,
+with the claim, its values and its verdict (in the counts, `-rA` and JUnit XML); and a config without
+an experiment skips that experiment's tests naming the missing section."""
 from __future__ import annotations
 
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,7 @@ def _exp1(pytester, config: Path, *args):
 def test_a_claim_turned_around_fails_with_the_claim_its_values_and_its_verdict(pytester):
     cgroups_or_skip()
     shipped = _exp1(pytester, _copy_config(pytester.path, turn=False))
-    shipped.assert_outcomes(passed=2)
+    shipped.assert_outcomes(passed=2, skipped=1)      # the claims' test: some claims' arms did not run
     assert shipped.ret == 0
     shipped.stdout.fnmatch_lines(["*agentcgroup claims*",
                                   "exp1: claim static-toolcall.oom_kills > unlimited.oom_kills: 1 > 0 -> holds"])
@@ -48,11 +50,22 @@ def test_a_claim_turned_around_fails_with_the_claim_its_values_and_its_verdict(p
 
     turned = _copy_config(pytester.path, turn=True)
     for args in ((), ("-n", "2")):          # serially, and with the arms in two xdist workers
-        result = _exp1(pytester, turned, *args)
-        result.assert_outcomes(passed=2)                    # every test's budget held ...
-        assert result.ret == pytest.ExitCode.TESTS_FAILED, args   # ... and the refuted claim fails the session
+        junit = pytester.path / f"junit{len(args)}.xml"
+        result = _exp1(pytester, turned, "-rA", f"--junitxml={junit}", *args)
+        result.assert_outcomes(passed=2, failed=1)          # every test's budget held; the claims' test failed
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, args
+        result.stdout.fnmatch_lines([
+            "*_ claims[[]exp1[]] _*",
+            "exp1: claims comparing arms, checked at the end of the session (claims: 1 refuted, 2 not checked):",
+            "  claim static-toolcall.oom_kills <= unlimited.oom_kills: 1 <= 0 -> refuted"])
         result.stdout.fnmatch_lines(["exp1: claim static-toolcall.oom_kills <= unlimited.oom_kills: 1 <= 0 -> refuted",
-                                     "*claims: 1 refuted, 2 not checked; a refuted claim fails the session (exit 1)*"])
+                                     "*claims: 1 refuted, 2 not checked; a refuted or unmeasured claim fails its "
+                                     "experiment's claims[[]...[]] test*",
+                                     "FAILED test_exp1_domain_mismatch.py::claims[[]exp1[]] - exp1: claims comparing*",
+                                     "*1 failed, 2 passed*"])
+        [case] = [c for c in ET.parse(junit).getroot().iter("testcase") if c.get("name") == "claims[exp1]"]
+        assert case.get("classname") == "test_exp1_domain_mismatch"
+        assert "1 <= 0 -> refuted" in case.find("failure").get("message") + (case.find("failure").text or "")
 
 
 def test_a_config_without_an_experiment_skips_its_tests_naming_the_section(pytester):
@@ -107,8 +120,9 @@ def test_exp3_claims_comparing_arms_are_checked_at_the_end_of_the_session(pytest
     for args in ((), ("-n", "2")):
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", str(config),
                                                "--agentcgroup-arms", "unlimited,static-high,static-env", *args)
-        result.assert_outcomes(passed=2, skipped=1)
+        result.assert_outcomes(passed=2, skipped=1, failed=1)     # failed: test_exp3_standin.py::claims[exp3]
         assert result.ret == pytest.ExitCode.TESTS_FAILED, args
+        result.stdout.fnmatch_lines(["FAILED test_exp3_standin.py::claims[[]exp3[]] - exp3: claims comparing arms*"])
         result.stdout.fnmatch_lines([
             "*agentcgroup claims (across arms, at the end of the session)*",
             "exp3: claim static-high.c_pids_max_events < unlimited.c_pids_max_events: 12 < 64 -> holds",
@@ -118,3 +132,20 @@ def test_exp3_claims_comparing_arms_are_checked_at_the_end_of_the_session(pytest
             "exp3: claim static-high.a_oom_kills <= unlimited.a_oom_kills: static-high.a_oom_kills, "
             "unlimited.a_oom_kills: no value measured -> not measured",
         ], consecutive=True)
+
+
+def test_claims_that_cannot_be_checked_because_the_config_broke_fail_the_session(pytester):
+    """Under xdist the controller loads the config at the end for the claims: a file broken meanwhile
+    is said, and the session fails (the claims were not checked: no pass)."""
+    config = pytester.path / "exp3.toml"
+    config.write_text((REPO / "experiments" / "agentcgroup.toml").read_text())
+    pytester.makepyfile(test_exp3_standin=EXP3_STANDIN + f'''
+
+def test_zz_breaks_the_config():
+    open({str(config)!r}, "a").write("[[[ not toml\\n")
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", str(config),
+                                           "--agentcgroup-arms", "unlimited,static-high", "-n", "2")
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([f"agentcgroup: claims not checked: {config}: not valid TOML*"])

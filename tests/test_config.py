@@ -54,6 +54,8 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
     ("[arms.a]\nmemory_max_mb = 100\nmemory_high_mb = 200\n", "above memory_max_mb (100) can never be reached"),
     ("[arms.a]\n[experiments.e]\narms = ['b']\n", "experiments.e.arms: no arm named 'b'"),
     ("[arms.a]\n[experiments.e.budgets.a]\noom_kill = 0\n", "experiments.e.budgets.a.oom_kill: unknown budget"),
+    ("[arms.a]\n[experiments.e]\nbudgets = 5\n", "experiments.e.budgets: expected a table of [experiments.e.budgets.<arm>] tables, got 5"),
+    ("[arms.a]\n[experiments.e]\nbudgets = { a = 5 }\n", "experiments.e.budgets.a: expected a table of counter = budget, got 5"),
     ("[arms.a]\n[experiments.e.budgets.a]\noom_kills = 'some'\n", "experiments.e.budgets.a.oom_kills: expected a number >= 0 or \"predicted\""),
     ("[defaults]\ntime_scale = 1\nspeed = 2\n", "defaults.speed: unknown"),
     ("arms = [", "not valid TOML"),

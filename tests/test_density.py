@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import config as cfgmod
-from pytest_agentcgroup.metrics import density as dens
+from pytest_agentcgroup.metrics import density as dens, kinds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,6 +83,11 @@ BASE = "[arms.a]\n[arms.b]\n[experiments.exp5]\n"
     (BASE + "claims = ['a.survival_pct >= z.survival_pct']\n", "claim 'a.survival_pct >= z.survival_pct': z.survival_pct: no arm 'z'"),
     (BASE + "claims = ['a.survival_pct >= b.largest_k_held']\n",
      "reads metrics of different tests (survival_pct: test_exp5_agentcgroup_replication; largest_k_held: test_exp5_density)"),
+    # the replication test runs its own arms: a claim on its metrics naming another would never be checked
+    (BASE + "claims = ['b.survival_pct >= a.survival_pct']\n[experiments.exp5.replication]\nhigh = 't'\n"
+     "low = ['t']\narms = ['a']\nbudget_mb = 5\n",
+     "claim 'b.survival_pct >= a.survival_pct': survival_pct is measured only for the arms of "
+     "[experiments.exp5.replication] arms (a), not b"),
 ])
 def test_exp5_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, message):
     path = tmp_path / "bad.toml"
@@ -90,6 +95,19 @@ def test_exp5_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, messa
     with pytest.raises(cfgmod.ConfigError) as err:
         cfgmod.load(path)
     assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+def test_replication_claims_read_every_replication_arm(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[arms.a]\n[arms.b]\n[arms.c]\n[experiments.exp5]\narms = ['a', 'b']\n"
+                    "claims = ['*.survival_pct >= 50', '*.largest_k_held >= 1']\n[experiments.exp5.replication]\n"
+                    "high = 't'\nlow = ['t']\narms = ['b', 'c']\nbudget_mb = 5\n")
+    exp = cfgmod.load(path).experiments["exp5"]
+    rep = exp.tables["replication"]["arms"]
+    mine = kinds.claims_of(exp, test="test_exp5_agentcgroup_replication", arms=rep)
+    assert [c.text for c in mine] == ["b.survival_pct >= 50", "c.survival_pct >= 50"]
+    assert [c.text for c in kinds.claims_of(exp, test="test_exp5_density")] == \
+        ["a.largest_k_held >= 1", "b.largest_k_held >= 1"]
 
 
 def test_a_config_without_exp5_skips_both_tests_naming_the_section(pytester):

@@ -116,3 +116,20 @@ def test_resume_keeps_a_partial_attempt_of_a_test_that_never_replays(pytester, p
     result = run_study(pytester, "--agentcgroup-resume", "-k", "unlimited")
     result.assert_outcomes(skipped=1)
     assert (run / store.METRICS_FILE).read_text() == partial
+
+
+def test_an_arm_that_ran_but_wrote_no_records_is_named_so(tmp_path):
+    """Session-end claims (controller.check_claims): an arm whose test ran (a call report) but left no
+    step records is not called deselected."""
+    from pytest_agentcgroup import config as cfgmod
+    path = tmp_path / "c.toml"
+    path.write_text("[arms.a]\n[arms.b]\n[experiments.exp1]\nclaims = ['a.oom_kills <= b.oom_kills']\n")
+    controller = _controller(tmp_path / "out")
+    reports = []
+    controller.config.hook = types.SimpleNamespace(pytest_runtest_logreport=lambda report: reports.append(report))
+    controller.arms_seen = {"exp1": {"a": "ran", "b": "ran"}}
+    controller.check_claims([step_rec(experiment="exp1", config="a")], cfgmod.load(path))
+    assert controller.claim_lines == ["exp1: claim a.oom_kills <= b.oom_kills: not checked: arm b ran, but wrote "
+                                      "no step records"]
+    [report] = reports                  # the claims are a test of their own: not checked skips it
+    assert (report.nodeid, report.outcome) == ("exp1::claims[exp1]", "skipped")

@@ -19,11 +19,15 @@ what happens once per session, after every test has run, whichever process ran i
 * the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
   `--agentcgroup-save-baseline`.
 * claims comparing arms that separate tests measure (metrics/kinds.py): checked here once every
-  arm's results are in, for trace x arm experiments (exp1, exp4) on the run's merged records (a
-  resumed run's earlier ones included), for exp3 on the figures each arm's test put on its report
-  (FIGURES, a user property: it travels from xdist workers too); printed in the terminal summary,
-  and a refuted one fails the session (exit 1). Each experiment test's report says its experiment
-  and arm (REPORT_CASE), so an arm that did not run is named with its skip reason.
+  test has run (`check_claims`, after the run loop, before the session finishes), for trace x arm
+  experiments (exp1, exp4) on the run's records (a resumed run's earlier ones included, the xdist
+  workers' files read), for exp3 on the figures each arm's test put on its report (FIGURES, a user
+  property: it travels from xdist workers too). Each experiment's claims are one more test report,
+  `<its module>::claims[<experiment>]`: failed when a claim is refuted or not measured (with every
+  claim, its values and verdict), skipped when one is not checked, else passed; the terminal's
+  counts, `-rA`, JUnit XML and the exit status take it like any test. They are printed in the
+  terminal summary too. Each experiment test's report says its experiment and arm (REPORT_CASE),
+  so an arm that did not run is named with its skip reason.
 
 May import: metrics/ (store, benchjson, environment, gate, kinds, claims) and pytest.
 """
@@ -72,9 +76,11 @@ class MetricsController:
         self.baseline_error: str | None = None
         self.arms_seen: dict[str, dict[str, str]] = {}   # experiment -> arm -> "ran" | why it did not
         self.figures: dict[str, dict[str, dict]] = {}    # experiment -> arm -> metric -> value (FIGURES)
+        self.modules: dict[str, str] = {}                # experiment -> the module of its tests (node id)
         self.claim_lines: list[str] = []
         self.verdicts: list = []                         # claims.Verdict of every claim checked here
         self.claims_failed = False
+        self.claims_error: str | None = None             # why the claims could not be checked at all
 
     @property
     def distributed(self) -> bool:
@@ -162,6 +168,7 @@ class MetricsController:
     def pytest_runtest_logreport(self, report) -> None:
         case = getattr(report, REPORT_CASE, None)
         if case is not None:
+            self.modules.setdefault(case[0], report.nodeid.split("::")[0])
             arms = self.arms_seen.setdefault(case[0], {})
             if report.skipped:
                 reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -195,12 +202,12 @@ class MetricsController:
         return [i["seed"] for i in infos if "seed" in i]
 
     # -- after the last test ---------------------------------------------------------------------
-    def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict],
-               experiments=None) -> list[dict]:
+    def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict]) -> list[dict]:
         """Called by session.py's finish once the serial store is closed (`records` are its
-        file's records, `summaries` their summaries; both empty under xdist). `experiments`: the
-        config (config.Config) whose claims are checked. Returns the run's summaries."""
+        file's records, `summaries` their summaries; both empty under xdist). Returns the run's summaries."""
         self.summaries = summaries
+        if self.claims_error and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED     # claims never checked are no pass
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
         run = self.run
@@ -209,11 +216,9 @@ class MetricsController:
             self._give_back()                  # before the lock goes: no resume may take it meanwhile
             store.release(self.claim)
             self.claim = None
-            self._claims(session, [], experiments)
             return self.summaries
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)
-        self._claims(session, records, experiments)
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
             store.mark_finished(run, int(session.exitstatus))
         store.point_latest(run)
@@ -224,10 +229,19 @@ class MetricsController:
             self._gate(session, records)
         return self.summaries
 
-    def _claims(self, session: pytest.Session, records: list[dict], experiments) -> None:
-        """The claims of each trace x arm experiment that had a test in this session."""
+    def run_records(self, serial: list[dict]) -> list[dict]:
+        """The run's step records as they stand after the last test: serially this process's
+        store's (`serial`); under xdist the workers' files merged with a resumed run's earlier
+        records, read without writing (finish merges them into the run's file)."""
+        if not self.distributed:
+            return serial
+        return store.merged_records(self.run, keep=self.earlier) if self.run is not None and self.run.is_dir() else []
+
+    def check_claims(self, records: list[dict], experiments, session=None) -> None:
+        """The claims of each experiment that had a test in this session and whose claims compare
+        arms at the end of the session: one test report each (see the module's docstring)."""
         for name, arms in self.arms_seen.items():
-            exp = experiments.experiments.get(name) if experiments is not None else None
+            exp = experiments.experiments.get(name)
             if exp is None or not exp.claims or (name in kinds.KINDS and not kinds.per_arm_test(name)):
                 continue
             why = {a: w for a, w in arms.items() if w != "ran"}
@@ -236,14 +250,40 @@ class MetricsController:
                 why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
                             if w == "ran" and a not in figures})
                 verdicts = kinds.session_verdicts_from_figures(exp, figures, why)
-            else:
+            else:           # an arm with records has no `why`: only one without them is named
+                why.update({a: "ran, but wrote no step records" for a, w in arms.items() if w == "ran"})
                 verdicts = kinds.session_verdicts(exp, records, why)
+            if not verdicts:
+                continue
             self.verdicts += verdicts
-            for verdict in verdicts:
-                self.claim_lines.append(f"{name}: {verdict}")
-                self.claims_failed |= verdict.fails
-        if self.claims_failed and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            self.claim_lines += [f"{name}: {verdict}" for verdict in verdicts]
+            if session is not None:
+                session.testscollected += 1          # the terminal's progress counts it: [100%], not [133%]
+            self._report_claims(name, verdicts)
+
+    def claims_unchecked(self, why: str) -> None:
+        """The claims could not be checked at all (the config did not load again): said at the end,
+        and the session fails."""
+        self.claims_error = why
+        self.notes.append(why)
+
+    def _report_claims(self, name: str, verdicts: list) -> None:
+        """One test report for an experiment's session-end claims, as if a test had run them."""
+        module = self.modules.get(name, name)
+        failed = any(v.fails for v in verdicts)
+        unchecked = [str(v) for v in verdicts if v.state == claims.NOT_CHECKED]
+        title = f"{name}: claims comparing arms, checked at the end of the session ({claims.summary(verdicts)})"
+        if failed:
+            outcome, longrepr = "failed", title + ":\n  " + "\n  ".join(str(v) for v in verdicts)
+        elif unchecked:
+            outcome, longrepr = "skipped", (module, 0, f"Skipped: {title}: {len(unchecked)} not checked: "
+                                                        + "; ".join(unchecked))
+        else:
+            outcome, longrepr = "passed", None
+        report = pytest.TestReport(f"{module}::claims[{name}]", (module, None, f"claims[{name}]"), {"claims": 1},
+                                   outcome, longrepr, "call")
+        self.claims_failed |= failed
+        self.config.hook.pytest_runtest_logreport(report=report)
 
     def _give_back(self) -> None:
         """Remove what reserve_run made, if it is still empty (no worker wrote)."""
@@ -307,7 +347,8 @@ class MetricsController:
                 terminalreporter.write_line(line, red=line.endswith(("-> refuted", "-> not measured")),
                                             yellow=": not checked:" in line)
             terminalreporter.write_line(claims.summary(self.verdicts)
-                                        + ("; a refuted claim fails the session (exit 1)" if self.claims_failed else ""),
+                                        + ("; a refuted or unmeasured claim fails its experiment's claims[...] test"
+                                           if self.claims_failed else ""),
                                         red=self.claims_failed)
         if self.gate_lines:
             terminalreporter.write_sep("=", "agentcgroup regression gate")

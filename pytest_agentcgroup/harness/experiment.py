@@ -2,7 +2,7 @@
 asks of the harness: its settings from the config (a skip naming the missing section), the arms
 this session selected, and the outcome of its claims.
 
-May import: config, metrics (claims, kinds) and the harness's collect, controller and state.
+May import: config, metrics (claims) and the harness's collect, controller and state.
 """
 from __future__ import annotations
 
@@ -32,11 +32,12 @@ def arms(request: pytest.FixtureRequest, conf: cfgmod.Config, exp: cfgmod.Experi
     return [a for a in exp.arms if a in chosen] + [a for a in chosen if a not in exp.arms]
 
 
-def not_run(exp: cfgmod.Experiment, ran, skipped: dict[str, str] | None = None) -> dict[str, str]:
-    """arm -> why it has no figures: skipped in the test (its reason), or not selected."""
+def not_run(exp: cfgmod.Experiment, ran, skipped: dict[str, str] | None = None, arms=None) -> dict[str, str]:
+    """arm -> why it has no figures: skipped in the test (its reason), or not selected. `arms`:
+    the arms the test runs (the experiment's when None)."""
     skipped = skipped or {}
     return {a: (f"skipped: {skipped[a]}" if a in skipped else "not selected (--agentcgroup-arms)")
-            for a in exp.arms if a not in ran or a in skipped}
+            for a in (exp.arms if arms is None else arms) if a not in ran or a in skipped}
 
 
 def publish(request: pytest.FixtureRequest, figures: dict) -> None:

@@ -163,6 +163,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
                 restart_pending = False  # replaying (no cpu controller, no executor) keeps them
                 store.restart(case.key)
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
+                   "trace_steps": len(steps),      # how many records make this test complete
                    **step_record(result, steps[result.step_id], config=case.arm.name,
                                  time_scale=executor.time_scale, executor=executor_name),
                    # GiB·s reserved / used (the usage the placement samples: sample_usage below)

@@ -89,18 +89,30 @@ def finish(session: pytest.Session, state: State) -> None:
         state.summaries, records = state.store.close(), state.store.records
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
-        conf = _experiments(session, state) if controller.arms_seen else None     # claims only after experiment tests
-        state.summaries = controller.finish(session, records, state.summaries, experiments=conf)
+        state.summaries = controller.finish(session, records, state.summaries)
 
 
-def _experiments(session: pytest.Session, state: State) -> cfgmod.Config | None:
+def check_claims(session: pytest.Session) -> None:
+    """plugin.py's pytest_runtestloop, after the last test: on the controller, the claims that
+    compare arms across tests, each experiment's as one more test report (controller.py)."""
+    controller = session.config.stash.get(CONTROLLER, None)
+    state = session.config.stash.get(STATE, None)
+    if controller is None or state is None or not controller.arms_seen:     # only after experiment tests
+        return
+    try:
+        conf = _experiments(session, state)
+    except cfgmod.ConfigError as exc:        # e.g. the file changed while the tests ran: said, and a failure
+        controller.claims_unchecked(f"claims not checked: {exc}")
+        return
+    controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf,
+                            session)
+
+
+def _experiments(session: pytest.Session, state: State) -> cfgmod.Config:
     """The config whose claims the controller checks (loaded here under xdist, where the controller
-    does not collect); None when it cannot be loaded (collection already said why)."""
+    does not collect). ConfigError when it cannot be loaded."""
     if state.experiments is None:
-        try:
-            state.experiments = cfgmod.load(setting(session.config, "config"))
-        except cfgmod.ConfigError:
-            return None
+        state.experiments = cfgmod.load(setting(session.config, "config"))
     return state.experiments
 
 

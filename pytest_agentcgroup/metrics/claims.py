@@ -126,7 +126,14 @@ def _side(text: str, name: str) -> tuple[Term, ...]:
         if i % 2:
             sign = 1 if part == "+" else -1
             continue
+        if i == 0 and not part.strip() and len(parts) > 1:
+            continue                    # ' - a.b ...': the sign before the first term
+        body = part.strip()
+        if body[:1] in ("+", "-") and not _TERM.match(body):
+            sign, part = (-sign if body[0] == "-" else sign), body[1:]   # '-a.b': a sign, not a number's
         m = _TERM.match(part)
+        if not part.strip():
+            raise ClaimError(f"{name}: a side of the comparison is empty or ends in ' + ' / ' - ' with no term")
         if not m:
             raise ClaimError(f"{name}: cannot read {part.strip()!r}: expected a number, <arm>.<metric> or "
                              "<number> * <arm>.<metric> (terms joined by ' + ' or ' - ')")
@@ -201,7 +208,9 @@ def _total(side: tuple[Term, ...], got: dict) -> tuple[float, str]:
 
 
 def _num(v: float) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    # 10 significant digits: :g's 6 would show 1234567 as 1.23457e+06 and 0.1000004 as 0.1, so a
+    # refuted claim could print as if it held
+    return f"{v:.10g}" if isinstance(v, float) else str(v)
 
 
 def check(claims, figures: dict[str, dict], absent: dict[str, str]) -> list[Verdict]:
@@ -214,4 +223,4 @@ def summary(verdicts: list[Verdict]) -> str:
     if not verdicts:
         return ""
     n = {s: sum(v.state == s for v in verdicts) for s in (HOLDS, REFUTED, NOT_MEASURED, NOT_CHECKED)}
-    return "claims: " + ", ".join(f"{k} {s}" for s, k in n.items() if k)
+    return "claims: " + ", ".join(f"{k} {'hold' if s == HOLDS and k > 1 else s}" for s, k in n.items() if k)

@@ -34,11 +34,12 @@ from .tables import TableError, number as _number, table as _table, trace_list a
 AGENT_PRIORITY_KINDS = {"agent-high": "high", "agent-low": "low"}
 
 TABLES = ("density", "replication")
+KEYS = ("time_scale", "step_timeout_s")    # besides description, arms, claims, TABLES (emulate only)
 #: metric -> the test that measures it (a claim reads the metrics of one test)
 CLAIM_METRICS = {"largest_k_held": "test_exp5_density", "survival_pct": "test_exp5_agentcgroup_replication",
                  "high_p95_alloc_ms": "test_exp5_agentcgroup_replication"}
 
-DensityError = TableError          # a density/replication setting that cannot be used; names the key
+REPLICATION_METRICS = ("survival_pct", "high_p95_alloc_ms")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,14 @@ class Agent:
     @property
     def kind(self) -> str:
         return f"agent-{self.priority}"
+
+
+def claim_arms(metric: str, tables: dict) -> tuple[str, list[str]] | None:
+    """The replication test runs the arms of [experiments.exp5.replication], not the experiment's:
+    a claim on its metrics names those (kinds.parse_claims)."""
+    if metric in REPLICATION_METRICS and "replication" in tables:
+        return "[experiments.exp5.replication] arms", list(tables["replication"]["arms"])
+    return None
 
 
 def agents(traces: list[str], k: int, high_agents: int) -> list[Agent]:
@@ -103,7 +112,7 @@ def survival(oom_killed: list[bool]) -> float | None:
 # -- settings ------------------------------------------------------------------------------------
 
 def validate(tables: dict, where: str, arms: dict) -> dict:
-    """The density/replication tables of an experiment, checked; DensityError names the key."""
+    """The density/replication tables of an experiment, checked; TableError names the key."""
     out = {}
     if "density" in tables:
         out["density"] = _density(tables["density"], f"{where}.density")
@@ -119,7 +128,7 @@ def _density(raw, where: str) -> dict:
     ks = d["k"]
     if not isinstance(ks, list) or not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks) \
             or ks != sorted(set(ks)):
-        raise DensityError(f"{where}.k: expected a non-empty increasing list of integers >= 1, got {ks!r}")
+        raise TableError(f"{where}.k: expected a non-empty increasing list of integers >= 1, got {ks!r}")
     _number(d["budget_mb"], f"{where}.budget_mb")
     d.setdefault("high_agents", 1)
     _number(d["high_agents"], f"{where}.high_agents", strict=False, integer=True)
@@ -129,7 +138,7 @@ def _density(raw, where: str) -> dict:
     _number(d["slowdown_p95_max"], f"{where}.slowdown_p95_max", least=1.0, strict=False)
     d.setdefault("stop_at_first_failure", True)
     if not isinstance(d["stop_at_first_failure"], bool):
-        raise DensityError(f"{where}.stop_at_first_failure: expected true or false")
+        raise TableError(f"{where}.stop_at_first_failure: expected true or false")
     return d
 
 
@@ -137,13 +146,13 @@ def _replication(raw, where: str, arms: dict) -> dict:
     r = _table(raw, where, {"high", "low", "arms", "budget_mb"},
                {"base_mb", "time_scale", "rounds", "arm_overrides", "step_timeout_s"})
     if not isinstance(r["high"], str) or not r["high"]:
-        raise DensityError(f"{where}.high: expected a trace id")
+        raise TableError(f"{where}.high: expected a trace id")
     r["low"] = _trace_list(r["low"], f"{where}.low")
     if not isinstance(r["arms"], list) or not r["arms"]:
-        raise DensityError(f"{where}.arms: expected a non-empty list of arm names")
+        raise TableError(f"{where}.arms: expected a non-empty list of arm names")
     for a in r["arms"]:
         if a not in arms:
-            raise DensityError(f"{where}.arms: no arm named {a!r} (defined: {', '.join(arms)})")
+            raise TableError(f"{where}.arms: no arm named {a!r} (defined: {', '.join(arms)})")
     _number(r["budget_mb"], f"{where}.budget_mb")
     r.setdefault("base_mb", 0)
     _number(r["base_mb"], f"{where}.base_mb", strict=False)
@@ -155,7 +164,7 @@ def _replication(raw, where: str, arms: dict) -> dict:
     _number(r["rounds"], f"{where}.rounds", least=1, strict=False, integer=True)
     over = r.setdefault("arm_overrides", {})
     if not isinstance(over, dict) or any(a not in arms or not isinstance(o, dict) for a, o in over.items()):
-        raise DensityError(f"{where}.arm_overrides: expected a table of arm name -> {{ arm key = value }} "
+        raise TableError(f"{where}.arm_overrides: expected a table of arm name -> {{ arm key = value }} "
                            f"for defined arms ({', '.join(arms)})")
     return r
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import claims as claimlang
 from . import density, multitenant, timescale
-from .compare import test_values
+from .compare import test_key, test_values
 from .registry import REGISTRY
 from .tables import TableError
 
@@ -27,10 +27,17 @@ SESSION = "the end of the session"        # where a trace x arm experiment's cla
 SUMMED = tuple(m for m in REGISTRY if not m.startswith("latency_p") and m not in ("utilization", "peak_rss_mb"))
 
 
-def tables(name: str) -> tuple[str, ...]:
-    """The experiment-specific tables `[experiments.<name>]` may hold."""
+def keys(name: str, generic) -> tuple[str, ...]:
+    """The keys `[experiments.<name>]` may hold: `generic` (a trace x arm experiment's: subset,
+    budgets, matrix, executor, ...) unless the experiment is a kind of its own, whose test reads
+    only its description, arms, claims, tables and the few settings it uses (KEYS)."""
     kind = KINDS.get(name)
-    return tuple(kind.TABLES) if kind else ()
+    return tuple(generic) if kind is None else ("description", "arms", "claims", *kind.TABLES, *kind.KEYS)
+
+
+def own_arms(name: str) -> bool:
+    """The experiment's arms are its own (exp2's controllers), not arms of [arms]: it names them."""
+    return hasattr(KINDS.get(name), "check_arms")
 
 
 def check_arms(name: str, arm_names, where: str, defined: dict) -> None:
@@ -57,9 +64,10 @@ def claim_metrics(name: str) -> dict[str, str]:
     return dict(kind.CLAIM_METRICS) if kind else {m: SESSION for m in SUMMED}
 
 
-def parse_claims(name: str, raw, where: str, arm_names) -> tuple[claimlang.Claim, ...]:
+def parse_claims(name: str, raw, where: str, arm_names, tables: dict | None = None) -> tuple[claimlang.Claim, ...]:
     """The experiment's `claims`, parsed and checked against its arms and metrics; a claim reads the
-    metrics of one test (ClaimError names the claim)."""
+    metrics of one test, and names only arms that test runs (`tables`: the experiment's checked
+    tables, for a kind whose test runs arms of its own, exp5's replication). ClaimError names the claim."""
     if raw is None:
         return ()
     metrics = claim_metrics(name)
@@ -71,7 +79,20 @@ def parse_claims(name: str, raw, where: str, arm_names) -> tuple[claimlang.Claim
             raise claimlang.ClaimError(f"{at}: reads metrics of different tests ("
                                        + "; ".join(f"{m}: {metrics[m]}" for m in claim.metrics)
                                        + "), so no test can check it")
+        runs = arms_measuring(name, claim.metrics[0], tables or {})
+        if runs is not None:
+            for arm in claim.arms:
+                if arm != claimlang.EVERY_ARM and arm not in runs[1]:
+                    raise claimlang.ClaimError(f"{at}: {claim.metrics[0]} is measured only for the arms of "
+                                               f"{runs[0]} ({', '.join(runs[1])}), not {arm}")
     return out
+
+
+def arms_measuring(name: str, metric: str, tables: dict) -> tuple[str, list[str]] | None:
+    """(where, arms) when the test measuring `metric` runs arms of its own table rather than the
+    experiment's `arms` (exp5's replication); else None."""
+    of = getattr(KINDS.get(name), "claim_arms", None)
+    return of(metric, tables) if of else None
 
 
 def per_arm_test(name: str) -> bool:
@@ -79,18 +100,18 @@ def per_arm_test(name: str) -> bool:
     return getattr(KINDS.get(name), "PER_ARM_TEST", False)
 
 
-def claims_of(experiment, test: str | None = None, arm: str | None = None) -> list[claimlang.Claim]:
-    """The experiment's claims that `test` checks (all when None), `*` read as each of its arms
-    (only the claims on `arm` alone when given)."""
+def claims_of(experiment, test: str | None = None, arm: str | None = None, arms=None) -> list[claimlang.Claim]:
+    """The experiment's claims that `test` checks (all when None), `*` read as each of `arms` (the
+    experiment's arms when None; exp5's replication: its own), only the claims on `arm` alone when given."""
     metrics = claim_metrics(experiment.name)
     mine = [c for c in experiment.claims if test is None or metrics[c.metrics[0]] == test]
-    out = claimlang.expand(mine, [arm] if arm is not None else list(experiment.arms))
+    out = claimlang.expand(mine, [arm] if arm is not None else list(arms if arms is not None else experiment.arms))
     return [c for c in out if arm is None or c.arms == [arm]]
 
 
 def runnable_arms(experiment, defined: dict) -> list[str]:
     """What `--agentcgroup-arms` may select for the experiment: any arm of [arms]; exp2 its controllers."""
-    return list(experiment.arms) if hasattr(KINDS.get(experiment.name), "check_arms") else list(defined)
+    return list(experiment.arms) if own_arms(experiment.name) else list(defined)
 
 
 # -- claims comparing arms that separate tests measured, at the end of the session ---------------
@@ -108,18 +129,20 @@ def session_verdicts_from_figures(experiment, figures: dict[str, dict],
 def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]) -> list[claimlang.Verdict]:
     """The claims of a trace x arm experiment against the run's step records: `<arm>.<metric>` is
     the sum over the arm's tests (trace x matrix point) of the test's metric (compare.test_values).
-    A claim is checked only when each of its arms ran the same tests (same traces, seeds, params):
-    else it says which arm ran what. `why_absent`: arm -> why it did not run (its skip reason)."""
+    A claim is checked only when each of its arms ran the same tests (same traces, seeds, params),
+    each complete (every step of its trace recorded): else it says which arm ran what, or which
+    test is incomplete. `why_absent`: arm -> why it did not run (its skip reason)."""
+    mine = [r for r in records if r.get("experiment") == experiment.name]
     tests: dict[str, set] = {}
     sums: dict[str, dict] = {}
-    for (exp, arm, trace, seed, params), vals in test_values(
-            [r for r in records if r.get("experiment") == experiment.name]).items():
+    for (exp, arm, trace, seed, params), vals in test_values(mine).items():
         tests.setdefault(arm, set()).add((trace, seed, params))
         arm_sums = sums.setdefault(arm, {})
         for m in SUMMED:
             v = vals.get(m)
             # one test without the value leaves the sum unknown (None), never a partial sum
             arm_sums[m] = None if v is None or (m in arm_sums and arm_sums[m] is None) else arm_sums.get(m, 0) + v
+    steps = _steps_recorded(mine)
     out = []
     for claim in claimlang.expand(experiment.claims, list(experiment.arms)):
         absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in claim.arms if a not in tests}
@@ -128,5 +151,37 @@ def session_verdicts(experiment, records: list[dict], why_absent: dict[str, str]
             first = ran[0]
             absent = {a: f"ran {len(tests[a])} test(s), {first} {len(tests[first])}: the claim compares the arms "
                          "over the same traces" for a in ran[1:] if tests[a] != tests[first]}
+        if not absent:
+            absent = _incomplete(ran, steps)
         out.append(claimlang.evaluate(claim, lambda a, m: sums.get(a, {}).get(m), absent))
+    return out
+
+
+def _steps_recorded(records: list[dict]) -> dict[tuple, tuple[int, int | None]]:
+    """(arm, trace, seed, params) -> (distinct steps recorded, the trace's step count where the
+    records say it: `trace_steps`)."""
+    ids: dict[tuple, set] = {}
+    total: dict[tuple, int | None] = {}
+    for r in records:
+        key = test_key(r)[1:]
+        ids.setdefault(key, set()).add(r.get("step_id"))
+        total[key] = r.get("trace_steps", total.get(key))
+    return {k: (len(v), total[k]) for k, v in ids.items()}
+
+
+def _incomplete(arms: list[str], steps: dict) -> dict[str, str]:
+    """arm -> which of its tests is incomplete: fewer steps recorded than its trace has (e.g. a
+    resumed run whose arm skipped this time keeps a partial earlier attempt), or, where the records
+    do not say the trace's length, fewer than another arm recorded for the same test."""
+    out = {}
+    for arm in arms:
+        for (a, trace, seed, params), (n, total) in steps.items():
+            if a != arm:
+                continue
+            want = total if total is not None else max(steps.get((b, trace, seed, params), (0, None))[0] for b in arms)
+            if n < want:
+                point = (f" seed {seed}" if seed else "") + (f" {params}" if params != "{}" else "")
+                out[arm] = (f"has an incomplete test: {trace}{point}, {n} of {want} steps recorded; the claim "
+                            "compares complete tests only")
+                break
     return out

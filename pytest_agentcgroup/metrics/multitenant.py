@@ -24,6 +24,7 @@ from .records import Metric
 from .tables import TableError, number, table, trace_list
 
 TABLES = ("tenants", "probe")
+KEYS = ()                    # besides description, arms, claims, TABLES: each tenant has its own settings
 PRIORITIES = ("low", "normal", "high")
 PER_ARM_TEST = True               # each arm is its own test: claims comparing arms wait for the session end
 

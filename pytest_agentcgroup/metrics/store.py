@@ -281,14 +281,19 @@ def merge_workers(out: Path, *, keep: list[dict] | None = None) -> tuple[list[di
     run rewrote DIR's file after that worker stopped (a serial run after a killed parallel one,
     left by a version that did not yet remove worker directories at start); it is dropped, not
     merged. Equal times (coarse file clocks) count as newer: the worker wins."""
+    merged = merged_records(out, keep=keep)
+    sums = write_results(out, merged)
+    _remove_worker_dirs(out)
+    return merged, sums
+
+
+def merged_records(out: Path, *, keep: list[dict] | None = None) -> list[dict]:
+    """What merge_workers will write, read without writing or removing anything."""
     written = _mtime_ns(out / METRICS_FILE)
     fresh = [r for d in worker_dirs(out) if _mtime_ns(d / METRICS_FILE) >= written
              for r in read_records(d / METRICS_FILE)]
     redone = {record_key(r) for r in fresh}
-    merged = [r for r in (keep or []) if record_key(r) not in redone] + fresh
-    sums = write_results(out, merged)
-    _remove_worker_dirs(out)
-    return merged, sums
+    return [r for r in (keep or []) if record_key(r) not in redone] + fresh
 
 
 def begin_session(run: Path) -> list[dict]:

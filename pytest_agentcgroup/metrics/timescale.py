@@ -21,6 +21,7 @@ from .records import Metric
 from .tables import TableError, number, table
 
 TABLES = ("burst", "probe")
+KEYS = ()                    # besides description, arms, claims, TABLES: its settings are in its tables
 KERNEL_CONTROLLERS = ("psi", "ebpf_ringbuf", "ebpf_kernel")
 _POLL = re.compile(r"^poll_([1-9][0-9]*)ms$")
 
