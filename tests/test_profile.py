@@ -109,6 +109,76 @@ def test_resume_skips_complete_traces_redoes_partial_ones_and_keeps_other_files(
     assert set(Corpus.open(out).ids("profiled")) == {"t/a", "t/b"}
 
 
+def test_resume_lists_a_complete_trace_missing_from_the_manifest_and_redoes_changed_steps(tmp_path, can_profile):
+    a = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], "t/a")
+    out = tmp_path / "out"
+    profile_traces([a], out, Settings())
+    (out / "manifest.json").unlink()                 # as if the run had stopped between the trace and the manifest
+    assert profile_traces([a], out, Settings()) == {"profiled": [], "skipped": ["t/a"]}
+    assert Corpus.open(out).ids("profiled") == ("t/a",)
+    # the same trace id with another command is not complete: profiled again
+    a = tiny(tmp_path, [bash(0, "exit 2", cwd="/workspace")], "t/a")
+    assert profile_traces([a], out, Settings()) == {"profiled": ["t/a"], "skipped": []}
+    assert profiled(out, "t/a").steps[0].outcome.status == "failed"
+
+
+def test_the_manifest_is_merged_not_rewritten(tmp_path, can_profile):
+    out = tmp_path / "out"
+    out.mkdir()
+    old = {"schema": "agentcgroup-manifest/1", "seed": 7, "strata": {"short": 1},
+           "subsets": {"dev": ["x/y"], "profiled": ["x/y"]},
+           "traces": [{"trace_id": "t/tiny", "file": "t/tiny.json", "model": "haiku", "category": "test",
+                       "steps": 99},
+                      {"trace_id": "x/y", "file": "x/y.json", "bursty": True}, {"note": "an entry without an id"}]}
+    (out / "manifest.json").write_text(json.dumps(old))
+    profile_traces([tiny(tmp_path, [bash(0, "true", cwd="/workspace")])], out, Settings())
+    new = json.loads((out / "manifest.json").read_text())
+    assert (new["seed"], new["strata"]) == (7, {"short": 1})
+    assert new["subsets"] == {"dev": ["x/y"], "profiled": ["x/y", "t/tiny"]}
+    entries = {e.get("trace_id"): e for e in new["traces"]}
+    assert entries["x/y"] == {"trace_id": "x/y", "file": "x/y.json", "bursty": True}
+    assert entries[None] == {"note": "an entry without an id"}
+    tiny_entry = entries["t/tiny"]
+    assert (tiny_entry["model"], tiny_entry["category"]) == ("haiku", "test")        # kept
+    assert (tiny_entry["steps"], tiny_entry["outcomes"]) == (1, {"ok": 1})            # the profile's own
+
+
+def test_outputs_never_overwrite_inputs_or_foreign_files(tmp_path, capsys):
+    """Checked before anything runs (no cgroups needed): an output that is an input file, or an
+    existing file that is not a profiled trace, is refused with one message and left as it was."""
+    src = tmp_path / "in" / "t" / "tiny.json"
+    src.parent.mkdir(parents=True)
+    write_trace(Trace("t/tiny", {"format": "test"}, (bash(0, "true"),)), src)
+    before = src.read_bytes()
+    code, err = _cli(["traces", "profile", str(src), "-o", str(tmp_path / "in")], capsys)
+    assert code == 1 and "is an input file" in err and "Traceback" not in err and src.read_bytes() == before
+    code, err = _cli(["traces", "profile", str(tmp_path / "in"), "-o", str(tmp_path / "in")], capsys)
+    assert code == 1 and "is an input file" in err and src.read_bytes() == before
+    foreign = tmp_path / "out" / "t" / "tiny.json"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(before)                              # a trace nobody profiled: someone's file
+    code, err = _cli(["traces", "profile", str(src), "-o", str(tmp_path / "out")], capsys)
+    assert code == 1 and f"{foreign}: the output of trace 't/tiny' exists and is not a profiled trace" in err
+    assert foreign.read_bytes() == before
+
+
+def test_a_bad_manifest_or_output_directory_stops_before_the_first_step(tmp_path, capsys):
+    good = tiny(tmp_path, [bash(0, "touch /workspace/ran")])
+    out = tmp_path / "out"
+    out.mkdir()
+    for text, says in (('{"schema": "agentcgroup-manifest/1", "traces": [', "invalid JSON"),
+                       ('["not", "a", "manifest"]', "field 'schema'"),
+                       ('{"schema": "agentcgroup-manifest/1", "traces": {}}', "field 'traces'")):
+        (out / "manifest.json").write_text(text)
+        code, err = _cli(["traces", "profile", str(good), "-o", str(out)], capsys)
+        assert code == 1 and "manifest.json" in err and says in err and "not touched" in err, err
+        assert "Traceback" not in err and (out / "manifest.json").read_text() == text
+        assert not (out / "t").exists()                      # nothing profiled, nothing written
+    (tmp_path / "afile").write_text("")
+    code, err = _cli(["traces", "profile", str(good), "-o", str(tmp_path / "afile" / "o")], capsys)
+    assert code == 1 and f"-o {tmp_path / 'afile' / 'o'}: cannot write there (Not a directory)" in err
+
+
 def test_the_workspace_is_copied_per_trace(tmp_path, can_profile):
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)
@@ -153,6 +223,8 @@ def test_without_privileges_one_message(tmp_path):
     tmp_path = Path(tempfile.mkdtemp(prefix="agentcgroup-profile-test-"))
     os.chmod(tmp_path, 0o755)
     good = tiny(tmp_path, [bash(0, "true")])
+    (tmp_path / "o").mkdir()
+    os.chown(tmp_path / "o", 65534, 65534)               # an output directory it may write: cgroups are what it lacks
     # the system interpreter: this venv's may live under a home directory nobody cannot enter
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-m",
                            "pytest_agentcgroup.cli", "traces", "profile", str(good), "-o", str(tmp_path / "o")],

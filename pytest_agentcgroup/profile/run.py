@@ -16,13 +16,14 @@ Steps that execute nothing here (edit, read, search, noop, browser: the agent ru
 not a command) keep their profile unchanged and get no outcome: that is what "not profiled" means.
 
 Output: OUT/<trace_id>.json (the corpus layout), written whole once the trace has ended (a
-`.partial` file before), and OUT/manifest.json listing it (entries of other traces kept). A trace
-whose output is complete is skipped (resume); anything else is profiled again.
+`.partial` file before), and OUT/manifest.json listing it (merged: the rest of the manifest and the
+entry's other keys kept). A trace whose output is complete is skipped (resume, and listed if it was
+not); anything else is profiled again. An output path that is an input file, or an existing file
+that is not a profiled trace, is refused before anything runs, as is a manifest that does not read.
 """
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import re
@@ -36,9 +37,9 @@ from typing import Callable
 
 from ..cgroups.host import detect
 from ..cgroups.tree import RunTree
-from ..replay.executors import EXECUTING_TOOLS, make_executor
+from ..replay.executors import make_executor
 from ..replay.replayer import StepResult, replay_step
-from ..traces.corpus import MANIFEST, MANIFEST_SCHEMA
+from ..traces.corpus import MANIFEST, read_manifest, update_manifest
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
 from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter
 
@@ -74,13 +75,36 @@ def output_path(out: Path, trace_id: str) -> Path:
 
 
 def is_complete(path: Path, trace: Trace) -> bool:
-    """Whether `path` holds this trace, profiled to its end by this command."""
+    """Whether `path` holds this trace, profiled to its end by this command: the same steps (tool and
+    arguments, in order) and a complete `source.profiled`."""
     try:
         done = list(read_traces(path))
     except TraceError:
         return False
-    return (len(done) == 1 and done[0].trace_id == trace.trace_id and len(done[0].steps) == len(trace.steps)
+    return (len(done) == 1 and done[0].trace_id == trace.trace_id
+            and [(s.tool, s.args) for s in done[0].steps] == [(s.tool, s.args) for s in trace.steps]
             and (done[0].source.get("profiled") or {}).get("complete") is True)
+
+
+def check_outputs(inputs: list[tuple[Path, Trace]], todo: list[tuple[Trace, Path]]) -> None:
+    """Refuse, before anything runs, to write over an input file or over a file this command did not
+    write: an existing output is replaced only when it does not parse or is a profiled trace (carries
+    `source.profiled`). `traces profile traces/claude-code/... -o traces` would otherwise rewrite the
+    shipped trace in place."""
+    sources = {f.resolve(): f for f, _ in inputs}
+    for trace, dst in todo:
+        if dst.resolve() in sources:
+            raise ProfileError(f"{dst}: the output of trace {trace.trace_id!r} is an input file "
+                               f"({sources[dst.resolve()]}); not overwritten: choose another -o")
+        if not dst.exists():
+            continue
+        try:
+            there = list(read_traces(dst))
+        except TraceError:
+            continue                        # unparsable: a partial or broken output, profiled again
+        if not all("profiled" in t.source for t in there):
+            raise ProfileError(f"{dst}: the output of trace {trace.trace_id!r} exists and is not a profiled "
+                               "trace (no source.profiled); not overwritten: choose another -o or remove it")
 
 
 def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
@@ -122,10 +146,22 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     if settings.workspace is not None and not settings.workspace.is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
     todo = [(t, output_path(out, t.trace_id)) for _, t in inputs]
-    skipped = [t.trace_id for t, dst in todo if is_complete(dst, t)]
+    # everything that could stop the writing is checked before the first step runs
+    check_outputs(inputs, todo)
+    _writable(out)
+    manifest = _read_manifest(out)
+    complete = [(t, dst) for t, dst in todo if is_complete(dst, t)]
+    skipped = [t.trace_id for t, _ in complete]
     todo = [(t, dst) for t, dst in todo if t.trace_id not in skipped]
     for tid in skipped:
         progress(f"{tid}: complete in {out}, skipped (resume)")
+    # a trace written by a run that stopped before its manifest entry was: listed now
+    listed = {e.get("trace_id") for e in manifest.get("traces") or [] if isinstance(e, dict)}
+    in_subset = set((manifest.get("subsets") or {}).get(settings.subset) or [])
+    unlisted = [(next(iter(read_traces(dst))), dst) for t, dst in complete
+                if t.trace_id not in listed or t.trace_id not in in_subset]
+    if unlisted:
+        _add_to_manifest(out, unlisted, settings.subset)
     done: list[str] = []
     if not todo:
         return {"profiled": done, "skipped": skipped}
@@ -304,37 +340,50 @@ def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None
                            f"({result.error or f'exit {result.exit_code}, timed out {result.timed_out}'})")
 
 
+def _writable(out: Path) -> None:
+    """Create -o and write (then remove) a file in it: an output directory that cannot take the traces
+    is said before any trace is profiled, not after the first."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".agentcgroup-profile-{os.getpid()}.probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ProfileError(f"-o {out}: cannot write there ({exc.strerror})") from None
+
+
+def _read_manifest(out: Path) -> dict:
+    try:
+        return read_manifest(out)
+    except TraceError as exc:
+        raise ProfileError(f"{exc}; not touched: fix or remove it, or choose another -o") from None
+
+
 def _write(trace: Trace, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".partial")
-    tmp.write_text(trace.dumps() + "\n", encoding="utf-8")
-    os.replace(tmp, dst)
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(trace.dumps() + "\n", encoding="utf-8")
+        os.replace(tmp, dst)
+    except OSError as exc:
+        raise ProfileError(f"{dst}: cannot write the profiled trace {trace.trace_id!r} ({exc.strerror})") from None
 
 
 def _add_to_manifest(out: Path, written: list[tuple[Trace, Path]], subset: str) -> None:
-    """OUT/manifest.json with these traces listed (and in `subset`); every other entry kept."""
-    path = out / MANIFEST
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if old and old.get("schema") != MANIFEST_SCHEMA:
-        raise ProfileError(f"{path}: not a trace manifest ({MANIFEST_SCHEMA}); not touched")
-    entries = {e["trace_id"]: e for e in old.get("traces") or [] if isinstance(e, dict) and "trace_id" in e}
-    subsets = dict(old.get("subsets") or {})
-    listed = list(subsets.get(subset) or [])
+    """OUT/manifest.json with these traces listed (and in `subset`), merged into their entries if they
+    have some (their other keys kept); everything else in the manifest kept."""
+    entries = []
     for trace, dst in written:
         rows = [s for s in trace.steps if s.outcome is not None]
-        entries[trace.trace_id] = {"trace_id": trace.trace_id, "file": str(dst.relative_to(out)),
-                                   "steps": len(trace.steps), "profiled_steps": len(rows),
-                                   "outcomes": {k: sum(1 for s in rows if s.outcome.status == k)
-                                                for k in sorted({s.outcome.status for s in rows})},
-                                   "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb),
-                                                  default=0.0),
-                                   "total_step_ms": round(sum(s.duration_ms.value for s in rows if s.duration_ms))}
-        if trace.trace_id not in listed:
-            listed.append(trace.trace_id)
-    subsets[subset] = listed
-    manifest = {"schema": MANIFEST_SCHEMA, "subsets": subsets,
-                "traces": sorted(entries.values(), key=lambda e: e["trace_id"])}
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(MANIFEST + ".partial")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+        entries.append({"trace_id": trace.trace_id, "file": dst.relative_to(out).as_posix(),
+                        "steps": len(trace.steps), "profiled_steps": len(rows),
+                        "outcomes": {k: sum(1 for s in rows if s.outcome.status == k)
+                                     for k in sorted({s.outcome.status for s in rows})},
+                        "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb), default=0.0),
+                        "total_step_ms": round(sum(s.duration_ms.value for s in rows if s.duration_ms))})
+    try:
+        update_manifest(out, (), entries, {subset: [e["trace_id"] for e in entries]}, merge=True)
+    except TraceError as exc:
+        raise ProfileError(f"{exc}; not touched") from None
+    except OSError as exc:
+        raise ProfileError(f"{out / MANIFEST}: cannot write it ({exc.strerror})") from None
