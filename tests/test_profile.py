@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import cli
-from pytest_agentcgroup.profile.run import Settings, profile_traces, to_curve
+from pytest_agentcgroup.profile.run import ProfileError, Settings, profile_traces, to_curve
 from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
@@ -278,7 +278,9 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "data.txt").write_text("41\n")
-    path = tiny(tmp_path, [bash(0, "test \"$(cat data.txt)\" = 41", cwd="/workspace"),
+    os.link(ws / "data.txt", ws / "same.txt")                  # a hard link arrives as one
+    path = tiny(tmp_path, [bash(0, "test \"$(cat data.txt)\" = 41 && test \"$(cat same.txt)\" = 41 && "
+                                   "test \"$(stat -c %h same.txt)\" = 2", cwd="/workspace"),
                            bash(1, "python3 -c 'x = bytearray(300 * 2**20)'"), bash(2, "exit 4")])
     profile_traces([path], tmp_path / "out", Settings(executor="docker", workspace=ws, memory_max_mb=200),
                    engine=agentcgroup_docker)
@@ -286,6 +288,13 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
     assert [(s.outcome.status, s.outcome.exit_code) for s in t.steps] == [("ok", 0), ("oom", 137), ("failed", 4)]
     assert t.steps[1].profile.peak_mb.value > 150 and t.steps[1].profile.provenance() == "recorded"
     assert t.source["profiled"]["executor"] == "docker" and t.source["profiled"]["image"]
+    # a workspace the container's /tmp (512 MiB) cannot take: one message, not a traceback
+    with open(ws / "big", "wb") as f:
+        f.truncate(600 * MB)
+    with pytest.raises(ProfileError, match=r"cannot write it to /tmp/.agentcgroup-workspace.tar in the container.*"
+                                           r"No space left on device"):
+        profile_traces([tiny(tmp_path, [bash(0, "true")], "t/big")], tmp_path / "out",
+                       Settings(executor="docker", workspace=ws), engine=agentcgroup_docker)
 
 
 def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester):

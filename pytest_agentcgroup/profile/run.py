@@ -317,22 +317,31 @@ def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None
     name = "/tmp/.agentcgroup-workspace.tar"
     # component by component, no symlink followed: an image whose /tmp is a link would otherwise
     # have it resolved on the host (an absolute link under /proc/PID/root is the host's path)
+    tmp = None
     try:
         root = os.open(f"/proc/{executor.init_pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             tmp = os.open("tmp", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
         finally:
             os.close(root)
+        leaf = name.rpartition("/")[2]
+        fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=tmp)
         try:
-            fd = os.open(name.rpartition("/")[2], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=tmp)
-        finally:
+            # regular files, directories, symlinks (as links) and hard links (as links to a member)
+            with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
+                for entry in sorted(src.iterdir()):
+                    tar.add(entry, arcname=entry.name,
+                            filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() or ti.islnk() else None)
+        except BaseException:
+            os.unlink(leaf, dir_fd=tmp)          # no half-written archive left for the trace's steps
+            raise
+    except (OSError, tarfile.TarError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        raise ProfileError(f"--workspace {src}: cannot write it to {name} in the container{where}: {why}") from None
+    finally:
+        if tmp is not None:
             os.close(tmp)
-    except OSError as exc:
-        raise ProfileError(f"--workspace {src}: cannot write {name} in the container ({exc.strerror})") from None
-    with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
-        for entry in sorted(src.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() else None)
     seed = Step(-1, "bash", {"command": f"tar -xf {name} && rm -f {name}"})
     result = replay_step(trace, seed, executor, meter)
     if not result.executed or result.timed_out or result.exit_code != 0:
