@@ -242,6 +242,45 @@ def test_without_privileges_one_message(tmp_path):
     assert done.stderr.strip().endswith(f"{good}: Permission denied"), done.stderr
 
 
+def test_without_a_kernel_peak_the_curve_max_is_derived_and_named(tmp_path, can_profile, monkeypatch):
+    """A kernel without memory.peak (v2 before 5.19): the peak is the curve's highest reading,
+    labelled derived, and source.profiled names the steps whose peak it is."""
+    from pytest_agentcgroup.cgroups.node import Cgroup
+    real = Cgroup.counters
+
+    def no_peak(self):
+        c = real(self)
+        c.peak_bytes = None                      # what node.counters reads on such a kernel
+        return c
+    monkeypatch.setattr(Cgroup, "counters", no_peak)
+    path = tiny(tmp_path, [bash(0, "python3 -c 'x = bytearray(60 * 2**20); import time; time.sleep(0.2)'",
+                                cwd="/workspace"), bash(1, "true")])
+    profile_traces([path], tmp_path / "out", Settings())
+    t = profiled(tmp_path / "out", "t/tiny")
+    p = t.steps[0].profile
+    assert p.peak_mb.provenance == "derived" and p.peak_mb.value == max(p.curve.mb) and p.peak_mb.value >= 60
+    assert p.cpu_ms.provenance == "recorded" and p.provenance() == "derived"
+    src = t.source["profiled"]
+    assert src["peak_from_curve"] == [0, 1] and "kernel (recorded)" not in src["peak"]
+    assert "memory.peak" in src["peak"]
+
+
+def test_io_is_not_recorded_on_a_tmpfs_workspace(tmp_path, can_profile):
+    profile_traces([tiny(tmp_path, [bash(0, "head -c 5000000 /dev/zero > f", cwd="/workspace")])],
+                   tmp_path / "out", Settings())
+    t = profiled(tmp_path / "out", "t/tiny")
+    assert t.steps[0].profile.io_bytes is None
+    assert t.source["profiled"]["io_bytes"].startswith("not recorded: the workspace is a tmpfs")
+
+
+def test_the_curve_starts_at_the_spawn_and_ends_at_the_reaping():
+    from pytest_agentcgroup.profile.run import step_time_base
+    # window 100 ms, step 80 ms: the spawn was 20 ms into the window
+    readings = [(0.0, 1), (10.0, 2), (19.0, 3), (30.0, 4), (99.0, 5), (100.0, 6)]
+    assert step_time_base(readings, 100.0, 80.0) == [(0.0, 3), (10.0, 4), (79.0, 5), (80.0, 6)]
+    assert step_time_base([(0.0, 1), (3.0, 2)], 3.0, 3.0) == [(0.0, 1), (3.0, 2)]
+
+
 def test_curve_keeps_change_points_only():
     c = to_curve([(0.0, 0), (4.0, 0), (8.0, 0), (12.0, 5 * MB), (16.0, 5 * MB), (20.0, 5 * MB), (24.0, MB)])
     assert c.t_ms == (0.0, 8.0, 12.0, 20.0, 24.0) and c.mb == (0.0, 0.0, 5.0, 5.0, 1.0)

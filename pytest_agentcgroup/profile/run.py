@@ -5,8 +5,9 @@ measured in its own cgroup (meter.py); the trace is written back with recorded f
 What a profiled step carries (traces/ir.py):
 - `duration_ms`: wall time, spawn to reap; `profile`: peak_mb (the kernel's per-cgroup peak),
   ramp_ms (start to the highest reading of the curve), cpu_ms (user + system), io_bytes (where the
-  kernel counts it per cgroup; omitted where it does not), curve (memory every few ms) — every
-  number `recorded`;
+  kernel counts it per cgroup and the workspace is not a tmpfs; omitted otherwise), curve (memory
+  every few ms, 0 at the spawn) — every number `recorded`, except a peak taken from the curve where
+  the kernel has no memory.peak (`derived`; source.profiled.peak_from_curve lists those steps);
 - `outcome`: timeout (killed at its timeout) > oom (any OOM kill in its cgroup) > failed (exit != 0)
   > ok; `error` for a step that could not start (refused or not spawnable; nothing measured). A
   step killed by a signal has exit_code 128 + signal (the shell's convention); a timed-out step none;
@@ -207,6 +208,7 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
         steps, measures = [], []
         executor.start(trace)
         try:
+            memory_fs = workspace_on_memory_fs(executor)
             if settings.workspace is not None:
                 if settings.executor == "docker":
                     _seed_container(executor, settings.workspace, trace, meter)
@@ -215,9 +217,9 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
             for k, step in enumerate(trace.steps, 1):
                 meter.last = None               # a step refused before its cgroup was made leaves none
                 result = replay_step(trace, step, executor, meter)
-                new = _profiled_step(step, result, meter.last)
+                new = _profiled_step(step, result, meter.last, io=memory_fs is None)
                 if new.outcome is not None and new.outcome.status != "error":
-                    measures.append(meter.last)
+                    measures.append((step.step_id, meter.last))
                 steps.append(new)
                 on_step(k, len(trace.steps), new)
         finally:
@@ -227,11 +229,11 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
                 executor.stop()
     finally:
         workload.remove()
-    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor)}
+    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor, memory_fs)}
     return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps))
 
 
-def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None) -> Step:
+def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io: bool = True) -> Step:
     if not result.executed and not result.error:
         return step                                   # executes nothing: not profiled
     original = step.original or Original(duration_ms=step.duration_ms, profile=step.profile)
@@ -245,13 +247,28 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None) -> Ste
         status = "oom" if m.oom_kills else "ok" if code == 0 else "failed"
         outcome = Outcome(status, code)
     rec = lambda v: Measure(round(float(v), 3), "recorded")       # noqa: E731
-    curve = to_curve(m.curve)
+    curve = to_curve(step_time_base(m.curve, m.window_ms, result.latency_ms))
     ramp = curve.t_ms[curve.mb.index(max(curve.mb))] if curve else None
-    profile = Profile(peak_mb=rec(m.peak_bytes / MB),
+    # the kernel's high-water mark is recorded; where it has none, the curve's highest reading
+    # stands in: computed from recorded readings, and it can miss a spike between two of them
+    peak = Measure(round(m.peak_bytes / MB, 3), "recorded" if m.peak_from == "kernel" else "derived")
+    profile = Profile(peak_mb=peak,
                       ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
                       cpu_ms=rec(m.cpu_usec / 1000.0),
-                      io_bytes=rec(m.io_bytes) if m.io_bytes is not None else None, curve=curve)
+                      io_bytes=rec(m.io_bytes) if io and m.io_bytes is not None else None, curve=curve)
     return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original)
+
+
+def step_time_base(samples: list[tuple[float, int]], window_ms: float, duration_ms: float) -> list[tuple[float, int]]:
+    """The readings (ms after the sampling window opened) on the step's own time base: 0 at its spawn,
+    `duration_ms` at its reaping. The window opens before the spawn (the cgroup is made, the process
+    joins it) and closes right after the reaping (a cgroup read or two, well under a millisecond), so
+    the spawn is the window's end less the step's wall time. The last reading before the spawn (the
+    baseline) is kept at 0, the first after the reaping at `duration_ms`, the others dropped."""
+    shift = max(0.0, window_ms - duration_ms)
+    moved = [(t - shift, v) for t, v in samples]
+    return ([(0.0, v) for t, v in moved if t <= 0][-1:] + [(t, v) for t, v in moved if 0 < t < duration_ms]
+            + [(duration_ms, v) for t, v in moved if t >= duration_ms][:1])
 
 
 def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
@@ -265,8 +282,11 @@ def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
     return Curve(tuple(t for t, _ in kept), tuple(mb for _, mb in kept), "recorded")
 
 
-def _provenance(tree: RunTree, settings: Settings, measures: list[StepMeasure], executor) -> dict:
+def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, StepMeasure]], executor,
+                memory_fs: str | None) -> dict:
+    measures = [m for _, m in measured]
     rates = [r for m in measures if (r := m.sample_hz) is not None]
+    from_curve = [i for i, m in measured if m.peak_from != "kernel"]
     out = {"by": "agentcgroup traces profile", "command": settings.command,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
@@ -276,12 +296,42 @@ def _provenance(tree: RunTree, settings: Settings, measures: list[StepMeasure], 
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
            "step_timeout_s": settings.step_timeout_s, "sample_period_ms": settings.period_s * 1000.0,
            "sample_hz": {"min": round(min(rates), 1), "median": round(statistics.median(rates), 1)} if rates else None,
-           "peak": "kernel" if all(m.peak_from == "kernel" for m in measures)
-                   else "the curve's maximum where the kernel has no memory.peak",
+           "peak": ("no step measured" if not measures else "kernel (recorded)" if not from_curve else
+                    "the kernel's (recorded) where it has one; the curve's highest reading (derived) for the "
+                    "steps in peak_from_curve: this kernel has no memory.peak (cgroup v2 before 5.19)"),
            "steps_profiled": len(measures), "complete": True}
-    if any(m.io_bytes is None for m in measures):
+    if from_curve:
+        out["peak_from_curve"] = from_curve
+    if memory_fs is not None:
+        out["io_bytes"] = (f"not recorded: the workspace is a {memory_fs} (memory), and io.stat counts block IO "
+                           "only, so the steps' file writes would read as 0")
+    elif any(m.io_bytes is None for m in measures):
         out["io_bytes"] = "not measured: no per-cgroup IO count for the step's cgroup on this host"
+    elif measures:
+        out["io_bytes"] = "block IO only (io.stat rbytes + wbytes): writes to a tmpfs (/tmp) are not in it"
     return out
+
+
+def workspace_on_memory_fs(executor) -> str | None:
+    """The file system type of the trace's working directory when it keeps files in memory (tmpfs,
+    ramfs), else None: the sandbox's bounded workspace and the local docker image's are tmpfs."""
+    if getattr(executor, "init_pid", None):                      # docker: the container's view
+        mountinfo, path = f"/proc/{executor.init_pid}/mountinfo", executor.home
+    elif getattr(executor, "workspace", None):
+        mountinfo, path = "/proc/self/mountinfo", os.path.realpath(executor.workspace)
+    else:
+        return None
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return None
+    best, fstype = "", None
+    for line in lines:                  # "id parent maj:min root mountpoint opts ... - fstype source ..."
+        fields, _, rest = line.partition(" - ")
+        mnt = fields.split()[4].replace("\\040", " ")
+        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, fstype = mnt, rest.split()[0]
+    return fstype if fstype in ("tmpfs", "ramfs") else None
 
 
 def seed_workspace(executor, src: Path) -> None:
