@@ -287,6 +287,44 @@ def test_curve_keeps_change_points_only():
     assert to_curve([]) is None
 
 
+def test_the_sdist_is_taken_only_with_its_pinned_hash(tmp_path):
+    """recorded_here.download_sdist from a PEP 503 index (a local HTTP server): the pinned file is
+    returned, a link with another hash or bytes with another hash are refused by name."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+    good, bad = b"the sdist", b"another file"
+    pin = hashlib.sha256(good).hexdigest()
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "p-1.tar.gz").write_bytes(good)
+    (tmp_path / "files" / "q-1.tar.gz").write_bytes(bad)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "index.html").write_text(f'<a href="../files/p-1.tar.gz#sha256={pin}">p-1.tar.gz</a>'
+                                               '<a href="../files/q-1.tar.gz">q-1.tar.gz</a>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        _check_download(index, good, pin)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _check_download(index, good, pin):
+    assert recorded_here.download_sdist("p", "p-1.tar.gz", pin, index=index) == good
+    with pytest.raises(SystemExit, match="listed with sha256=.*not the pinned"):
+        recorded_here.download_sdist("p", "p-1.tar.gz", "0" * 64, index=index)
+    with pytest.raises(SystemExit, match=r"q-1.tar.gz: sha256 .* not the pinned"):
+        recorded_here.download_sdist("p", "q-1.tar.gz", pin, index=index)
+    with pytest.raises(SystemExit, match="lists no r-1.tar.gz"):
+        recorded_here.download_sdist("p", "r-1.tar.gz", pin, index=index)
+    with pytest.raises(SystemExit, match="cannot download .* needs PyPI once"):
+        recorded_here.download_sdist("absent", "p-1.tar.gz", pin, index=index)
+
+
 def test_the_shipped_recorded_here_corpus():
     """traces/recorded-here/: the command traces are the generator's, and each has its profiled
     trace in the manifest (subset recorded-here) with every executing step recorded and an outcome."""
