@@ -349,6 +349,31 @@ def test_the_shipped_recorded_here_corpus():
     assert {"ok", "failed", "timeout"} <= statuses
 
 
+def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp_path, can_profile):
+    """Acceptance: `agentcgroup traces profile` on one command trace of traces/recorded-here/commands,
+    in the workspace `make recorded-here` builds (built here the same way when absent)."""
+    ws = REPO / ".cache" / "recorded-here" / "workspace"
+    try:
+        recorded_here.build_workspace(ws)               # kept as it is when already complete
+    except SystemExit as exc:
+        pytest.skip(f"the recorded-here workspace is not built and cannot be: {exc}")
+    src = REPO / "traces" / "recorded-here" / "commands" / "search-and-read.json"
+    done = subprocess.run([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(src),
+                           "-o", str(tmp_path / "out"), "--workspace", str(ws), "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"profiled": ["recorded-here/search-and-read"], "skipped": []}
+    (source,) = read_traces(src)
+    t = Corpus.open(tmp_path / "out").load("recorded-here/search-and-read")
+    assert [(s.tool, s.args) for s in t.steps] == [(s.tool, s.args) for s in source.steps]
+    for s in t.steps:
+        assert s.outcome.status == "ok", (s.step_id, s.command)
+        assert s.duration_ms.provenance == "recorded" and s.profile.provenance() == "recorded"
+        assert s.profile.peak_mb.value > 0 and s.profile.cpu_ms is not None and s.profile.curve
+        assert s.profile.curve.t_ms[-1] <= s.duration_ms.value
+    assert t.source["profiled"]["peak"] == "kernel (recorded)" and t.source["profiled"]["complete"]
+
+
 def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, agentcgroup_docker):
     """The docker executor (local image): the workspace is unpacked in the container's tmpfs
     workspace, each step measured in its own cgroup under the container's."""

@@ -247,7 +247,7 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io:
         status = "oom" if m.oom_kills else "ok" if code == 0 else "failed"
         outcome = Outcome(status, code)
     rec = lambda v: Measure(round(float(v), 3), "recorded")       # noqa: E731
-    curve = to_curve(step_time_base(m.curve, m.window_ms, result.latency_ms))
+    curve = to_curve(step_time_base(m.curve, m.window_ms, result.latency_ms), round(result.latency_ms, 3))
     ramp = curve.t_ms[curve.mb.index(max(curve.mb))] if curve else None
     # the kernel's high-water mark is recorded; where it has none, the curve's highest reading
     # stands in: computed from recorded readings, and it can miss a spike between two of them
@@ -271,10 +271,11 @@ def step_time_base(samples: list[tuple[float, int]], window_ms: float, duration_
             + [(duration_ms, v) for t, v in moved if t >= duration_ms][:1])
 
 
-def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
-    """The readings as a Curve in MiB; a run of equal readings keeps its first and last point only
-    (the curve is the same, the file smaller)."""
-    pts = [(round(t, 1), round(v / MB, 3)) for t, v in samples]
+def to_curve(samples: list[tuple[float, int]], end_ms: float | None = None) -> Curve | None:
+    """The readings as a Curve in MiB (times to 0.1 ms, none past `end_ms`); a run of equal readings
+    keeps its first and last point only (the curve is the same, the file smaller)."""
+    cap = (lambda t: min(t, end_ms)) if end_ms is not None else (lambda t: t)
+    pts = [(cap(round(t, 1)), round(v / MB, 3)) for t, v in samples]
     if not pts:
         return None
     kept = [p for i, p in enumerate(pts)
