@@ -8,8 +8,10 @@ import os
 import shutil
 import subprocess
 import sys
+import signal
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,9 @@ def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
     src = t.source["profiled"]
     assert src["complete"] and src["executor"] == "sandbox" and src["steps_profiled"] == 5
     assert src["sample_hz"]["median"] >= 100                         # the issue's floor
+    assert src["peak"] == "kernel (recorded)" and "peak_from_curve" not in src
+    # the python3 the steps ran (the host's, bound into the sandbox), not only the profiler's
+    assert src["machine"]["steps_python3"].startswith("/usr/") and src["machine"]["profiler_python"]
     # the manifest lists it: a corpus the plugin loads
     assert Corpus.open(tmp_path / "out").load("t/tiny") == t
 
@@ -184,10 +189,12 @@ def test_the_workspace_is_copied_per_trace(tmp_path, can_profile):
     (ws / "pkg").mkdir(parents=True)
     (ws / "pkg" / "mod.py").write_text("VALUE = 41\n")
     os.mkfifo(ws / "pipe")                                # skipped, not opened (it would block)
+    os.chmod(ws, 0o777)                                   # the copy does not inherit it
     path = tiny(tmp_path, [bash(0, "cd pkg && python3 -c 'import mod; assert mod.VALUE == 41'", cwd="/workspace"),
-                           bash(1, "echo 'VALUE = 42' > mod.py"), bash(2, "test ! -e ../pipe")])
+                           bash(1, "echo 'VALUE = 42' > mod.py"), bash(2, "test ! -e ../pipe"),
+                           bash(3, 'test "$(stat -c %a /workspace)" = 700')])
     profile_traces([path], tmp_path / "out", Settings(workspace=ws))
-    assert [s.outcome.status for s in profiled(tmp_path / "out", "t/tiny").steps] == ["ok", "ok", "ok"]
+    assert [s.outcome.status for s in profiled(tmp_path / "out", "t/tiny").steps] == ["ok", "ok", "ok", "ok"]
     assert (ws / "pkg" / "mod.py").read_text() == "VALUE = 41\n"   # the copy changed, not the original
 
 
@@ -213,6 +220,67 @@ def test_errors_are_one_message(tmp_path, capsys):
     odd = tiny(tmp_path, [bash(0, "true")], "t/../escape")
     code, err = _cli(["traces", "profile", str(odd), "-o", str(tmp_path / "o")], capsys)
     assert code == 1 and "'t/../escape': its id is not a clean relative path" in err
+
+
+def test_limits_must_be_positive(tmp_path, capsys):
+    good = tiny(tmp_path, [bash(0, "true")])
+    for flag, value in (("--step-timeout", "0"), ("--step-timeout", "nan"), ("--memory-max-mb", "-5"),
+                        ("--pids-max", "0"), ("--pids-max", "x")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["traces", "profile", str(good), "-o", str(tmp_path / "o"), flag, value])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and f"argument {flag}" in err and ("must be positive" in err or "not a number" in err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_sigterm_stops_like_an_interrupt_and_cleans_up(tmp_path, can_profile):
+    """SIGTERM mid-step: exit 130 with the resume message, the step's process killed, its output not
+    written, nothing of the sandbox left mounted."""
+    marker = f"{os.getpid() % 1000 + 7000}.25"                # a sleep of an unusual length, to find it
+    path = tiny(tmp_path, [bash(0, f"sleep {marker}", cwd="/workspace")])
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(path),
+                             "-o", str(tmp_path / "out")], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not _sleeping(marker):
+        assert time.monotonic() < deadline and proc.poll() is None, "the step never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert not _sleeping(marker) and not (tmp_path / "out" / "t" / "tiny.json").exists()
+    assert f"agentcgroup-sbx-{proc.pid}-" not in Path("/proc/self/mountinfo").read_text()   # its workspace
+
+
+def _sleeping(arg: str) -> bool:
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_usage_sampler_forgets_the_last_windows_readings():
+    """keep_samples: a new window starts with no readings of the last one, and stop() without an
+    open window leaves none either (the sampler only reads usage_bytes: a constant stands in)."""
+    from pytest_agentcgroup.cgroups.usage import UsageSampler
+
+    class Constant:
+        def usage_bytes(self):
+            return 5 * MB
+    sampler = UsageSampler(0.002, keep_samples=True)
+    try:
+        sampler.start(Constant())
+        time.sleep(0.02)
+        sampler.stop()
+        assert len(sampler.curve) >= 2
+        sampler.start(Constant())
+        assert sampler.curve == []
+        sampler.stop()
+        assert sampler.stop() == {} and sampler.curve == []
+    finally:
+        sampler.close()
 
 
 def test_without_privileges_one_message(tmp_path):

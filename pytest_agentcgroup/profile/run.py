@@ -27,10 +27,10 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import re
 import shutil
 import stat
 import statistics
+import subprocess
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,16 +40,14 @@ from ..cgroups.host import detect
 from ..cgroups.tree import RunTree
 from ..replay.executors import make_executor
 from ..replay.replayer import StepResult, replay_step
-from ..traces.corpus import MANIFEST, read_manifest, update_manifest
+from ..traces.corpus import MANIFEST
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
+from . import ProfileError
 from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter
+from .output import (add_to_manifest, check_manifest, check_outputs, check_writable, is_complete, output_path,
+                     write_profiled)
 
 MB = 1024 * 1024
-_SAFE_PART = re.compile(r"^[A-Za-z0-9._@+-]+$")
-
-
-class ProfileError(RuntimeError):
-    """Profiling cannot go on: one message naming the file, directory or capability."""
 
 
 @dataclass(frozen=True)
@@ -63,49 +61,6 @@ class Settings:
     period_s: float = SAMPLE_PERIOD_S
     subset: str = "profiled"             # the manifest subset the profiled traces are listed in
     command: str = ""                    # the command line, for the traces' provenance
-
-
-def output_path(out: Path, trace_id: str) -> Path:
-    """OUT/<trace_id>.json; a trace id that is not a clean relative path is refused, not rewritten
-    (two ids rewritten alike would overwrite each other's output)."""
-    parts = trace_id.split("/")
-    if not all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts):
-        raise ProfileError(f"trace {trace_id!r}: its id is not a clean relative path (letters, digits, ._@+-, "
-                           "'/'-separated), so it cannot name an output file")
-    return out.joinpath(*parts[:-1], parts[-1] + ".json")
-
-
-def is_complete(path: Path, trace: Trace) -> bool:
-    """Whether `path` holds this trace, profiled to its end by this command: the same steps (tool and
-    arguments, in order) and a complete `source.profiled`."""
-    try:
-        done = list(read_traces(path))
-    except TraceError:
-        return False
-    return (len(done) == 1 and done[0].trace_id == trace.trace_id
-            and [(s.tool, s.args) for s in done[0].steps] == [(s.tool, s.args) for s in trace.steps]
-            and (done[0].source.get("profiled") or {}).get("complete") is True)
-
-
-def check_outputs(inputs: list[tuple[Path, Trace]], todo: list[tuple[Trace, Path]]) -> None:
-    """Refuse, before anything runs, to write over an input file or over a file this command did not
-    write: an existing output is replaced only when it does not parse or is a profiled trace (carries
-    `source.profiled`). `traces profile traces/claude-code/... -o traces` would otherwise rewrite the
-    shipped trace in place."""
-    sources = {f.resolve(): f for f, _ in inputs}
-    for trace, dst in todo:
-        if dst.resolve() in sources:
-            raise ProfileError(f"{dst}: the output of trace {trace.trace_id!r} is an input file "
-                               f"({sources[dst.resolve()]}); not overwritten: choose another -o")
-        if not dst.exists():
-            continue
-        try:
-            there = list(read_traces(dst))
-        except TraceError:
-            continue                        # unparsable: a partial or broken output, profiled again
-        if not all("profiled" in t.source for t in there):
-            raise ProfileError(f"{dst}: the output of trace {trace.trace_id!r} exists and is not a profiled "
-                               "trace (no source.profiled); not overwritten: choose another -o or remove it")
 
 
 def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
@@ -149,8 +104,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     todo = [(t, output_path(out, t.trace_id)) for _, t in inputs]
     # everything that could stop the writing is checked before the first step runs
     check_outputs(inputs, todo)
-    _writable(out)
-    manifest = _read_manifest(out)
+    check_writable(out)
+    manifest = check_manifest(out)
     complete = [(t, dst) for t, dst in todo if is_complete(dst, t)]
     skipped = [t.trace_id for t, _ in complete]
     todo = [(t, dst) for t, dst in todo if t.trace_id not in skipped]
@@ -162,7 +117,7 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     unlisted = [(next(iter(read_traces(dst))), dst) for t, dst in complete
                 if t.trace_id not in listed or t.trace_id not in in_subset]
     if unlisted:
-        _add_to_manifest(out, unlisted, settings.subset)
+        add_to_manifest(out, unlisted, settings.subset)
     done: list[str] = []
     if not todo:
         return {"profiled": done, "skipped": skipped}
@@ -180,8 +135,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                 secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
                 progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
             profiled = _profile_one(trace, tree, engine, settings, on_step)
-            _write(profiled, dst)
-            _add_to_manifest(out, [(profiled, dst)], settings.subset)
+            write_profiled(profiled, dst)
+            add_to_manifest(out, [(profiled, dst)], settings.subset)
             done.append(trace.trace_id)
     finally:
         try:
@@ -291,7 +246,8 @@ def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, Ste
     out = {"by": "agentcgroup traces profile", "command": settings.command,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
-                       "cpus": os.cpu_count(), "profiler_python": platform.python_version()},
+                       "cpus": os.cpu_count(), "profiler_python": platform.python_version(),
+                       "steps_python3": _steps_python(settings.executor)},
            "executor": settings.executor, "image": getattr(executor, "image", None),
            "workspace": str(settings.workspace) if settings.workspace else None,
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
@@ -311,6 +267,22 @@ def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, Ste
     elif measures:
         out["io_bytes"] = "block IO only (io.stat rbytes + wbytes): writes to a tmpfs (/tmp) are not in it"
     return out
+
+
+def _steps_python(executor: str) -> str:
+    """The python3 the steps ran: the sandbox binds the host's /usr and looks in
+    /usr/local/bin:/usr/bin:/bin; under docker it is the image's (named by `image`)."""
+    if executor != "sandbox":
+        return "the image's python3"
+    path = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if path is None:
+        return "none on the sandbox's PATH"
+    try:
+        done = subprocess.run([path, "-c", "import platform; print(platform.python_version())"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{path} (its version unreadable: {exc})"
+    return f"{path} {done.stdout.strip()}" if done.returncode == 0 else f"{path} (its version unreadable)"
 
 
 def workspace_on_memory_fs(executor) -> str | None:
@@ -345,6 +317,7 @@ def seed_workspace(executor, src: Path) -> None:
     except (OSError, shutil.Error) as exc:       # e.g. ENOSPC: the workspace tmpfs has a size
         raise ProfileError(f"--workspace {src}: cannot copy it into the sandbox's workspace "
                            f"({executor.workspace_mb} MiB): {exc}") from None
+    os.chmod(dst, 0o700)            # copytree gave it the source's mode: the step's user's alone again
     if executor.as_root:
         for root, dirs, files in os.walk(dst):
             for name in [*dirs, *files]:
@@ -399,51 +372,3 @@ def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None
         raise ProfileError(f"--workspace {src}: unpacking it in the container failed "
                            f"({result.error or f'exit {result.exit_code}, timed out {result.timed_out}'})")
 
-
-def _writable(out: Path) -> None:
-    """Create -o and write (then remove) a file in it: an output directory that cannot take the traces
-    is said before any trace is profiled, not after the first."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".agentcgroup-profile-{os.getpid()}.probe"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ProfileError(f"-o {out}: cannot write there ({exc.strerror})") from None
-
-
-def _read_manifest(out: Path) -> dict:
-    try:
-        return read_manifest(out)
-    except TraceError as exc:
-        raise ProfileError(f"{exc}; not touched: fix or remove it, or choose another -o") from None
-
-
-def _write(trace: Trace, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".partial")
-    try:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(trace.dumps() + "\n", encoding="utf-8")
-        os.replace(tmp, dst)
-    except OSError as exc:
-        raise ProfileError(f"{dst}: cannot write the profiled trace {trace.trace_id!r} ({exc.strerror})") from None
-
-
-def _add_to_manifest(out: Path, written: list[tuple[Trace, Path]], subset: str) -> None:
-    """OUT/manifest.json with these traces listed (and in `subset`), merged into their entries if they
-    have some (their other keys kept); everything else in the manifest kept."""
-    entries = []
-    for trace, dst in written:
-        rows = [s for s in trace.steps if s.outcome is not None]
-        entries.append({"trace_id": trace.trace_id, "file": dst.relative_to(out).as_posix(),
-                        "steps": len(trace.steps), "profiled_steps": len(rows),
-                        "outcomes": {k: sum(1 for s in rows if s.outcome.status == k)
-                                     for k in sorted({s.outcome.status for s in rows})},
-                        "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb), default=0.0),
-                        "total_step_ms": round(sum(s.duration_ms.value for s in rows if s.duration_ms))})
-    try:
-        update_manifest(out, (), entries, {subset: [e["trace_id"] for e in entries]}, merge=True)
-    except TraceError as exc:
-        raise ProfileError(f"{exc}; not touched") from None
-    except OSError as exc:
-        raise ProfileError(f"{out / MANIFEST}: cannot write it ({exc.strerror})") from None
