@@ -37,7 +37,7 @@ def add_parser(tsub) -> argparse.ArgumentParser:
         description="Run every executing step (bash, python) of each trace once, in order, in one workspace "
                     "per trace, each step in a fresh cgroup of its own under a real executor (sandbox: "
                     "bubblewrap as an unprivileged user; docker: a container of the trace's image), and write "
-                    "the traces to OUT/<trace_id>.json with profiles whose numbers are all `recorded`: duration, "
+                    "the traces to OUT/<trace_id>.json with profiles whose numbers are `recorded`: duration, "
                     "the kernel's memory peak (where the kernel keeps none, the curve's highest reading, `derived`), "
                     "a memory curve sampled every few ms, CPU user+sys, IO bytes where the kernel counts them per "
                     "cgroup and the workspace is not a tmpfs, and the step's outcome (ok, failed, timeout, oom, error). "
