@@ -104,3 +104,19 @@ def test_no_profiles_is_an_error(tmp_path, capsys):
     assert main(["traces", "characterize", str(tmp_path)]) == 1
     assert "no step carries a resource profile" in capsys.readouterr().err
     assert main(["traces", "characterize", str(tmp_path / "none")]) == 1
+
+
+def test_the_text_says_where_the_step_peaks_came_from():
+    """Recorded peaks (a profiled trace) are not called derived or 'over baseline'; a mix says both."""
+    from dataclasses import replace
+    derived = _trace("t/derived", [_step(0, "pytest", 1000, peak=50.0)])
+    recorded = Trace("t/recorded", {}, tuple(replace(s, profile=Profile(peak_mb=Measure(s.profile.peak_mb.value,
+                                                                                         "recorded")))
+                                             for s in derived.steps))
+    text = format_table(characterize([recorded]))
+    assert "1 recorded (the kernel's peak of the step's own cgroup" in text
+    assert "derived (memory over" not in text and "over baseline" not in text and "the step's own peak" in text
+    text = format_table(characterize([derived]))
+    assert "1 derived (memory over the step's baseline" in text and "delta over baseline:" in text
+    text = format_table(characterize([derived, recorded]))
+    assert "1 derived" in text and "1 recorded" in text and "step peak (derived: over baseline; recorded: own cgroup)" in text

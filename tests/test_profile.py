@@ -8,14 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
+import signal
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from pytest_agentcgroup import cli
-from pytest_agentcgroup.profile.run import Settings, profile_traces, to_curve
+from pytest_agentcgroup.profile.run import ProfileError, Settings, profile_traces, to_curve
 from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
@@ -89,6 +91,9 @@ def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
     src = t.source["profiled"]
     assert src["complete"] and src["executor"] == "sandbox" and src["steps_profiled"] == 5
     assert src["sample_hz"]["median"] >= 100                         # the issue's floor
+    assert src["peak"] == "kernel (recorded)" and "peak_from_curve" not in src
+    # the python3 the steps ran (the host's, bound into the sandbox), not only the profiler's
+    assert src["machine"]["steps_python3"].startswith("/usr/") and src["machine"]["profiler_python"]
     # the manifest lists it: a corpus the plugin loads
     assert Corpus.open(tmp_path / "out").load("t/tiny") == t
 
@@ -109,15 +114,87 @@ def test_resume_skips_complete_traces_redoes_partial_ones_and_keeps_other_files(
     assert set(Corpus.open(out).ids("profiled")) == {"t/a", "t/b"}
 
 
+def test_resume_lists_a_complete_trace_missing_from_the_manifest_and_redoes_changed_steps(tmp_path, can_profile):
+    a = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], "t/a")
+    out = tmp_path / "out"
+    profile_traces([a], out, Settings())
+    (out / "manifest.json").unlink()                 # as if the run had stopped between the trace and the manifest
+    assert profile_traces([a], out, Settings()) == {"profiled": [], "skipped": ["t/a"]}
+    assert Corpus.open(out).ids("profiled") == ("t/a",)
+    # the same trace id with another command is not complete: profiled again
+    a = tiny(tmp_path, [bash(0, "exit 2", cwd="/workspace")], "t/a")
+    assert profile_traces([a], out, Settings()) == {"profiled": ["t/a"], "skipped": []}
+    assert profiled(out, "t/a").steps[0].outcome.status == "failed"
+
+
+def test_the_manifest_is_merged_not_rewritten(tmp_path, can_profile):
+    out = tmp_path / "out"
+    out.mkdir()
+    old = {"schema": "agentcgroup-manifest/1", "seed": 7, "strata": {"short": 1},
+           "subsets": {"dev": ["x/y"], "profiled": ["x/y"]},
+           "traces": [{"trace_id": "t/tiny", "file": "t/tiny.json", "model": "haiku", "category": "test",
+                       "steps": 99},
+                      {"trace_id": "x/y", "file": "x/y.json", "bursty": True}, {"note": "an entry without an id"}]}
+    (out / "manifest.json").write_text(json.dumps(old))
+    profile_traces([tiny(tmp_path, [bash(0, "true", cwd="/workspace")])], out, Settings())
+    new = json.loads((out / "manifest.json").read_text())
+    assert (new["seed"], new["strata"]) == (7, {"short": 1})
+    assert new["subsets"] == {"dev": ["x/y"], "profiled": ["x/y", "t/tiny"]}
+    entries = {e.get("trace_id"): e for e in new["traces"]}
+    assert entries["x/y"] == {"trace_id": "x/y", "file": "x/y.json", "bursty": True}
+    assert entries[None] == {"note": "an entry without an id"}
+    tiny_entry = entries["t/tiny"]
+    assert (tiny_entry["model"], tiny_entry["category"]) == ("haiku", "test")        # kept
+    assert (tiny_entry["steps"], tiny_entry["outcomes"]) == (1, {"ok": 1})            # the profile's own
+
+
+def test_outputs_never_overwrite_inputs_or_foreign_files(tmp_path, capsys):
+    """Checked before anything runs (no cgroups needed): an output that is an input file, or an
+    existing file that is not a profiled trace, is refused with one message and left as it was."""
+    src = tmp_path / "in" / "t" / "tiny.json"
+    src.parent.mkdir(parents=True)
+    write_trace(Trace("t/tiny", {"format": "test"}, (bash(0, "true"),)), src)
+    before = src.read_bytes()
+    code, err = _cli(["traces", "profile", str(src), "-o", str(tmp_path / "in")], capsys)
+    assert code == 1 and "is an input file" in err and "Traceback" not in err and src.read_bytes() == before
+    code, err = _cli(["traces", "profile", str(tmp_path / "in"), "-o", str(tmp_path / "in")], capsys)
+    assert code == 1 and "is an input file" in err and src.read_bytes() == before
+    foreign = tmp_path / "out" / "t" / "tiny.json"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(before)                              # a trace nobody profiled: someone's file
+    code, err = _cli(["traces", "profile", str(src), "-o", str(tmp_path / "out")], capsys)
+    assert code == 1 and f"{foreign}: the output of trace 't/tiny' exists and is not a profiled trace" in err
+    assert foreign.read_bytes() == before
+
+
+def test_a_bad_manifest_or_output_directory_stops_before_the_first_step(tmp_path, capsys):
+    good = tiny(tmp_path, [bash(0, "touch /workspace/ran")])
+    out = tmp_path / "out"
+    out.mkdir()
+    for text, says in (('{"schema": "agentcgroup-manifest/1", "traces": [', "invalid JSON"),
+                       ('["not", "a", "manifest"]', "field 'schema'"),
+                       ('{"schema": "agentcgroup-manifest/1", "traces": {}}', "field 'traces'")):
+        (out / "manifest.json").write_text(text)
+        code, err = _cli(["traces", "profile", str(good), "-o", str(out)], capsys)
+        assert code == 1 and "manifest.json" in err and says in err and "not touched" in err, err
+        assert "Traceback" not in err and (out / "manifest.json").read_text() == text
+        assert not (out / "t").exists()                      # nothing profiled, nothing written
+    (tmp_path / "afile").write_text("")
+    code, err = _cli(["traces", "profile", str(good), "-o", str(tmp_path / "afile" / "o")], capsys)
+    assert code == 1 and f"-o {tmp_path / 'afile' / 'o'}: cannot write there (Not a directory)" in err
+
+
 def test_the_workspace_is_copied_per_trace(tmp_path, can_profile):
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)
     (ws / "pkg" / "mod.py").write_text("VALUE = 41\n")
     os.mkfifo(ws / "pipe")                                # skipped, not opened (it would block)
+    os.chmod(ws, 0o777)                                   # the copy does not inherit it
     path = tiny(tmp_path, [bash(0, "cd pkg && python3 -c 'import mod; assert mod.VALUE == 41'", cwd="/workspace"),
-                           bash(1, "echo 'VALUE = 42' > mod.py"), bash(2, "test ! -e ../pipe")])
+                           bash(1, "echo 'VALUE = 42' > mod.py"), bash(2, "test ! -e ../pipe"),
+                           bash(3, 'test "$(stat -c %a /workspace)" = 700')])
     profile_traces([path], tmp_path / "out", Settings(workspace=ws))
-    assert [s.outcome.status for s in profiled(tmp_path / "out", "t/tiny").steps] == ["ok", "ok", "ok"]
+    assert [s.outcome.status for s in profiled(tmp_path / "out", "t/tiny").steps] == ["ok", "ok", "ok", "ok"]
     assert (ws / "pkg" / "mod.py").read_text() == "VALUE = 41\n"   # the copy changed, not the original
 
 
@@ -145,6 +222,67 @@ def test_errors_are_one_message(tmp_path, capsys):
     assert code == 1 and "'t/../escape': its id is not a clean relative path" in err
 
 
+def test_limits_must_be_positive(tmp_path, capsys):
+    good = tiny(tmp_path, [bash(0, "true")])
+    for flag, value in (("--step-timeout", "0"), ("--step-timeout", "nan"), ("--memory-max-mb", "-5"),
+                        ("--pids-max", "0"), ("--pids-max", "x")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["traces", "profile", str(good), "-o", str(tmp_path / "o"), flag, value])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and f"argument {flag}" in err and ("must be positive" in err or "not a number" in err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_sigterm_stops_like_an_interrupt_and_cleans_up(tmp_path, can_profile):
+    """SIGTERM mid-step: exit 130 with the resume message, the step's process killed, its output not
+    written, nothing of the sandbox left mounted."""
+    marker = f"{os.getpid() % 1000 + 7000}.25"                # a sleep of an unusual length, to find it
+    path = tiny(tmp_path, [bash(0, f"sleep {marker}", cwd="/workspace")])
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(path),
+                             "-o", str(tmp_path / "out")], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not _sleeping(marker):
+        assert time.monotonic() < deadline and proc.poll() is None, "the step never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert not _sleeping(marker) and not (tmp_path / "out" / "t" / "tiny.json").exists()
+    assert f"agentcgroup-sbx-{proc.pid}-" not in Path("/proc/self/mountinfo").read_text()   # its workspace
+
+
+def _sleeping(arg: str) -> bool:
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_usage_sampler_forgets_the_last_windows_readings():
+    """keep_samples: a new window starts with no readings of the last one, and stop() without an
+    open window leaves none either (the sampler only reads usage_bytes: a constant stands in)."""
+    from pytest_agentcgroup.cgroups.usage import UsageSampler
+
+    class Constant:
+        def usage_bytes(self):
+            return 5 * MB
+    sampler = UsageSampler(0.002, keep_samples=True)
+    try:
+        sampler.start(Constant())
+        time.sleep(0.02)
+        sampler.stop()
+        assert len(sampler.curve) >= 2
+        sampler.start(Constant())
+        assert sampler.curve == []
+        sampler.stop()
+        assert sampler.stop() == {} and sampler.curve == []
+    finally:
+        sampler.close()
+
+
 def test_without_privileges_one_message(tmp_path):
     """As an unprivileged user (nobody, via setpriv) the profiler cannot make cgroups: it says so."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
@@ -153,6 +291,8 @@ def test_without_privileges_one_message(tmp_path):
     tmp_path = Path(tempfile.mkdtemp(prefix="agentcgroup-profile-test-"))
     os.chmod(tmp_path, 0o755)
     good = tiny(tmp_path, [bash(0, "true")])
+    (tmp_path / "o").mkdir()
+    os.chown(tmp_path / "o", 65534, 65534)               # an output directory it may write: cgroups are what it lacks
     # the system interpreter: this venv's may live under a home directory nobody cannot enter
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-m",
                            "pytest_agentcgroup.cli", "traces", "profile", str(good), "-o", str(tmp_path / "o")],
@@ -170,10 +310,87 @@ def test_without_privileges_one_message(tmp_path):
     assert done.stderr.strip().endswith(f"{good}: Permission denied"), done.stderr
 
 
+def test_without_a_kernel_peak_the_curve_max_is_derived_and_named(tmp_path, can_profile, monkeypatch):
+    """A kernel without memory.peak (v2 before 5.19): the peak is the curve's highest reading,
+    labelled derived, and source.profiled names the steps whose peak it is."""
+    from pytest_agentcgroup.cgroups.node import Cgroup
+    real = Cgroup.counters
+
+    def no_peak(self):
+        c = real(self)
+        c.peak_bytes = None                      # what node.counters reads on such a kernel
+        return c
+    monkeypatch.setattr(Cgroup, "counters", no_peak)
+    path = tiny(tmp_path, [bash(0, "python3 -c 'x = bytearray(60 * 2**20); import time; time.sleep(0.2)'",
+                                cwd="/workspace"), bash(1, "true")])
+    profile_traces([path], tmp_path / "out", Settings())
+    t = profiled(tmp_path / "out", "t/tiny")
+    p = t.steps[0].profile
+    assert p.peak_mb.provenance == "derived" and p.peak_mb.value == max(p.curve.mb) and p.peak_mb.value >= 60
+    assert p.cpu_ms.provenance == "recorded" and p.provenance() == "derived"
+    src = t.source["profiled"]
+    assert src["peak_from_curve"] == [0, 1] and "kernel (recorded)" not in src["peak"]
+    assert "memory.peak" in src["peak"]
+
+
+def test_io_is_not_recorded_on_a_tmpfs_workspace(tmp_path, can_profile):
+    profile_traces([tiny(tmp_path, [bash(0, "head -c 5000000 /dev/zero > f", cwd="/workspace")])],
+                   tmp_path / "out", Settings())
+    t = profiled(tmp_path / "out", "t/tiny")
+    assert t.steps[0].profile.io_bytes is None
+    assert t.source["profiled"]["io_bytes"].startswith("not recorded: the workspace is a tmpfs")
+
+
+def test_the_curve_starts_at_the_spawn_and_ends_at_the_reaping():
+    from pytest_agentcgroup.profile.run import step_time_base
+    # window 100 ms, step 80 ms: the spawn was 20 ms into the window
+    readings = [(0.0, 1), (10.0, 2), (19.0, 3), (30.0, 4), (99.0, 5), (100.0, 6)]
+    assert step_time_base(readings, 100.0, 80.0) == [(0.0, 3), (10.0, 4), (79.0, 5), (80.0, 6)]
+    assert step_time_base([(0.0, 1), (3.0, 2)], 3.0, 3.0) == [(0.0, 1), (3.0, 2)]
+
+
 def test_curve_keeps_change_points_only():
     c = to_curve([(0.0, 0), (4.0, 0), (8.0, 0), (12.0, 5 * MB), (16.0, 5 * MB), (20.0, 5 * MB), (24.0, MB)])
     assert c.t_ms == (0.0, 8.0, 12.0, 20.0, 24.0) and c.mb == (0.0, 0.0, 5.0, 5.0, 1.0)
     assert to_curve([]) is None
+
+
+def test_the_sdist_is_taken_only_with_its_pinned_hash(tmp_path):
+    """recorded_here.download_sdist from a PEP 503 index (a local HTTP server): the pinned file is
+    returned, a link with another hash or bytes with another hash are refused by name."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+    good, bad = b"the sdist", b"another file"
+    pin = hashlib.sha256(good).hexdigest()
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "p-1.tar.gz").write_bytes(good)
+    (tmp_path / "files" / "q-1.tar.gz").write_bytes(bad)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "index.html").write_text(f'<a href="../files/p-1.tar.gz#sha256={pin}">p-1.tar.gz</a>'
+                                               '<a href="../files/q-1.tar.gz">q-1.tar.gz</a>')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        _check_download(index, good, pin)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _check_download(index, good, pin):
+    assert recorded_here.download_sdist("p", "p-1.tar.gz", pin, index=index) == good
+    with pytest.raises(SystemExit, match="listed with sha256=.*not the pinned"):
+        recorded_here.download_sdist("p", "p-1.tar.gz", "0" * 64, index=index)
+    with pytest.raises(SystemExit, match=r"q-1.tar.gz: sha256 .* not the pinned"):
+        recorded_here.download_sdist("p", "q-1.tar.gz", pin, index=index)
+    with pytest.raises(SystemExit, match="lists no r-1.tar.gz"):
+        recorded_here.download_sdist("p", "r-1.tar.gz", pin, index=index)
+    with pytest.raises(SystemExit, match="cannot download .* needs PyPI once"):
+        recorded_here.download_sdist("absent", "p-1.tar.gz", pin, index=index)
 
 
 def test_the_shipped_recorded_here_corpus():
@@ -200,13 +417,40 @@ def test_the_shipped_recorded_here_corpus():
     assert {"ok", "failed", "timeout"} <= statuses
 
 
+def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp_path, can_profile):
+    """Acceptance: `agentcgroup traces profile` on one command trace of traces/recorded-here/commands,
+    in the workspace `make recorded-here` builds (built here the same way when absent)."""
+    ws = REPO / ".cache" / "recorded-here" / "workspace"
+    try:
+        recorded_here.build_workspace(ws)               # kept as it is when already complete
+    except SystemExit as exc:
+        pytest.skip(f"the recorded-here workspace is not built and cannot be: {exc}")
+    src = REPO / "traces" / "recorded-here" / "commands" / "search-and-read.json"
+    done = subprocess.run([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(src),
+                           "-o", str(tmp_path / "out"), "--workspace", str(ws), "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"profiled": ["recorded-here/search-and-read"], "skipped": []}
+    (source,) = read_traces(src)
+    t = Corpus.open(tmp_path / "out").load("recorded-here/search-and-read")
+    assert [(s.tool, s.args) for s in t.steps] == [(s.tool, s.args) for s in source.steps]
+    for s in t.steps:
+        assert s.outcome.status == "ok", (s.step_id, s.command)
+        assert s.duration_ms.provenance == "recorded" and s.profile.provenance() == "recorded"
+        assert s.profile.peak_mb.value > 0 and s.profile.cpu_ms is not None and s.profile.curve
+        assert s.profile.curve.t_ms[-1] <= s.duration_ms.value
+    assert t.source["profiled"]["peak"] == "kernel (recorded)" and t.source["profiled"]["complete"]
+
+
 def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, agentcgroup_docker):
     """The docker executor (local image): the workspace is unpacked in the container's tmpfs
     workspace, each step measured in its own cgroup under the container's."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "data.txt").write_text("41\n")
-    path = tiny(tmp_path, [bash(0, "test \"$(cat data.txt)\" = 41", cwd="/workspace"),
+    os.link(ws / "data.txt", ws / "same.txt")                  # a hard link arrives as one
+    path = tiny(tmp_path, [bash(0, "test \"$(cat data.txt)\" = 41 && test \"$(cat same.txt)\" = 41 && "
+                                   "test \"$(stat -c %h same.txt)\" = 2", cwd="/workspace"),
                            bash(1, "python3 -c 'x = bytearray(300 * 2**20)'"), bash(2, "exit 4")])
     profile_traces([path], tmp_path / "out", Settings(executor="docker", workspace=ws, memory_max_mb=200),
                    engine=agentcgroup_docker)
@@ -214,6 +458,13 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
     assert [(s.outcome.status, s.outcome.exit_code) for s in t.steps] == [("ok", 0), ("oom", 137), ("failed", 4)]
     assert t.steps[1].profile.peak_mb.value > 150 and t.steps[1].profile.provenance() == "recorded"
     assert t.source["profiled"]["executor"] == "docker" and t.source["profiled"]["image"]
+    # a workspace the container's /tmp (512 MiB) cannot take: one message, not a traceback
+    with open(ws / "big", "wb") as f:
+        f.truncate(600 * MB)
+    with pytest.raises(ProfileError, match=r"cannot write it to /tmp/.agentcgroup-workspace.tar in the container.*"
+                                           r"No space left on device"):
+        profile_traces([tiny(tmp_path, [bash(0, "true")], "t/big")], tmp_path / "out",
+                       Settings(executor="docker", workspace=ws), engine=agentcgroup_docker)
 
 
 def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester):

@@ -43,6 +43,7 @@ class UsageSampler:
                 self._thread = threading.Thread(target=self._loop, name="agentcgroup-usage", daemon=True)
                 self._thread.start()
             self._cg, self._gen, self._samples, self._t0 = cg, self._gen + 1, [], time.monotonic()
+            self.curve = []                # never the previous window's readings for this one
             self._cond.notify_all()
 
     def stop(self) -> dict:
@@ -52,6 +53,7 @@ class UsageSampler:
             cg, samples, t0 = self._cg, self._samples, self._t0
             self._cg, self._gen, self._samples = None, self._gen + 1, []
             if cg is None:
+                self.curve = []
                 return {}
             last = _read(cg)
         t1 = time.monotonic()

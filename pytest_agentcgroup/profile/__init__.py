@@ -1,8 +1,13 @@
 """Profiling real commands (`agentcgroup traces profile`): run each executing step of a trace once,
 in order, under a real executor (sandbox or docker), each step in a fresh cgroup of its own, and
-write the trace back with profiles whose numbers are all `recorded` (meter.py measures one step,
-run.py walks traces, resumes and writes, command.py is the command line).
+write the trace back with profiles whose numbers are `recorded` (only a peak read off the curve,
+where the kernel keeps none, is `derived`) (meter.py measures one step,
+run.py walks traces and resumes, output.py decides and writes the files, command.py is the command line).
 
 Above cgroups/ and replay/ in the data flow (it hands the replayer a Placement that measures):
 may import traces/, proc, errors, engines/, replay/, cgroups/. Nothing imports it but cli.py.
 """
+
+
+class ProfileError(RuntimeError):
+    """Profiling cannot go on: one message naming the file, directory or capability."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -16,15 +18,29 @@ from .run import ProfileError, Settings, profile_traces
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 
 
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def add_parser(tsub) -> argparse.ArgumentParser:
     p = tsub.add_parser(
         "profile", help="run each trace's real commands once, step by step, and record their profiles",
         description="Run every executing step (bash, python) of each trace once, in order, in one workspace "
                     "per trace, each step in a fresh cgroup of its own under a real executor (sandbox: "
                     "bubblewrap as an unprivileged user; docker: a container of the trace's image), and write "
-                    "the traces to OUT/<trace_id>.json with profiles whose numbers are all `recorded`: duration, "
-                    "the kernel's memory peak, a memory curve sampled every few ms, CPU user+sys, IO bytes where "
-                    "the kernel counts them per cgroup, and the step's outcome (ok, failed, timeout, oom, error). "
+                    "the traces to OUT/<trace_id>.json with profiles whose numbers are `recorded`: duration, "
+                    "the kernel's memory peak (where the kernel keeps none, the curve's highest reading, `derived`), "
+                    "a memory curve sampled every few ms, CPU user+sys, IO bytes where the kernel counts them per "
+                    "cgroup and the workspace is not a tmpfs, and the step's outcome (ok, failed, timeout, oom, error). "
                     "The old figures stay beside them (`original`). Steps that are not commands (edit, read, "
                     "search, noop, browser) keep their profile. OUT/manifest.json lists the traces (subset "
                     "--subset). Resumable: a trace already complete in OUT is skipped; run the same command "
@@ -41,11 +57,11 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                         "(e.g. a repository checkout); default: an empty workspace (sandbox) or the image's")
     p.add_argument("--image", metavar="IMG", help="docker: the image to run in (default: the trace's SWE-rebench "
                                                    "image when it is present locally, else the local image)")
-    p.add_argument("--step-timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--step-timeout", type=_positive(float), default=120.0, metavar="S",
                    help="a step's timeout in seconds (default 120; a trace's own shorter timeout wins)")
-    p.add_argument("--memory-max-mb", type=int, default=4096, metavar="MB",
+    p.add_argument("--memory-max-mb", type=_positive(int), default=4096, metavar="MB",
                    help="each step's hard memory limit (default 4096); a step OOM-killed at it is `oom`")
-    p.add_argument("--pids-max", type=int, default=1024, metavar="N", help="each step's pids limit (default 1024)")
+    p.add_argument("--pids-max", type=_positive(int), default=1024, metavar="N", help="each step's pids limit (default 1024)")
     p.add_argument("--subset", default="profiled", help="manifest subset listing the traces (default profiled)")
     p.add_argument("--json", action="store_true", help="print {profiled, skipped} as JSON on stdout")
     p.set_defaults(func=cmd_profile)
@@ -65,6 +81,11 @@ def cmd_profile(args) -> int:
         # one line rewritten in place on a terminal, a line per step otherwise (logs, CI)
         sys.stderr.write(f"\r\033[K{line}" if tty else f"{line}\n")
         sys.stderr.flush()
+    # a SIGTERM (a CI job cancelled, `timeout`) stops the profiler as ^C does: the step is killed and
+    # its cgroups, workspace and container are removed on the way out
+    def terminated(signum, frame):
+        raise KeyboardInterrupt
+    old_term = signal.signal(signal.SIGTERM, terminated)
     try:
         done = profile_traces(args.files, args.output, settings, progress=progress)
     except (ProfileError, CgroupUnavailable, ExecutorUnavailable) as exc:
@@ -80,6 +101,8 @@ def cmd_profile(args) -> int:
         print(f"\nagentcgroup traces profile: interrupted; traces complete in {args.output} are kept, "
               "run the same command again to resume", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
     if tty:
         sys.stderr.write("\n")
     print(f"profiled {len(done['profiled'])} trace(s), skipped {len(done['skipped'])} already complete, in "

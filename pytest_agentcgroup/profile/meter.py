@@ -8,9 +8,10 @@ read once nothing of the step runs any more:
 
 - peak: v2 memory.peak (5.19+), v1 memory.max_usage_in_bytes — the kernel's own high-water mark, which
   a sampler can miss between two readings. Where the kernel has none (v2 before 5.19) the curve's
-  highest reading stands in, and the step says so (`peak_from`);
+  highest reading stands in (`peak_from` "samples"; the profile labels it `derived`, not `recorded`);
 - CPU: cpu.stat usage_usec of the unified tree (user + system, the step's whole process tree);
-- IO: io.stat rbytes + wbytes (v2 with the io controller). The hybrid hosts this runs on have no
+- IO: io.stat rbytes + wbytes (v2 with the io controller): block IO only, so run.py drops it where
+  the workspace is a tmpfs (the steps' writes would read as 0). The hybrid hosts this runs on have no
   per-cgroup IO count for the step (no io controller in the unified tree, no v1 blkio joined), so
   there `io_bytes` is None: not measured, never 0 by default;
 - OOM kills (v2 memory.events.local oom_kill, v1 memory.oom_control oom_kill), limit hits, forks

@@ -5,8 +5,9 @@ measured in its own cgroup (meter.py); the trace is written back with recorded f
 What a profiled step carries (traces/ir.py):
 - `duration_ms`: wall time, spawn to reap; `profile`: peak_mb (the kernel's per-cgroup peak),
   ramp_ms (start to the highest reading of the curve), cpu_ms (user + system), io_bytes (where the
-  kernel counts it per cgroup; omitted where it does not), curve (memory every few ms) — every
-  number `recorded`;
+  kernel counts it per cgroup and the workspace is not a tmpfs; omitted otherwise), curve (memory
+  every few ms, 0 at the spawn) — every number `recorded`, except a peak taken from the curve where
+  the kernel has no memory.peak (`derived`; source.profiled.peak_from_curve lists those steps);
 - `outcome`: timeout (killed at its timeout) > oom (any OOM kill in its cgroup) > failed (exit != 0)
   > ok; `error` for a step that could not start (refused or not spawnable; nothing measured). A
   step killed by a signal has exit_code 128 + signal (the shell's convention); a timed-out step none;
@@ -16,19 +17,20 @@ Steps that execute nothing here (edit, read, search, noop, browser: the agent ru
 not a command) keep their profile unchanged and get no outcome: that is what "not profiled" means.
 
 Output: OUT/<trace_id>.json (the corpus layout), written whole once the trace has ended (a
-`.partial` file before), and OUT/manifest.json listing it (entries of other traces kept). A trace
-whose output is complete is skipped (resume); anything else is profiled again.
+`.partial` file before), and OUT/manifest.json listing it (merged: the rest of the manifest and the
+entry's other keys kept). A trace whose output is complete is skipped (resume, and listed if it was
+not); anything else is profiled again. An output path that is an input file, or an existing file
+that is not a profiled trace, is refused before anything runs, as is a manifest that does not read.
 """
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
-import re
 import shutil
 import stat
 import statistics
+import subprocess
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,18 +38,16 @@ from typing import Callable
 
 from ..cgroups.host import detect
 from ..cgroups.tree import RunTree
-from ..replay.executors import EXECUTING_TOOLS, make_executor
+from ..replay.executors import make_executor
 from ..replay.replayer import StepResult, replay_step
-from ..traces.corpus import MANIFEST, MANIFEST_SCHEMA
+from ..traces.corpus import MANIFEST
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
+from . import ProfileError
 from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter
+from .output import (add_to_manifest, check_manifest, check_outputs, check_writable, is_complete, output_path,
+                     write_profiled)
 
 MB = 1024 * 1024
-_SAFE_PART = re.compile(r"^[A-Za-z0-9._@+-]+$")
-
-
-class ProfileError(RuntimeError):
-    """Profiling cannot go on: one message naming the file, directory or capability."""
 
 
 @dataclass(frozen=True)
@@ -61,26 +61,6 @@ class Settings:
     period_s: float = SAMPLE_PERIOD_S
     subset: str = "profiled"             # the manifest subset the profiled traces are listed in
     command: str = ""                    # the command line, for the traces' provenance
-
-
-def output_path(out: Path, trace_id: str) -> Path:
-    """OUT/<trace_id>.json; a trace id that is not a clean relative path is refused, not rewritten
-    (two ids rewritten alike would overwrite each other's output)."""
-    parts = trace_id.split("/")
-    if not all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts):
-        raise ProfileError(f"trace {trace_id!r}: its id is not a clean relative path (letters, digits, ._@+-, "
-                           "'/'-separated), so it cannot name an output file")
-    return out.joinpath(*parts[:-1], parts[-1] + ".json")
-
-
-def is_complete(path: Path, trace: Trace) -> bool:
-    """Whether `path` holds this trace, profiled to its end by this command."""
-    try:
-        done = list(read_traces(path))
-    except TraceError:
-        return False
-    return (len(done) == 1 and done[0].trace_id == trace.trace_id and len(done[0].steps) == len(trace.steps)
-            and (done[0].source.get("profiled") or {}).get("complete") is True)
 
 
 def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
@@ -122,10 +102,22 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     if settings.workspace is not None and not settings.workspace.is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
     todo = [(t, output_path(out, t.trace_id)) for _, t in inputs]
-    skipped = [t.trace_id for t, dst in todo if is_complete(dst, t)]
+    # everything that could stop the writing is checked before the first step runs
+    check_outputs(inputs, todo)
+    check_writable(out)
+    manifest = check_manifest(out)
+    complete = [(t, dst) for t, dst in todo if is_complete(dst, t)]
+    skipped = [t.trace_id for t, _ in complete]
     todo = [(t, dst) for t, dst in todo if t.trace_id not in skipped]
     for tid in skipped:
         progress(f"{tid}: complete in {out}, skipped (resume)")
+    # a trace written by a run that stopped before its manifest entry was: listed now
+    listed = {e.get("trace_id") for e in manifest.get("traces") or [] if isinstance(e, dict)}
+    in_subset = set((manifest.get("subsets") or {}).get(settings.subset) or [])
+    unlisted = [(next(iter(read_traces(dst))), dst) for t, dst in complete
+                if t.trace_id not in listed or t.trace_id not in in_subset]
+    if unlisted:
+        add_to_manifest(out, unlisted, settings.subset)
     done: list[str] = []
     if not todo:
         return {"profiled": done, "skipped": skipped}
@@ -143,8 +135,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                 secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
                 progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
             profiled = _profile_one(trace, tree, engine, settings, on_step)
-            _write(profiled, dst)
-            _add_to_manifest(out, [(profiled, dst)], settings.subset)
+            write_profiled(profiled, dst)
+            add_to_manifest(out, [(profiled, dst)], settings.subset)
             done.append(trace.trace_id)
     finally:
         try:
@@ -171,6 +163,7 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
         steps, measures = [], []
         executor.start(trace)
         try:
+            memory_fs = workspace_on_memory_fs(executor)
             if settings.workspace is not None:
                 if settings.executor == "docker":
                     _seed_container(executor, settings.workspace, trace, meter)
@@ -179,9 +172,9 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
             for k, step in enumerate(trace.steps, 1):
                 meter.last = None               # a step refused before its cgroup was made leaves none
                 result = replay_step(trace, step, executor, meter)
-                new = _profiled_step(step, result, meter.last)
+                new = _profiled_step(step, result, meter.last, io=memory_fs is None)
                 if new.outcome is not None and new.outcome.status != "error":
-                    measures.append(meter.last)
+                    measures.append((step.step_id, meter.last))
                 steps.append(new)
                 on_step(k, len(trace.steps), new)
         finally:
@@ -191,11 +184,11 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
                 executor.stop()
     finally:
         workload.remove()
-    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor)}
+    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor, memory_fs)}
     return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps))
 
 
-def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None) -> Step:
+def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io: bool = True) -> Step:
     if not result.executed and not result.error:
         return step                                   # executes nothing: not profiled
     original = step.original or Original(duration_ms=step.duration_ms, profile=step.profile)
@@ -209,19 +202,35 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None) -> Ste
         status = "oom" if m.oom_kills else "ok" if code == 0 else "failed"
         outcome = Outcome(status, code)
     rec = lambda v: Measure(round(float(v), 3), "recorded")       # noqa: E731
-    curve = to_curve(m.curve)
+    curve = to_curve(step_time_base(m.curve, m.window_ms, result.latency_ms), round(result.latency_ms, 3))
     ramp = curve.t_ms[curve.mb.index(max(curve.mb))] if curve else None
-    profile = Profile(peak_mb=rec(m.peak_bytes / MB),
+    # the kernel's high-water mark is recorded; where it has none, the curve's highest reading
+    # stands in: computed from recorded readings, and it can miss a spike between two of them
+    peak = Measure(round(m.peak_bytes / MB, 3), "recorded" if m.peak_from == "kernel" else "derived")
+    profile = Profile(peak_mb=peak,
                       ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
                       cpu_ms=rec(m.cpu_usec / 1000.0),
-                      io_bytes=rec(m.io_bytes) if m.io_bytes is not None else None, curve=curve)
+                      io_bytes=rec(m.io_bytes) if io and m.io_bytes is not None else None, curve=curve)
     return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original)
 
 
-def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
-    """The readings as a Curve in MiB; a run of equal readings keeps its first and last point only
-    (the curve is the same, the file smaller)."""
-    pts = [(round(t, 1), round(v / MB, 3)) for t, v in samples]
+def step_time_base(samples: list[tuple[float, int]], window_ms: float, duration_ms: float) -> list[tuple[float, int]]:
+    """The readings (ms after the sampling window opened) on the step's own time base: 0 at its spawn,
+    `duration_ms` at its reaping. The window opens before the spawn (the cgroup is made, the process
+    joins it) and closes right after the reaping (a cgroup read or two, well under a millisecond), so
+    the spawn is the window's end less the step's wall time. The last reading before the spawn (the
+    baseline) is kept at 0, the first after the reaping at `duration_ms`, the others dropped."""
+    shift = max(0.0, window_ms - duration_ms)
+    moved = [(t - shift, v) for t, v in samples]
+    return ([(0.0, v) for t, v in moved if t <= 0][-1:] + [(t, v) for t, v in moved if 0 < t < duration_ms]
+            + [(duration_ms, v) for t, v in moved if t >= duration_ms][:1])
+
+
+def to_curve(samples: list[tuple[float, int]], end_ms: float | None = None) -> Curve | None:
+    """The readings as a Curve in MiB (times to 0.1 ms, none past `end_ms`); a run of equal readings
+    keeps its first and last point only (the curve is the same, the file smaller)."""
+    cap = (lambda t: min(t, end_ms)) if end_ms is not None else (lambda t: t)
+    pts = [(cap(round(t, 1)), round(v / MB, 3)) for t, v in samples]
     if not pts:
         return None
     kept = [p for i, p in enumerate(pts)
@@ -229,23 +238,73 @@ def to_curve(samples: list[tuple[float, int]]) -> Curve | None:
     return Curve(tuple(t for t, _ in kept), tuple(mb for _, mb in kept), "recorded")
 
 
-def _provenance(tree: RunTree, settings: Settings, measures: list[StepMeasure], executor) -> dict:
+def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, StepMeasure]], executor,
+                memory_fs: str | None) -> dict:
+    measures = [m for _, m in measured]
     rates = [r for m in measures if (r := m.sample_hz) is not None]
+    from_curve = [i for i, m in measured if m.peak_from != "kernel"]
     out = {"by": "agentcgroup traces profile", "command": settings.command,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
-                       "cpus": os.cpu_count(), "profiler_python": platform.python_version()},
+                       "cpus": os.cpu_count(), "profiler_python": platform.python_version(),
+                       "steps_python3": _steps_python(settings.executor)},
            "executor": settings.executor, "image": getattr(executor, "image", None),
            "workspace": str(settings.workspace) if settings.workspace else None,
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
            "step_timeout_s": settings.step_timeout_s, "sample_period_ms": settings.period_s * 1000.0,
            "sample_hz": {"min": round(min(rates), 1), "median": round(statistics.median(rates), 1)} if rates else None,
-           "peak": "kernel" if all(m.peak_from == "kernel" for m in measures)
-                   else "the curve's maximum where the kernel has no memory.peak",
+           "peak": ("no step measured" if not measures else "kernel (recorded)" if not from_curve else
+                    "the kernel's (recorded) where it has one; the curve's highest reading (derived) for the "
+                    "steps in peak_from_curve: this kernel has no memory.peak (cgroup v2 before 5.19)"),
            "steps_profiled": len(measures), "complete": True}
-    if any(m.io_bytes is None for m in measures):
+    if from_curve:
+        out["peak_from_curve"] = from_curve
+    if memory_fs is not None:
+        out["io_bytes"] = (f"not recorded: the workspace is a {memory_fs} (memory), and io.stat counts block IO "
+                           "only, so the steps' file writes would read as 0")
+    elif any(m.io_bytes is None for m in measures):
         out["io_bytes"] = "not measured: no per-cgroup IO count for the step's cgroup on this host"
+    elif measures:
+        out["io_bytes"] = "block IO only (io.stat rbytes + wbytes): writes to a tmpfs (/tmp) are not in it"
     return out
+
+
+def _steps_python(executor: str) -> str:
+    """The python3 the steps ran: the sandbox binds the host's /usr and looks in
+    /usr/local/bin:/usr/bin:/bin; under docker it is the image's (named by `image`)."""
+    if executor != "sandbox":
+        return "the image's python3"
+    path = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if path is None:
+        return "none on the sandbox's PATH"
+    try:
+        done = subprocess.run([path, "-c", "import platform; print(platform.python_version())"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{path} (its version unreadable: {exc})"
+    return f"{path} {done.stdout.strip()}" if done.returncode == 0 else f"{path} (its version unreadable)"
+
+
+def workspace_on_memory_fs(executor) -> str | None:
+    """The file system type of the trace's working directory when it keeps files in memory (tmpfs,
+    ramfs), else None: the sandbox's bounded workspace and the local docker image's are tmpfs."""
+    if getattr(executor, "init_pid", None):                      # docker: the container's view
+        mountinfo, path = f"/proc/{executor.init_pid}/mountinfo", executor.home
+    elif getattr(executor, "workspace", None):
+        mountinfo, path = "/proc/self/mountinfo", os.path.realpath(executor.workspace)
+    else:
+        return None
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return None
+    best, fstype = "", None
+    for line in lines:                  # "id parent maj:min root mountpoint opts ... - fstype source ..."
+        fields, _, rest = line.partition(" - ")
+        mnt = fields.split()[4].replace("\\040", " ")
+        if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, fstype = mnt, rest.split()[0]
+    return fstype if fstype in ("tmpfs", "ramfs") else None
 
 
 def seed_workspace(executor, src: Path) -> None:
@@ -258,6 +317,7 @@ def seed_workspace(executor, src: Path) -> None:
     except (OSError, shutil.Error) as exc:       # e.g. ENOSPC: the workspace tmpfs has a size
         raise ProfileError(f"--workspace {src}: cannot copy it into the sandbox's workspace "
                            f"({executor.workspace_mb} MiB): {exc}") from None
+    os.chmod(dst, 0o700)            # copytree gave it the source's mode: the step's user's alone again
     if executor.as_root:
         for root, dirs, files in os.walk(dst):
             for name in [*dirs, *files]:
@@ -281,60 +341,34 @@ def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None
     name = "/tmp/.agentcgroup-workspace.tar"
     # component by component, no symlink followed: an image whose /tmp is a link would otherwise
     # have it resolved on the host (an absolute link under /proc/PID/root is the host's path)
+    tmp = None
     try:
         root = os.open(f"/proc/{executor.init_pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             tmp = os.open("tmp", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
         finally:
             os.close(root)
+        leaf = name.rpartition("/")[2]
+        fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=tmp)
         try:
-            fd = os.open(name.rpartition("/")[2], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=tmp)
-        finally:
+            # regular files, directories, symlinks (as links) and hard links (as links to a member)
+            with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
+                for entry in sorted(src.iterdir()):
+                    tar.add(entry, arcname=entry.name,
+                            filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() or ti.islnk() else None)
+        except BaseException:
+            os.unlink(leaf, dir_fd=tmp)          # no half-written archive left for the trace's steps
+            raise
+    except (OSError, tarfile.TarError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        raise ProfileError(f"--workspace {src}: cannot write it to {name} in the container{where}: {why}") from None
+    finally:
+        if tmp is not None:
             os.close(tmp)
-    except OSError as exc:
-        raise ProfileError(f"--workspace {src}: cannot write {name} in the container ({exc.strerror})") from None
-    with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
-        for entry in sorted(src.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() else None)
     seed = Step(-1, "bash", {"command": f"tar -xf {name} && rm -f {name}"})
     result = replay_step(trace, seed, executor, meter)
     if not result.executed or result.timed_out or result.exit_code != 0:
         raise ProfileError(f"--workspace {src}: unpacking it in the container failed "
                            f"({result.error or f'exit {result.exit_code}, timed out {result.timed_out}'})")
 
-
-def _write(trace: Trace, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".partial")
-    tmp.write_text(trace.dumps() + "\n", encoding="utf-8")
-    os.replace(tmp, dst)
-
-
-def _add_to_manifest(out: Path, written: list[tuple[Trace, Path]], subset: str) -> None:
-    """OUT/manifest.json with these traces listed (and in `subset`); every other entry kept."""
-    path = out / MANIFEST
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if old and old.get("schema") != MANIFEST_SCHEMA:
-        raise ProfileError(f"{path}: not a trace manifest ({MANIFEST_SCHEMA}); not touched")
-    entries = {e["trace_id"]: e for e in old.get("traces") or [] if isinstance(e, dict) and "trace_id" in e}
-    subsets = dict(old.get("subsets") or {})
-    listed = list(subsets.get(subset) or [])
-    for trace, dst in written:
-        rows = [s for s in trace.steps if s.outcome is not None]
-        entries[trace.trace_id] = {"trace_id": trace.trace_id, "file": str(dst.relative_to(out)),
-                                   "steps": len(trace.steps), "profiled_steps": len(rows),
-                                   "outcomes": {k: sum(1 for s in rows if s.outcome.status == k)
-                                                for k in sorted({s.outcome.status for s in rows})},
-                                   "peak_mb": max((s.profile.peak_mb.value for s in rows if s.profile.peak_mb),
-                                                  default=0.0),
-                                   "total_step_ms": round(sum(s.duration_ms.value for s in rows if s.duration_ms))}
-        if trace.trace_id not in listed:
-            listed.append(trace.trace_id)
-    subsets[subset] = listed
-    manifest = {"schema": MANIFEST_SCHEMA, "subsets": subsets,
-                "traces": sorted(entries.values(), key=lambda e: e["trace_id"])}
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(MANIFEST + ".partial")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

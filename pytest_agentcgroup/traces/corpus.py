@@ -12,6 +12,7 @@ tools; loading needs only `trace_id` and `file`.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,15 +79,61 @@ class Corpus:
         raise TraceError(f"trace {trace_id!r} listed in the manifest is not in this file", file=str(path))
 
 
-def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: list[dict], subsets: dict[str, list[str]]) -> dict:
-    """Write `root/manifest.json` with `entries` replacing every entry whose trace id starts with
-    `family` (a prefix or a tuple of prefixes, e.g. "claude-code/"), and `subsets` replacing those subsets; entries and subsets of
-    other trace families are kept, so each family's builder can regenerate its own part alone."""
+def read_manifest(root: str | Path) -> dict:
+    """`root/manifest.json` as it is ({} when there is none), or a TraceError naming it: invalid JSON,
+    not an object of this schema, `traces` not a list or `subsets` not an object. Read before any
+    work that will update it, so a bad manifest stops that work before it starts."""
     path = Path(root) / MANIFEST
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    kept = [e for e in old.get("traces") or [] if not e.get("trace_id", "").startswith(family)]
-    manifest = {"schema": MANIFEST_SCHEMA,
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TraceError(f"invalid JSON: {exc}", file=str(path)) from None
+    except OSError as exc:
+        raise TraceError(f"cannot read it: {exc.strerror}", file=str(path)) from None
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        raise TraceError(f"expected an object with schema {MANIFEST_SCHEMA!r}", file=str(path), field="schema")
+    if not isinstance(data.get("traces", []), list):
+        raise TraceError("expected a list of entries", file=str(path), field="traces")
+    if not isinstance(data.get("subsets", {}), dict):
+        raise TraceError("expected an object {name: [trace ids]}", file=str(path), field="subsets")
+    return data
+
+
+def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: list[dict], subsets: dict[str, list[str]],
+                    *, merge: bool = False) -> dict:
+    """Write `root/manifest.json` (whole, via a temporary file) with `entries` replacing every entry whose
+    trace id starts with `family` (a prefix or a tuple of prefixes, e.g. "claude-code/"), and `subsets`
+    replacing those subsets; entries and subsets of other trace families, and the manifest's other
+    keys, are kept, so each family's builder can regenerate its own part alone.
+
+    merge=True (a tool adding traces one at a time, e.g. the profiler): nothing is removed; each entry
+    is merged into the existing entry of its trace id (its keys win, the others stay), and the ids
+    of `subsets` are appended to those subsets. Raises TraceError for a manifest it cannot read
+    (read_manifest) and OSError for one it cannot write."""
+    path = Path(root) / MANIFEST
+    old = read_manifest(root)
+    traces = [e for e in old.get("traces") or []]
+    if merge:
+        new = {e["trace_id"]: e for e in entries}
+        for i, e in enumerate(traces):
+            tid = e.get("trace_id") if isinstance(e, dict) else None
+            if tid in new:
+                traces[i] = {**e, **new.pop(tid)}
+        traces += new.values()
+        merged = {name: list((old.get("subsets") or {}).get(name) or []) for name in subsets}
+        for name, ids in subsets.items():
+            merged[name] += [x for x in ids if x not in merged[name]]
+        subsets = merged
+    else:
+        traces = [e for e in traces if not (isinstance(e, dict) and str(e.get("trace_id", "")).startswith(family))]
+        traces += entries
+    key = lambda e: e.get("trace_id", "") if isinstance(e, dict) else ""    # noqa: E731
+    manifest = {**old, "schema": MANIFEST_SCHEMA,
                 "subsets": {**(old.get("subsets") or {}), **subsets},    # keeps the existing order
-                "traces": sorted(kept + entries, key=lambda e: e["trace_id"])}
-    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+                "traces": sorted(traces, key=key)}
+    tmp = path.with_name(MANIFEST + ".partial")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
     return manifest
