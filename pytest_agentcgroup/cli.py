@@ -6,6 +6,7 @@
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
+    agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed)
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: README, "Tolerances")
     agentcgroup images clean [--image NAME]...
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
     _add_select(tsub)
+    from .metrics import fidelity           # the emulator against recorded traces (issue 15)
+    fidelity.add_parser(tsub)
     from .reports import commands as report_commands
     report_commands.add_parsers(sub)
     _add_images(sub)

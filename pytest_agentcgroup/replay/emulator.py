@@ -221,9 +221,9 @@ def follow_curve(curve, cpu: Cpu, t0: float, duration_s: float, log, io_bytes: i
     base = cgroup_usage()
     base = rss_bytes() if base is None else base
     mem = Mapped(log)
-    for t, nbytes in curve:
-        mem.hold(nbytes - base)
+    for t, nbytes in curve:         # a reading holds from its time until the next one's
         pace(cpu, t0, min(t, duration_s))
+        mem.hold(nbytes - base)
     pace(cpu, t0, duration_s)
 
 
