@@ -16,9 +16,11 @@ The interpreter's own resident size is subtracted from PEAK_BYTES so the cgroup'
 With CURVE_FILE (a recorded curve: lines `T_MS MB`, the memory of the recorded step's cgroup T_MS after
 it was spawned), memory follows the curve instead, allocated and freed in whole MiB of anonymous
 mappings (munmap and MADV_DONTNEED really uncharge them, which freeing to the heap may not): a step that released memory or peaked twice
-does so here too. The time origin is the process's spawn (as the recording's), not the end of our
-start-up, and what the cgroup already holds when we begin (this interpreter, the CPU workers) is
-subtracted once. IO then runs first, 1 MiB at a time, truncated after each piece, so its page cache
+does so here too. A reading holds from its time until the next one's. The time origin is the
+process's spawn (as the recording's: AGENTCGROUP_EMULATE_T0 in the environment, the launcher's
+CLOCK_MONOTONIC just before it, else estimated), not the end of our start-up, and what the cgroup already holds
+when we begin (this interpreter, the CPU workers; our RSS where the cgroup holds other processes too)
+is subtracted once. IO then runs first, 1 MiB at a time, truncated after each piece, so its page cache
 does not pile on top of a curve that already contains the recorded step's own.
 
 CPU: CPU_MS of CPU in total, paid pro rata over DURATION_MS. What is owed is carried forward: when
@@ -40,6 +42,7 @@ import time
 CHUNK = 8 * 1024 * 1024
 PAGE = 4096
 MIB = 1024 * 1024
+T0_ENV = "AGENTCGROUP_EMULATE_T0"     # monotonic seconds just before the spawn (optional)
 WORKER_SLICE_S = 0.02       # a CPU worker settles its account this often
 
 
@@ -52,9 +55,10 @@ def touch(buf) -> None:
     buf[::PAGE] = b"\x01" * len(range(0, len(buf), PAGE))    # write every page: the kernel charges it
 
 
-def cgroup_usage() -> int | None:
-    """What this process's memory cgroup holds now (v1 memory.usage_in_bytes | v2 memory.current),
-    None where that file cannot be found or read (then RSS stands in)."""
+def cgroup_usage(ours: set) -> int | None:
+    """What this process's memory cgroup holds now (v1 memory.usage_in_bytes | v2 memory.current)
+    when the cgroup is ours alone (no process in it but `ours`); None where it is shared or its files
+    cannot be read (then RSS stands in)."""
     try:
         with open("/proc/self/cgroup") as f:
             lines = [ln.rstrip("\n").split(":", 2) for ln in f]
@@ -70,6 +74,9 @@ def cgroup_usage() -> int | None:
                     rel = path[len(root):] if root != "/" and path.startswith(root) else path
                     name = "memory.current" if v2 else "memory.usage_in_bytes"
                     try:
+                        with open(mnt + rel + "/cgroup.procs") as f:
+                            if not {int(p) for p in f.read().split()} <= ours:
+                                return None
                         with open(mnt + rel + "/" + name) as f:
                             return int(f.read())
                     except OSError:
@@ -80,8 +87,13 @@ def cgroup_usage() -> int | None:
 
 
 def since_spawn_s() -> float:
-    """A lower bound of the time since this process was forked: its CPU time so far, or the clock
-    since its start time in /proc/self/stat (clock ticks, rounded down: one tick is subtracted)."""
+    """The time since this process was forked: from the instant its launcher passed in T0_ENV (just
+    before the spawn), else a lower bound: its CPU time so far, or the clock since its start time in
+    /proc/self/stat (clock ticks, rounded down: one tick is subtracted)."""
+    try:
+        return max(0.0, time.monotonic() - float(os.environ[T0_ENV]))
+    except (KeyError, ValueError):
+        pass
     best = time.process_time()
     try:
         with open("/proc/self/stat") as f:
@@ -215,10 +227,11 @@ def touch_range(buf, lo: int, hi: int) -> None:
     buf[lo:hi:PAGE] = b"\x01" * len(range(lo, hi, PAGE))
 
 
-def follow_curve(curve, cpu: Cpu, t0: float, duration_s: float, log, io_bytes: int, workdir: str) -> None:
+def follow_curve(curve, cpu: Cpu, t0: float, duration_s: float, log, io_bytes: int, workdir: str,
+                 workers: list[int]) -> None:
     if io_bytes > 0:
         do_io(workdir, io_bytes, bounded=True)
-    base = cgroup_usage()
+    base = cgroup_usage({os.getpid(), *workers})
     base = rss_bytes() if base is None else base
     mem = Mapped(log)
     for t, nbytes in curve:         # a reading holds from its time until the next one's
@@ -262,13 +275,17 @@ def main(argv) -> int:
     share, workers = start_workers(cpu_ms / 1000.0, duration, t0)
     cpu = Cpu(share, duration)
     if curve is not None:
-        follow_curve(curve, cpu, t0, duration, log, int(io_bytes), workdir)
+        follow_curve(curve, cpu, t0, duration, log, int(io_bytes), workdir, workers)
     else:
         ramp = min(ramp_ms, duration_ms) / 1000.0
         ramp_and_hold(peak, ramp, cpu, t0, duration, log, int(io_bytes), workdir)
     cpu.pay(duration, None)                 # whatever is still owed: late, but not lost
     for pid in workers:
         os.waitpid(pid, 0)
+    if curve is not None:       # the recorded duration ends at the exit: no interpreter teardown after it
+        if log is not None:
+            log.close()
+        os._exit(0)
     return 0
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ...traces.ir import Step, Trace
 from .base import DEFAULT_TIMEOUT_S, Launch
 
 EMULATOR = str(Path(__file__).parent.parent / "emulator.py")
+T0_ENV = "AGENTCGROUP_EMULATE_T0"     # read by emulator.py
 CURVE_STEP_MB = 0.5         # half the emulator's own grain (1 MiB pieces)
 
 
@@ -72,4 +74,7 @@ class EmulateExecutor:
         timeout = self.step_timeout_s
         if step.args.get("timeout_ms"):
             timeout = min(timeout, max(step.args["timeout_ms"] / 1000.0 * s, duration / 1000.0 + 10.0))
-        return Launch(argv=argv, cwd=self.workdir, timeout_s=timeout)
+        # A curve's clock starts at the spawn, which is a moment after this (the step's cgroup is made
+        # in between): the emulator takes this instant as its origin (CLOCK_MONOTONIC is system-wide).
+        env = {T0_ENV: f"{time.monotonic():.6f}"} if p.curve is not None else {}
+        return Launch(argv=argv, cwd=self.workdir, timeout_s=timeout, env=env)
