@@ -36,10 +36,14 @@ def test_the_emulator_follows_a_two_peak_curve(tree):
     step = curve_step([(0, 8), (100, 120), (400, 120), (420, 10), (700, 10), (800, 70), (1100, 70), (1150, 10)], 1200)
     ex = EmulateExecutor()
     launch = ex.launch(step)
+    log = os.path.join(ex.workdir, "alloc.log")       # Experiment 5 appends an ALLOC_LOG to the argv
     try:
-        seen = record_step(tree.workload("two-peaks"), tree.controllers, 0, launch.argv)   # sampled at 200 Hz
+        seen = record_step(tree.workload("two-peaks"), tree.controllers, 0, [*launch.argv, log])   # at 200 Hz
+        with open(log) as f:
+            allocated = len(f.readlines())
     finally:
         ex.stop()
+    assert 150 <= allocated <= 190, f"{allocated} MiB allocations logged; the curve rises by ~112 + 60 MiB"
     t, mb = seen.profile.curve.t_ms, seen.profile.curve.mb
     first = max(m for s, m in zip(t, mb) if s < 450)
     trough = min(m for s, m in zip(t, mb) if 500 <= s <= 700)

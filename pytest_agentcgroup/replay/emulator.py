@@ -1,11 +1,11 @@
 """Resource emulator: reproduces one step's recorded profile in a fresh process.
 
 Run as a script (`python -I -S emulator.py PEAK_BYTES RAMP_MS CPU_MS IO_BYTES DURATION_MS WORKDIR
-[ALLOC_LOG|-] [CURVE_FILE]`) so that start-up stays near a bare interpreter's. It imports nothing from
+[ALLOC_LOG] [--curve=FILE]`) so that start-up stays near a bare interpreter's. It imports nothing from
 the package, and its schedule is a pure function of its arguments (plus the start-up baseline it
 measures and subtracts).
 
-Without CURVE_FILE (a derived or synthetic profile), over DURATION_MS of wall time from its start-up:
+Without a curve (a derived or synthetic profile), over DURATION_MS of wall time from its start-up:
   1. ramp: memory grows in equal chunks to PEAK_BYTES over RAMP_MS; every page is written, so the
      kernel really charges it to the cgroup (and really OOM-kills us at a hard limit);
   2. IO: IO_BYTES written to a file in WORKDIR and read back (page cache is charged to the cgroup
@@ -13,7 +13,7 @@ Without CURVE_FILE (a derived or synthetic profile), over DURATION_MS of wall ti
   3. hold: the memory stays resident until DURATION_MS has passed.
 The interpreter's own resident size is subtracted from PEAK_BYTES so the cgroup's peak matches it.
 
-With CURVE_FILE (a recorded curve: lines `T_MS MB`, the memory of the recorded step's cgroup T_MS after
+With --curve=FILE (a recorded curve: lines `T_MS MB`, the memory of the recorded step's cgroup T_MS after
 it was spawned), memory follows the curve instead, allocated and freed in whole MiB of anonymous
 mappings (munmap and MADV_DONTNEED really uncharge them, which freeing to the heap may not): a step that released memory or peaked twice
 does so here too. A reading holds from its time until the next one's. The time origin is the
@@ -267,8 +267,11 @@ def ramp_and_hold(peak: float, ramp_s: float, cpu: Cpu, t0: float, duration_s: f
 def main(argv) -> int:
     peak, ramp_ms, cpu_ms, io_bytes, duration_ms = (float(x) for x in argv[1:6])
     workdir = argv[6]
-    log = open(argv[7], "a", buffering=1) if len(argv) > 7 and argv[7] != "-" else None
-    curve = read_curve(argv[8]) if len(argv) > 8 else None
+    extra = argv[7:]        # [ALLOC_LOG] [--curve=FILE], in either order (a caller may append the log)
+    curves = [a[len("--curve="):] for a in extra if a.startswith("--curve=")]
+    logs = [a for a in extra if not a.startswith("--curve=")]
+    log = open(logs[0], "a", buffering=1) if logs else None
+    curve = read_curve(curves[0]) if curves else None
     duration = duration_ms / 1000.0
     # a recorded curve's clock starts at the spawn; a derived profile's once we run (as it always did)
     t0 = time.monotonic() - (since_spawn_s() if curve is not None else 0.0)

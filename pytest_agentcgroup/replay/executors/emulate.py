@@ -68,7 +68,7 @@ class EmulateExecutor:
         if p.curve is not None:
             path = Path(self.workdir) / f"curve-{step.step_id}.txt"
             path.write_text("".join(f"{t * s:.3f} {mb:.3f}\n" for t, mb in thin_curve(p.curve.t_ms, p.curve.mb)))
-            argv += ["-", str(path)]
+            argv.append(f"--curve={path}")      # an ALLOC_LOG may still be appended (Experiment 5)
         # The emulated step must never outlive its own (scaled) length by much: the timeout is the
         # trace's own timeout scaled, but at least the emulation plus a generous start-up margin.
         timeout = self.step_timeout_s
