@@ -56,26 +56,30 @@ def test_the_emulator_follows_a_two_peak_curve(tree):
 
 def test_a_multi_core_step_gets_its_cpu_within_its_duration(tree):
     # 1.4 s of CPU in 0.8 s: only two cores can do that (a Python thread would hold the GIL). The
-    # host is shared: a real two-process burn of the same CPU, run just before, says how many cores
-    # there are to have; the emulation must use as many.
+    # host is shared: a real two-process burn of the same CPU, run beside each emulation, says how
+    # many cores there were to have; the best of three rounds of each is compared.
     work = tree.workload("cores")
     burn = [sys.executable, "-c", "import os, time\npid = os.fork()\ne = time.process_time() + 0.7\n"
             "while time.process_time() < e: pass\nos.waitpid(pid, 0) if pid else os._exit(0)"]
-    ref = record_step(work, tree.controllers, 1, burn)
-    ref_cores = ref.profile.cpu_ms.value / ref.duration_ms.value
     step = curve_step([(0, 8), (800, 8)], 800, cpu_ms=1400)
-    (r,) = replay(Trace("t/cores", {}, (step,)), EmulateExecutor(), ArmPlacement(Arm("unlimited"), work,
-                                                                                    tree.controllers))
+    ref_cores, runs = 0.0, []
+    for i in range(3):
+        ref = record_step(work, tree.controllers, 10 + i, burn)
+        ref_cores = max(ref_cores, ref.profile.cpu_ms.value / ref.duration_ms.value)
+        (r,) = replay(Trace("t/cores", {}, (dataclasses.replace(step, step_id=i),)), EmulateExecutor(),
+                      ArmPlacement(Arm("unlimited"), work, tree.controllers))
+        assert r.exit_code == 0
+        runs.append(r)
     load = os.getloadavg()[0]
-    assert r.exit_code == 0
-    cpu_ms = r.counters["cpu_usec"] / 1000
-    assert 1400 * 0.85 <= cpu_ms <= 1400 * 1.15, (cpu_ms, f"load {load:.2f}")
+    for r in runs:
+        assert 1400 * 0.85 <= r.counters["cpu_usec"] / 1000 <= 1400 * 1.15, (r.counters, f"load {load:.2f}")
+    best = max(runs, key=lambda r: r.counters["cpu_usec"] / r.latency_ms)
+    cores = best.counters["cpu_usec"] / 1000 / best.latency_ms
     if ref_cores < 1.3:
-        pytest.skip(f"this host has no two free cores now: a real two-process burn got {ref_cores:.2f} cores "
-                    f"(load average {load:.2f}); the emulator got {cpu_ms / r.latency_ms:.2f}")
-    assert cpu_ms / r.latency_ms >= 0.8 * ref_cores, \
-        f"{cpu_ms:.0f} ms CPU in {r.latency_ms:.0f} ms, the real burn {ref_cores:.2f} cores (load {load:.2f})"
-    assert r.latency_ms <= 800 * 1.25, (r.latency_ms, f"load {load:.2f}")
+        pytest.skip(f"this host has no two free cores now: a real two-process burn got at best {ref_cores:.2f} "
+                    f"cores (load average {load:.2f}); the emulator got {cores:.2f}")
+    assert cores >= 0.8 * ref_cores, f"the emulator used {cores:.2f} cores, the real burn {ref_cores:.2f} (load {load:.2f})"
+    assert best.latency_ms <= 800 * 1.25, (best.latency_ms, f"load {load:.2f}")
 
 
 def test_cpu_owed_is_carried_forward_when_allocation_falls_behind(tree):

@@ -26,9 +26,10 @@ does not pile on top of a curve that already contains the recorded step's own.
 CPU: CPU_MS of CPU in total, paid pro rata over DURATION_MS. What is owed is carried forward: when
 allocating fell behind the schedule, the CPU not yet spent is spent later (at the latest after the
 last deadline), never dropped. The CPU this process already used (start-up, page faults) counts, as
-it does in the recorded step's cgroup. When CPU_MS exceeds DURATION_MS (a step that used several
-cores), the CPU is shared among ceil(CPU_MS / DURATION_MS) processes (forked workers, at most one per
-core): a busy loop in Python holds the GIL, so threads could not use a second core.
+it does in the recorded step's cgroup. When the CPU still owed after start-up exceeds the time left
+(a step that used several cores, or a CPU-dense one start-up has made late), it is shared among as
+many processes as it needs (forked workers, at most one per core): a busy loop in Python holds the
+GIL, so threads could not use a second core.
 
 With ALLOC_LOG, memory is allocated in 1 MiB pieces and the wall time of each (allocate + touch every
 page: the page faults that charge it to the cgroup; not the pacing after it) is appended to that file
@@ -133,11 +134,14 @@ def pace(cpu: Cpu, t0: float, t_s: float) -> None:
 
 
 def start_workers(cpu_s: float, duration_s: float, t0: float) -> tuple[float, list[int]]:
-    """Fork the CPU workers a multi-core step needs; returns this process's share and their pids."""
-    if duration_s <= 0 or cpu_s <= duration_s:
+    """Fork the CPU workers a multi-core step needs: as many processes as the CPU still owed needs
+    in the time still left (start-up has used some of both). Returns this process's share (its CPU
+    so far included) and the workers' pids."""
+    used, left = time.process_time(), duration_s - (time.monotonic() - t0)
+    if duration_s <= 0 or cpu_s - used <= max(left, 0.0):
         return cpu_s, []
-    n = min(-int(-cpu_s // duration_s), os.cpu_count() or 1)
-    share, pids, parent = cpu_s / n, [], os.getpid()
+    n = min(-int(-(cpu_s - used) // max(left, 1e-3)), os.cpu_count() or 1)
+    share, pids, parent = (cpu_s - used) / n, [], os.getpid()
     for _ in range(n - 1):
         pid = os.fork()
         if pid == 0:
@@ -152,7 +156,7 @@ def start_workers(cpu_s: float, duration_s: float, t0: float) -> tuple[float, li
             finally:
                 os._exit(0)
         pids.append(pid)
-    return share, pids
+    return used + share, pids
 
 
 def do_io(workdir: str, nbytes: int, *, bounded: bool) -> None:
