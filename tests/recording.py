@@ -80,12 +80,12 @@ def record_trace(parent, controllers, trace_id: str, commands: list[list[str]]) 
 PY = "/usr/bin/python3"
 #: Real commands, one behaviour each: a two-peak allocation with a release between, a multi-core CPU
 #: burst, a plain ramp-and-hold, and a dd writing (page cache) then removing its file.
-TWO_PEAKS = [PY, "-c", "import time\nfor mb in (120, 60):\n a = bytearray(mb << 20); a[::4096] = b'1' * len(range(0, len(a), 4096))\n"
-             " time.sleep(0.4); del a; time.sleep(0.3)"]
+TWO_PEAKS = [PY, "-c", "import time\nfor mb in (120, 60):\n a = bytearray(mb << 20)\n"
+             " a[::4096] = b'1' * len(range(0, len(a), 4096))\n time.sleep(0.4); del a; time.sleep(0.3)"]
 TWO_CORES = [PY, "-c", "import os, time\npid = os.fork()\ne = time.process_time() + 0.6\n"
              "while time.process_time() < e: pass\nos.waitpid(pid, 0) if pid else os._exit(0)"]
-RAMP = [PY, "-c", "import time\nh = []\nfor i in range(16):\n b = bytearray(8 << 20); b[::4096] = b'1' * 2048; h.append(b)"
-        "; time.sleep(0.03)\ntime.sleep(0.3)"]
+RAMP = [PY, "-c", "import time\nh = []\nfor i in range(16):\n b = bytearray(8 << 20); b[::4096] = b'1' * 2048"
+        "; h.append(b); time.sleep(0.03)\ntime.sleep(0.3)"]
 BURN = [PY, "-c", "import time\ne = time.process_time() + 0.5\nwhile time.process_time() < e: pass\ntime.sleep(0.2)"]
 DD = ["sh", "-c", "f=$(mktemp); dd if=/dev/zero of=$f bs=1M count=64 status=none; sleep 0.3; rm -f $f"]
 COMMANDS = [TWO_PEAKS, TWO_CORES, RAMP, BURN, DD]
@@ -100,7 +100,8 @@ AGENT_LIKE = [
     ["sh", "-c", "seq 1 400000 | sort -R | sort -n | tail -1"],
     ["sh", "-c", f"grep -rc 'def ' {SRC}/email {SRC}/json | wc -l"],
     ["git", "-C", str(Path(__file__).resolve().parents[1]), "log", "--oneline", "-n", "200"],
-    ["sh", "-c", "d=$(mktemp -d); printf 'int main(void){return 0;}\\n' > $d/a.c; cc -O2 -c $d/a.c -o $d/a.o; rm -rf $d"],
+    ["sh", "-c", "d=$(mktemp -d); printf 'int main(void){return 0;}\\n' > $d/a.c; "
+                 "cc -O2 -c $d/a.c -o $d/a.o; rm -rf $d"],
 ]
 
 

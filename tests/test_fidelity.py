@@ -79,7 +79,8 @@ def test_a_multi_core_step_gets_its_cpu_within_its_duration(tree):
         pytest.skip(f"this host has no two free cores now: a real two-process burn got at best {ref_cores:.2f} "
                     f"cores (load average {load:.2f}); the emulator got {cores:.2f}")
     # with two free cores (the burn got ~2) this puts the 1.4 s of CPU within ~0.9 s
-    assert cores >= 0.8 * ref_cores, f"the emulator used {cores:.2f} cores, the real burn {ref_cores:.2f} (load {load:.2f})"
+    assert cores >= 0.8 * ref_cores, \
+        f"the emulator used {cores:.2f} cores, the real burn {ref_cores:.2f} (load {load:.2f})"
 
 
 def test_cpu_owed_is_carried_forward_when_allocation_falls_behind(tree):
@@ -91,7 +92,8 @@ def test_cpu_owed_is_carried_forward_when_allocation_falls_behind(tree):
                   ArmPlacement(Arm("half-cpu", cpu_max_cpus=0.5), tree.workload("late"), tree.controllers))
     assert r.exit_code == 0
     cpu_ms = r.counters["cpu_usec"] / 1000
-    assert r.latency_ms > 600 * 1.2, f"the schedule did not fall behind ({r.latency_ms:.0f} ms): the test proves nothing"
+    assert r.latency_ms > 600 * 1.2, \
+        f"the schedule did not fall behind ({r.latency_ms:.0f} ms): the test proves nothing"
     assert cpu_ms >= 400 * 0.9, f"only {cpu_ms:.0f} of 400 ms CPU: the CPU owed was dropped"
     assert abs(r.counters["peak_bytes"] / MIB - 300) <= 15
 

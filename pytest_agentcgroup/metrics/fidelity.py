@@ -193,8 +193,8 @@ def format_report(res: dict) -> str:
     for r in res["worst"]:
         figs = ", ".join(f"{m.removesuffix('_ms').removesuffix('_mb')} {e['recorded']:.1f}->{e['got']:.1f}"
                          + ("" if e["met"] else " MISSED") for m, e in r["emulated"].items())
-        out.append(f"  {r['trace_id']} step {r['step_id']}: " + (f"emulation failed ({r['failed']}); " if r.get("failed")
-                                                                 else "") + figs + f"  [{r['cmd']}]")
+        failed = f"emulation failed ({r['failed']}); " if r.get("failed") else ""
+        out.append(f"  {r['trace_id']} step {r['step_id']}: {failed}{figs}  [{r['cmd']}]")
     g = res["gate"]
     verdict = "PASSED" if g["passed"] else "FAILED"
     out.append(f"gate {verdict}: {g['met_both']}/{g['steps']} step(s) ({100 * g['share']:.0f}%) meet both the peak "

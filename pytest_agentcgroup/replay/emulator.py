@@ -13,15 +13,15 @@ Without a curve (a derived or synthetic profile), over DURATION_MS of wall time 
   3. hold: the memory stays resident until DURATION_MS has passed.
 The interpreter's own resident size is subtracted from PEAK_BYTES so the cgroup's peak matches it.
 
-With --curve=FILE (a recorded curve: lines `T_MS MB`, the memory of the recorded step's cgroup T_MS after
-it was spawned), memory follows the curve instead, allocated and freed in whole MiB of anonymous
-mappings (munmap and MADV_DONTNEED really uncharge them, which freeing to the heap may not): a step that released memory or peaked twice
-does so here too. A reading holds from its time until the next one's. The time origin is the
-process's spawn (as the recording's: AGENTCGROUP_EMULATE_T0 in the environment, the launcher's
-CLOCK_MONOTONIC just before it, else estimated), not the end of our start-up, and what the cgroup already holds
-when we begin (this interpreter, the CPU workers; our RSS where the cgroup holds other processes too)
-is subtracted once. IO then runs first, 1 MiB at a time, truncated after each piece, so its page cache
-does not pile on top of a curve that already contains the recorded step's own.
+With --curve=FILE (a recorded curve: lines `T_MS MB`, the memory of the recorded step's cgroup T_MS
+after it was spawned), memory follows the curve instead, each reading from its time until the next
+one's, in whole MiB of anonymous mappings (munmap and MADV_DONTNEED really uncharge them, which
+freeing to the heap may not): a step that released memory or peaked twice does so here too. The
+clock starts at the spawn, as the recording's did (AGENTCGROUP_EMULATE_T0 in the environment: the
+launcher's CLOCK_MONOTONIC just before it; else estimated), not at the end of our start-up. What
+the cgroup holds when we begin (this interpreter, the CPU workers; our RSS where the cgroup holds
+other processes too) is subtracted once. IO comes first, 1 MiB at a time, truncated after each
+piece: the curve already contains the recorded step's page cache.
 
 CPU: CPU_MS of CPU in total, paid pro rata over DURATION_MS. What is owed is carried forward: when
 allocating fell behind the schedule, the CPU not yet spent is spent later (at the latest after the
@@ -70,7 +70,9 @@ def cgroup_usage(ours: set) -> int | None:
             for m in mounts:
                 sep = m.index("-")
                 fstype, opts = m[sep + 1], m[sep + 3].split(",")
-                if (fstype == "cgroup2") if v2 else (fstype == "cgroup" and "memory" in opts and "memory" in ctrls.split(",")):
+                mine = fstype == "cgroup2" if v2 else \
+                    fstype == "cgroup" and "memory" in opts and "memory" in ctrls.split(",")
+                if mine:
                     root, mnt = m[3], m[4]
                     rel = path[len(root):] if root != "/" and path.startswith(root) else path
                     name = "memory.current" if v2 else "memory.usage_in_bytes"
