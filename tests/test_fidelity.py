@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 
 import pytest
 
@@ -62,15 +63,32 @@ def test_a_multi_core_step_gets_its_cpu_within_its_duration(tree):
     burn = [sys.executable, "-c", "import os, time\npid = os.fork()\ne = time.process_time() + 0.7\n"
             "while time.process_time() < e: pass\nos.waitpid(pid, 0) if pid else os._exit(0)"]
     step = curve_step([(0, 8), (800, 8)], 800, cpu_ms=1400)
-    ref_cores, runs = 0.0, []
+    ref_cores, runs, procs = 0.0, [], 0
     for i in range(3):
         ref = record_step(work, tree.controllers, 10 + i, burn)
         ref_cores = max(ref_cores, ref.profile.cpu_ms.value / ref.duration_ms.value)
-        (r,) = replay(Trace("t/cores", {}, (dataclasses.replace(step, step_id=i),)), EmulateExecutor(),
-                      ArmPlacement(Arm("unlimited"), work, tree.controllers))
+        placement = ArmPlacement(Arm("unlimited"), work, tree.controllers)
+        done = threading.Event()
+
+        def count() -> None:        # the processes in the emulated step's cgroup, whatever the load
+            nonlocal procs
+            while not done.wait(0.02):
+                cg = placement.step_cg
+                try:
+                    procs = max(procs, len(cg.pids()) if cg is not None else 0)
+                except OSError:
+                    pass
+        counter = threading.Thread(target=count)
+        counter.start()
+        try:
+            (r,) = replay(Trace("t/cores", {}, (dataclasses.replace(step, step_id=i),)), EmulateExecutor(), placement)
+        finally:
+            done.set()
+            counter.join()
         assert r.exit_code == 0
         runs.append(r)
     load = os.getloadavg()[0]
+    assert procs == 2, f"{procs} process(es) seen in the emulated step's cgroup; 1.4 s of CPU in 0.8 s needs 2"
     for r in runs:
         assert 1400 * 0.85 <= r.counters["cpu_usec"] / 1000 <= 1400 * 1.15, (r.counters, f"load {load:.2f}")
     best = max(runs, key=lambda r: r.counters["cpu_usec"] / r.latency_ms)
