@@ -28,6 +28,7 @@ from pathlib import Path
 from ..cgroups import CgroupUnavailable, RunTree, detect
 from ..cgroups.arms import Arm, ArmPlacement
 from ..replay import EmulateExecutor, replay
+from ..replay.executors.base import DEFAULT_TIMEOUT_S
 from ..traces.ir import Step, Trace, TraceError, read_traces
 from .records import percentile
 
@@ -89,9 +90,13 @@ def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> list[dict]
             if not steps:
                 continue
             runs = []
+            # a long recorded step is not cut at the executor's default timeout (a recorded
+            # timeout_ms still applies, as it did to the real command)
+            timeout_s = max(DEFAULT_TIMEOUT_S, 2 * max(s.duration_ms.value for s in steps) / 1000.0 + 10.0)
             for i in range(repeat):
                 work = tree.workload(f"fidelity-{i}")
-                runs.append(replay(Trace(trace.trace_id, trace.source, steps), EmulateExecutor(time_scale=1.0),
+                runs.append(replay(Trace(trace.trace_id, trace.source, steps),
+                                   EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s),
                                    ArmPlacement(Arm("unlimited"), work, tree.controllers)))
             for k, step in enumerate(steps):
                 rows.append(_row(trace, step, [r[k] for r in runs]))
