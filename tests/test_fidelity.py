@@ -17,9 +17,7 @@ from pytest_agentcgroup import cli
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.replay import EmulateExecutor, replay
 from pytest_agentcgroup.traces.ir import Curve, Measure, Profile, Step, Trace, write_trace
-
-sys.path.insert(0, os.path.dirname(__file__))
-from recording import COMMANDS, record_step, record_trace  # noqa: E402
+from recording import COMMANDS, record_step, record_trace
 
 MIB = 1024 * 1024
 
@@ -176,3 +174,21 @@ def test_fidelity_without_recorded_steps_says_so(tmp_path, capsys):
     write_trace(Trace("t/derived", {}, (step,)), path)
     assert cli.main(["traces", "fidelity", str(path)]) == 1
     assert "no step with a recorded peak and duration" in capsys.readouterr().err
+
+
+def test_the_curve_reaches_the_emulator_thinned_with_its_peak():
+    from pytest_agentcgroup.replay.executors.emulate import T0_ENV, thin_curve
+    t = tuple(float(i * 5) for i in range(400))
+    mb = tuple(10.0 + (0.1 * i if i < 200 else 0.0) for i in range(400))     # climbs 0.1 MiB a sample, drops
+    kept = thin_curve(t, mb)
+    assert kept[0] == (0.0, 10.0) and kept[-1] == (t[-1], 10.0) and (t[199], mb[199]) in kept
+    assert 40 <= len(kept) <= 45            # a point per 0.5 MiB of the 20 MiB climb, not 400
+    assert all(abs(b[1] - a[1]) >= 0.5 or b in (kept[-1], (t[199], mb[199])) for a, b in zip(kept, kept[1:]))
+    ex = EmulateExecutor(time_scale=0.5)
+    try:
+        launch = ex.launch(curve_step(list(zip(t, mb)), 2000))
+        (arg,) = [a for a in launch.argv if a.startswith("--curve=")]
+        lines = open(arg.removeprefix("--curve=")).read().split("\n")
+        assert lines[1] == "12.500 10.500" and T0_ENV in launch.env       # t_ms scaled with the step
+    finally:
+        ex.stop()
