@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..cgroups import CgroupUnavailable, RunTree, detect
 from ..cgroups.arms import Arm, ArmPlacement
-from ..replay import EmulateExecutor, replay
+from ..replay import EmulateExecutor, ExecutorUnavailable, replay
 from ..replay.executors.base import DEFAULT_TIMEOUT_S
 from ..traces.ir import Step, Trace, TraceError, read_traces
 from .records import percentile
@@ -253,6 +253,9 @@ def cmd_fidelity(args) -> int:
         rows = emulate(traces, repeat=args.repeat)
     except CgroupUnavailable as exc:
         print(f"agentcgroup traces fidelity: cannot emulate in cgroups: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ExecutorUnavailable as exc:        # the emulator cannot be built here (no compiler, ...)
+        print(f"agentcgroup traces fidelity: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     res = result(rows, before, os.getloadavg(), args.repeat)
     if any(r["emulated"].get("peak_mb") is None and not r.get("failed") for r in rows):

@@ -1,21 +1,20 @@
-"""The `emulate` executor: each step runs the resource emulator (replay/emulator.py) with the
-step's recorded profile, durations scaled by the time scale. A step's memory curve (a recorded
+"""The `emulate` executor: each step runs the resource emulator (replay/emulator.c, compiled on
+first use by replay/emulator_build.py) with the step's recorded profile, durations scaled by the time scale. A step's memory curve (a recorded
 profile's) goes to the emulator as a small file in the executor's workdir, thinned to the points
 where it moved by CURVE_STEP_MB or more (and always its highest one), so a long step sampled at
 100 Hz does not reach the command line or cost the emulator a long read."""
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from ...traces.ir import Step, Trace
+from ..emulator_build import emulator_binary
 from .base import DEFAULT_TIMEOUT_S, Launch
 
-EMULATOR = str(Path(__file__).parent.parent / "emulator.py")
-T0_ENV = "AGENTCGROUP_EMULATE_T0"     # read by emulator.py
+T0_ENV = "AGENTCGROUP_EMULATE_T0"     # read by emulator.c
 CURVE_STEP_MB = 0.5         # half the emulator's own grain (1 MiB pieces)
 
 
@@ -48,6 +47,7 @@ class EmulateExecutor:
         self.workdir: str | None = None
 
     def start(self, trace: Trace) -> None:
+        emulator_binary()       # built now (or ExecutorUnavailable naming what is missing), before any step
         self.workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
 
     def stop(self) -> None:
@@ -62,7 +62,7 @@ class EmulateExecutor:
         if self.workdir is None:        # launched without start(): stop() still removes it
             self.workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
         duration = val(step.duration_ms) * s
-        argv = [sys.executable, "-I", "-S", EMULATOR, str(int(val(p.peak_mb) * 1024 * 1024)),
+        argv = [emulator_binary(), str(int(val(p.peak_mb) * 1024 * 1024)),
                 f"{val(p.ramp_ms) * s:.3f}", f"{val(p.cpu_ms) * s:.3f}", str(int(val(p.io_bytes))),
                 f"{duration:.3f}", self.workdir]
         if p.curve is not None:
