@@ -28,7 +28,6 @@ BPF (`agentcgroup`), printed beside their published figures.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
 from pytest_agentcgroup import proc
 from pytest_agentcgroup.harness.settings import setting
 from pytest_agentcgroup.replay import EmulateExecutor, replay
-from pytest_agentcgroup.replay.executors import EMULATOR
+from pytest_agentcgroup.replay.executors import emulator_binary
 from pytest_agentcgroup.traces.corpus import Corpus
 
 pytestmark = pytest.mark.experiment(name="exp5")
@@ -67,7 +66,7 @@ METRICS = {m.name: m for m in (
     Metric("survival_pct", "%", "higher", "derived", "agents that finished without an OOM kill"),
     Metric("high_p95_alloc_ms", "ms", "lower", "derived",
            "95th percentile of the high agent's allocation latency: wall time to allocate and touch one MiB "
-           "in the emulator (recorded per MiB, replay/emulator.py ALLOC_LOG)"),
+           "in the emulator (recorded per MiB, replay/emulator.c ALLOC_LOG)"),
 )}
 
 
@@ -233,7 +232,7 @@ class Bench:
         """The agent's own resident memory for its whole run (AgentCgroup's `base_memory_mb`): the
         emulator holding base_mb, in a leaf beside the agent's step cgroups; waited for until resident."""
         base = cg.child("base", self.tree.controllers)
-        argv = [sys.executable, "-I", "-S", EMULATOR, str(int(base_mb * MB)), "0", "0", "0", str(10 ** 9), str(self.tmp)]
+        argv = [emulator_binary(), str(int(base_mb * MB)), "0", "0", "0", str(10 ** 9), str(self.tmp)]
         # a parked shell joins, then execs: no fork with a Python pre-exec hook from several threads
         parked = proc.Parked(base.join_files())
         parked.start(argv, None, None)

@@ -7,6 +7,7 @@
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG] [--step-timeout S]
+    agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed)
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: README, "Tolerances")
     agentcgroup images clean [--image NAME]...
@@ -97,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select(tsub)
     from .profile import command as profile_command     # `traces profile` (issue 15)
     profile_command.add_parser(tsub)
+    from .metrics import fidelity           # the emulator against recorded traces (issue 15)
+    fidelity.add_parser(tsub)
     from .reports import commands as report_commands
     report_commands.add_parsers(sub)
     _add_images(sub)

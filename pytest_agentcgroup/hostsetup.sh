@@ -27,7 +27,7 @@ case "$ARCH" in
   *)       KFLAVOUR=;            QEMU_PKG= ;;
 esac
 declare -A GROUPS_PKGS=(
-  [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine"
+  [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine gcc libc6-dev"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
   [vm]="${QEMU_PKG:+$QEMU_PKG busybox-static}"

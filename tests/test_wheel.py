@@ -63,7 +63,8 @@ def test_every_data_file_of_the_package_is_in_the_installed_wheel(installed):
     # the files the code is known to read at run time, so that an empty `expected` cannot pass
     assert {"hostsetup.sh", "reports/assets/report.css", "reports/assets/sortable.js",
             "bpf/programs/common.h", "bpf/programs/memcg_observer.bpf.c",
-            "bpf/programs/reclaim_throttle.bpf.c", "bpf/programs/egress_policy.bpf.c"} <= expected
+            "bpf/programs/reclaim_throttle.bpf.c", "bpf/programs/egress_policy.bpf.c",
+            "replay/emulator.c"} <= expected
     missing = expected - data_files(pkg)
     assert not missing, f"not in the wheel (pyproject.toml [tool.setuptools.package-data]): {sorted(missing)}"
 
@@ -72,16 +73,17 @@ _RESOLVE = """
 import importlib.util, json, os
 from pathlib import Path
 from pytest_agentcgroup.bpf import loader
-from pytest_agentcgroup.replay.executors import EMULATOR
+from pytest_agentcgroup.replay import emulator_build
 # reports.html needs the `report` extra (matplotlib) to import: its ASSETS, found as it finds them
 ASSETS = Path(importlib.util.find_spec("pytest_agentcgroup.reports.html").origin).with_name("assets")
 names = sorted(p.name[:-len(".bpf.c")] for p in loader.BPF_DIR.glob("*.bpf.c"))
 print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "names": names,
                   "paths": [str(loader.source_path(n)) for n in names],
-                  "emulator": EMULATOR, "assets": sorted(os.listdir(ASSETS)),
+                  "emulator_source": str(emulator_build.SOURCE), "emulator": emulator_build.emulator_binary(),
+                  "assets": sorted(os.listdir(ASSETS)),
                   # started as `python -m ...` in a tenant's cgroup (tenants/browser.py)
                   "modules": [importlib.util.find_spec(f"pytest_agentcgroup.{m}").origin
-                              for m in ("tenants.browser_driver", "tenants.webapp", "replay.emulator")]}))
+                              for m in ("tenants.browser_driver", "tenants.webapp")]}))
 """
 
 
@@ -91,11 +93,11 @@ def test_the_installed_package_finds_its_programs_and_the_emulator_in_itself(ins
     assert Path(got["bpf_dir"]).is_relative_to(pkg)
     assert got["names"] == sorted(p.name[:-len(".bpf.c")] for p in (ROOT / PACKAGE / "bpf" / "programs").glob("*.bpf.c"))
     assert all(Path(p).is_file() and Path(p).is_relative_to(pkg) for p in got["paths"]), got["paths"]
-    assert Path(got["emulator"]).is_relative_to(pkg)
+    assert Path(got["emulator_source"]).is_relative_to(pkg) and Path(got["emulator_source"]).is_file()
     assert got["assets"] == ["report.css", "sortable.js"]
     assert all(Path(m).is_relative_to(pkg) for m in got["modules"]), got["modules"]
-    # the emulator runs from there, as the emulate executor starts it (a 1 MB, 10 ms step)
-    _run([py, "-I", "-S", got["emulator"], str(1 << 20), "0", "0", "0", "10", tmp_path], cwd=tmp_path)
+    # the emulator, compiled from the installed source, runs as the emulate executor starts it (a 1 MB, 10 ms step)
+    _run([got["emulator"], str(1 << 20), "0", "0", "0", "10", tmp_path], cwd=tmp_path)
 
 
 _LOAD = """

@@ -1,6 +1,6 @@
 """Replay: turn trace steps into processes and run them in order, each in the cgroups its
-`Placement` names. The core is replayer.py (the loop) and emulator.py (the resource emulator run as
-a script); executors/ turns a step into a process (emulate, sandbox, docker) behind one registry.
+`Placement` names. The core is replayer.py (the loop) and emulator.c (the resource emulator, a C
+program compiled on first use by emulator_build.py); executors/ turns a step into a process (emulate, sandbox, docker) behind one registry.
 
 May import: traces/, proc, errors, engines/. Never cgroups/, bpf/ or anything above: replay does
 not know about cgroups and is handed a Placement.

@@ -9,10 +9,11 @@ import warnings
 from ...errors import ExecutorUnavailable
 from .base import EXECUTING_TOOLS, Launch, StepRefused
 from .docker import DockerExecutor
-from .emulate import EMULATOR, EmulateExecutor
+from ..emulator_build import emulator_binary
+from .emulate import EmulateExecutor
 from .sandbox import SandboxExecutor
 
-__all__ = ["EXECUTING_TOOLS", "EMULATOR", "ExecutorUnavailable", "Launch", "StepRefused",
+__all__ = ["EXECUTING_TOOLS", "emulator_binary", "ExecutorUnavailable", "Launch", "StepRefused",
            "EmulateExecutor", "SandboxExecutor", "DockerExecutor", "make_executor"]
 
 

@@ -1,16 +1,32 @@
-"""The `emulate` executor: each step runs the resource emulator (replay/emulator.py) with the
-step's recorded profile, durations scaled by the time scale."""
+"""The `emulate` executor: each step runs the resource emulator (replay/emulator.c, compiled on
+first use by replay/emulator_build.py) with the step's recorded profile, durations scaled by the time scale. A step's memory curve (a recorded
+profile's) goes to the emulator as a small file in the executor's workdir, thinned to the points
+where it moved by CURVE_STEP_MB or more (and always its highest one), so a long step sampled at
+100 Hz does not reach the command line or cost the emulator a long read."""
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ...traces.ir import Step, Trace
+from ..emulator_build import emulator_binary
 from .base import DEFAULT_TIMEOUT_S, Launch
 
-EMULATOR = str(Path(__file__).parent.parent / "emulator.py")
+T0_ENV = "AGENTCGROUP_EMULATE_T0"     # read by emulator.c
+CURVE_STEP_MB = 0.5         # half the emulator's own grain (1 MiB pieces)
+
+
+def thin_curve(t_ms, mb) -> list[tuple[float, float]]:
+    """The curve's first and last points, its highest, and every point that moved CURVE_STEP_MB or
+    more from the last one kept."""
+    top = max(range(len(mb)), key=mb.__getitem__)
+    kept = [(t_ms[0], mb[0])]
+    for i in range(1, len(mb)):
+        if i == top or i == len(mb) - 1 or abs(mb[i] - kept[-1][1]) >= CURVE_STEP_MB:
+            kept.append((t_ms[i], mb[i]))
+    return kept
 
 
 class EmulateExecutor:
@@ -31,6 +47,7 @@ class EmulateExecutor:
         self.workdir: str | None = None
 
     def start(self, trace: Trace) -> None:
+        emulator_binary()       # built now (or ExecutorUnavailable naming what is missing), before any step
         self.workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
 
     def stop(self) -> None:
@@ -42,13 +59,22 @@ class EmulateExecutor:
         p = step.profile
         val = lambda m: m.value if m is not None else 0.0      # noqa: E731
         s = self.time_scale
+        if self.workdir is None:        # launched without start(): stop() still removes it
+            self.workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
         duration = val(step.duration_ms) * s
-        argv = [sys.executable, "-I", "-S", EMULATOR, str(int(val(p.peak_mb) * 1024 * 1024)),
+        argv = [emulator_binary(), str(int(val(p.peak_mb) * 1024 * 1024)),
                 f"{val(p.ramp_ms) * s:.3f}", f"{val(p.cpu_ms) * s:.3f}", str(int(val(p.io_bytes))),
-                f"{duration:.3f}", self.workdir or tempfile.gettempdir()]
+                f"{duration:.3f}", self.workdir]
+        if p.curve is not None:
+            path = Path(self.workdir) / f"curve-{step.step_id}.txt"
+            path.write_text("".join(f"{t * s:.3f} {mb:.3f}\n" for t, mb in thin_curve(p.curve.t_ms, p.curve.mb)))
+            argv.append(f"--curve={path}")      # an ALLOC_LOG may still be appended (Experiment 5)
         # The emulated step must never outlive its own (scaled) length by much: the timeout is the
         # trace's own timeout scaled, but at least the emulation plus a generous start-up margin.
         timeout = self.step_timeout_s
         if step.args.get("timeout_ms"):
             timeout = min(timeout, max(step.args["timeout_ms"] / 1000.0 * s, duration / 1000.0 + 10.0))
-        return Launch(argv=argv, cwd=self.workdir or "/", timeout_s=timeout)
+        # A curve's clock starts at the spawn, which is a moment after this (the step's cgroup is made
+        # in between): the emulator takes this instant as its origin (CLOCK_MONOTONIC is system-wide).
+        env = {T0_ENV: f"{time.monotonic():.6f}"} if p.curve is not None else {}
+        return Launch(argv=argv, cwd=self.workdir, timeout_s=timeout, env=env)

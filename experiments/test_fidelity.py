@@ -1,0 +1,46 @@
+"""Fidelity — issue 15's acceptance: the emulator replays the shipped recorded-here corpus
+(traces/recorded-here: real commands recorded in cgroups by `agentcgroup traces profile`) and at
+least 90 % of its steps meet both the peak (±5 % or 4 MiB) and the duration (±10 %) goal, each
+step's figure the median of REPEAT emulations. The whole distribution (peak, duration, CPU), the
+worst steps and the load beside them are printed, as `agentcgroup traces fidelity` prints them.
+
+Needs root or a delegated cgroup (each emulated step gets a cgroup of its own) and a C compiler
+(the emulator is compiled on first use); it skips naming either one missing.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_agentcgroup.cgroups import CgroupUnavailable
+from pytest_agentcgroup.metrics import fidelity
+from pytest_agentcgroup.replay import ExecutorUnavailable
+from pytest_agentcgroup.traces.ir import read_traces
+
+pytestmark = pytest.mark.experiment(name="fidelity")
+
+CORPUS = Path(__file__).resolve().parent.parent / "traces" / "recorded-here"
+REPEAT = 3
+
+
+def test_fidelity_on_the_recorded_here_corpus(capsys):
+    files = sorted(CORPUS.glob("*.json"))
+    if not files:
+        pytest.skip(f"no recorded corpus at {CORPUS} (agentcgroup traces profile writes it)")
+    traces = [t for f in files for t in read_traces(f)]
+    before = os.getloadavg()
+    try:
+        rows = fidelity.emulate(traces, repeat=REPEAT)
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cannot emulate in cgroups: {exc}")
+    except ExecutorUnavailable as exc:
+        pytest.skip(str(exc))
+    res = fidelity.result(rows, before, os.getloadavg(), REPEAT)
+    with capsys.disabled():
+        print(f"\nfidelity of the emulator on {CORPUS} ({len(files)} file(s), recorded here):")
+        print(fidelity.format_report(res))
+    g = res["gate"]
+    assert g["steps"] >= len(files), f"only {g['steps']} recorded step(s) compared in {len(files)} file(s)"
+    assert not [r for r in rows if r.get("failed")], "an emulation failed (see the worst steps above)"
+    assert g["passed"], (f"{g['met_both']}/{g['steps']} step(s) ({100 * g['share']:.0f}%) meet both the peak and the "
+                         f"duration goal; the goal is >= {100 * g['goal_share']:.0f}% (load {res['load_avg_after'][0]:.2f})")

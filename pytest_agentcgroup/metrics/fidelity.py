@@ -1,0 +1,269 @@
+"""Fidelity of the emulator: replay recorded steps with the `emulate` executor and compare what the
+kernel counted for the emulation with what it counted for the real command (issue 15).
+
+A step is compared when its trace recorded its duration and its peak (`agentcgroup traces profile`
+writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
+unlimited arm) and measured with the counters the recording used: the kernel's per-cgroup peak (v2
+memory.peak | v1 memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system
+over every process of the step) and the wall time from spawn to reap. With `repeat` > 1 each step's
+figure is the median of its repetitions.
+
+Goals (GOALS): peak within ±5 % or 4 MiB (whichever is larger), duration within ±10 %, CPU within
+±15 %. The gate: at least 90 % of the compared steps meet both the peak and the duration goal.
+
+Where a step keeps its source's own figures (`original`, e.g. a profile derived from 1 Hz samples),
+the same comparison of those against the recording says how wrong the derived profiles were; it is
+reported, not gated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cgroups import CgroupUnavailable, RunTree, detect
+from ..cgroups.arms import Arm, ArmPlacement
+from ..replay import EmulateExecutor, ExecutorUnavailable, replay
+from ..replay.executors.base import DEFAULT_TIMEOUT_S
+from ..traces.ir import Step, Trace, TraceError, read_traces
+from .records import percentile
+
+MB = 1024 * 1024
+#: metric -> (relative goal, absolute floor in the metric's unit): met when |error| <= max of the two
+GOALS = {"peak_mb": (0.05, 4.0), "duration_ms": (0.10, 0.0), "cpu_ms": (0.15, 0.0)}
+GATED = ("peak_mb", "duration_ms")
+GATE_SHARE = 0.90
+EXIT_OK, EXIT_BAD_INPUT, EXIT_GOALS_MISSED = 0, 1, 3
+
+
+@dataclass(frozen=True)
+class Figures:
+    peak_mb: float | None
+    duration_ms: float | None
+    cpu_ms: float | None
+
+
+def recorded(step: Step) -> Figures | None:
+    """The step's recorded figures, None unless its duration and its peak were recorded."""
+    p, d = step.profile, step.duration_ms
+    if d is None or d.provenance != "recorded" or p.peak_mb is None or p.peak_mb.provenance != "recorded":
+        return None
+    cpu = p.cpu_ms.value if p.cpu_ms is not None and p.cpu_ms.provenance == "recorded" else None
+    return Figures(p.peak_mb.value, d.value, cpu)
+
+
+def original(step: Step) -> Figures | None:
+    """What the step's source said before it was profiled (any provenance), None without it."""
+    o = step.original
+    if o is None:
+        return None
+    val = lambda m: m.value if m is not None else None      # noqa: E731
+    figs = Figures(val(o.profile.peak_mb), val(o.duration_ms), val(o.profile.cpu_ms))
+    return figs if any(v is not None for v in (figs.peak_mb, figs.duration_ms, figs.cpu_ms)) else None
+
+
+def errors(want: Figures, got: Figures) -> dict:
+    """Per metric: the recorded and the compared figure, the error (relative to the recorded one)
+    and whether it meets its goal; a metric either side lacks is left out."""
+    out = {}
+    for metric, (rel, floor) in GOALS.items():
+        w, g = getattr(want, metric), getattr(got, metric)
+        if w is None or g is None:
+            continue
+        diff = g - w
+        out[metric] = {"recorded": w, "got": g, "error_pct": 100.0 * diff / w if w > 0 else None,
+                       "met": abs(diff) <= max(rel * w, floor)}
+    return out
+
+
+def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> list[dict]:
+    """Emulate every recorded step `repeat` times in a cgroup of its own; one row per step."""
+    tree = RunTree(detect())
+    rows = []
+    try:
+        for trace in traces:
+            steps = tuple(s for s in trace.steps if recorded(s) is not None)
+            if not steps:
+                continue
+            runs = []
+            # a long recorded step is not cut at the executor's default timeout (a recorded
+            # timeout_ms still applies, as it did to the real command)
+            timeout_s = max(DEFAULT_TIMEOUT_S, 2 * max(s.duration_ms.value for s in steps) / 1000.0 + 10.0)
+            for i in range(repeat):
+                work = tree.workload(f"fidelity-{i}")
+                runs.append(replay(Trace(trace.trace_id, trace.source, steps),
+                                   EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s),
+                                   ArmPlacement(Arm("unlimited"), work, tree.controllers)))
+            for k, step in enumerate(steps):
+                rows.append(_row(trace, step, [r[k] for r in runs]))
+                if on_step:
+                    on_step(rows[-1])
+    finally:
+        tree.close()
+    return rows
+
+
+def _row(trace: Trace, step: Step, results) -> dict:
+    failed = [r for r in results if not r.executed or r.exit_code != 0 or r.timed_out]
+    row = {"trace_id": trace.trace_id, "step_id": step.step_id, "cmd": " ".join((step.command or "").split())[:80],
+           "repeats": len(results)}
+    if failed:                  # the emulator is ours: a failed emulation meets no goal
+        r = failed[0]
+        row["failed"] = r.error or ("timed out" if r.timed_out else f"exit {r.exit_code}, signal {r.signal}")
+    med = lambda xs: statistics.median(xs) if xs and None not in xs else None      # noqa: E731
+    got = Figures(med([r.counters.get("peak_bytes") for r in results if r.executed]) / MB
+                  if all(r.executed and r.counters.get("peak_bytes") is not None for r in results) else None,
+                  med([r.latency_ms for r in results if r.executed]),
+                  med([r.counters["cpu_usec"] / 1000.0 for r in results if r.executed]))
+    want = recorded(step)
+    row["emulated"] = errors(want, got)
+    if failed:
+        for e in row["emulated"].values():
+            e["met"] = False
+    orig = original(step)
+    if orig is not None:
+        row["original"] = errors(want, orig)
+    return row
+
+
+def distribution(rows: list[dict], side: str) -> dict:
+    """Per metric over the rows that have it: steps, p50/p90/max of |error| %, median signed error
+    % (the bias) and the share of steps meeting the goal."""
+    out = {}
+    for metric in GOALS:
+        errs = [r[side][metric] for r in rows if metric in r.get(side, {})]
+        if not errs:
+            continue
+        absolute = [abs(e["error_pct"]) for e in errs if e["error_pct"] is not None]
+        out[metric] = {"steps": len(errs), "p50_abs_pct": percentile(absolute, 50),
+                       "p90_abs_pct": percentile(absolute, 90), "max_abs_pct": max(absolute, default=None),
+                       "bias_pct": percentile([e["error_pct"] for e in errs if e["error_pct"] is not None], 50),
+                       "met_share": sum(e["met"] for e in errs) / len(errs)}
+    return out
+
+
+def gate(rows: list[dict]) -> dict:
+    ok = [all(r["emulated"].get(m, {}).get("met", False) for m in GATED) for r in rows]
+    share = sum(ok) / len(ok) if ok else 0.0
+    return {"steps": len(ok), "met_both": sum(ok), "share": share, "goal_share": GATE_SHARE,
+            "passed": bool(ok) and share >= GATE_SHARE}
+
+
+def worst(rows: list[dict], n: int = 5) -> list[dict]:
+    """The n steps furthest outside their goals (error / goal, largest first)."""
+    def badness(r):
+        if r.get("failed"):
+            return float("inf")
+        out = 0.0
+        for m, e in r["emulated"].items():
+            rel, floor = GOALS[m]
+            out = max(out, abs(e["got"] - e["recorded"]) / max(rel * e["recorded"], floor, 1e-9))
+        return out
+    return sorted(rows, key=badness, reverse=True)[:n]
+
+
+def result(rows: list[dict], load_before, load_after, repeat: int) -> dict:
+    return {"goals": {m: {"relative_pct": 100 * rel, "floor": floor} for m, (rel, floor) in GOALS.items()},
+            "repeat": repeat, "load_avg_before": list(load_before), "load_avg_after": list(load_after),
+            "cpus": os.cpu_count(), "emulated": distribution(rows, "emulated"),
+            "original": distribution(rows, "original"), "gate": gate(rows), "worst": worst(rows), "steps": rows}
+
+
+def _table(dist: dict) -> list[str]:
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"      # noqa: E731
+    lines = [f"  {'metric':<12}{'steps':>6}{'p50 |err|%':>12}{'p90 |err|%':>12}{'max |err|%':>12}{'bias %':>9}"
+             f"{'met goal':>10}"]
+    for m, d in dist.items():
+        rel, floor = GOALS[m]
+        goal = f"±{100 * rel:.0f}%" + (f" or {floor:g} MiB" if floor else "")
+        lines.append(f"  {m:<12}{d['steps']:>6}{fmt(d['p50_abs_pct']):>12}{fmt(d['p90_abs_pct']):>12}"
+                     f"{fmt(d['max_abs_pct']):>12}{fmt(d['bias_pct']):>9}{100 * d['met_share']:>9.0f}%  ({goal})")
+    return lines
+
+
+def format_report(res: dict) -> str:
+    lb, la = res["load_avg_before"], res["load_avg_after"]
+    out = [f"emulated vs recorded, {res['gate']['steps']} step(s), median of {res['repeat']} run(s) each; "
+           f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s) (durations and CPU "
+           "are load-sensitive)"]
+    out += _table(res["emulated"])
+    if res["original"]:
+        out.append("the steps' original (source-derived) figures vs recorded: how wrong the derived profiles were")
+        out += _table(res["original"])
+    out.append("worst emulated steps (furthest outside a goal):")
+    for r in res["worst"]:
+        figs = ", ".join(f"{m.removesuffix('_ms').removesuffix('_mb')} {e['recorded']:.1f}->{e['got']:.1f}"
+                         + ("" if e["met"] else " MISSED") for m, e in r["emulated"].items())
+        failed = f"emulation failed ({r['failed']}); " if r.get("failed") else ""
+        out.append(f"  {r['trace_id']} step {r['step_id']}: {failed}{figs}  [{r['cmd']}]")
+    g = res["gate"]
+    verdict = "PASSED" if g["passed"] else "FAILED"
+    out.append(f"gate {verdict}: {g['met_both']}/{g['steps']} step(s) ({100 * g['share']:.0f}%) meet both the peak "
+               f"and the duration goal; the goal is >= {100 * g['goal_share']:.0f}%")
+    return "\n".join(out)
+
+
+def add_parser(tsub) -> argparse.ArgumentParser:
+    f = tsub.add_parser(
+        "fidelity", help="replay recorded traces with the emulator and compare per step with the recording",
+        description="Emulate every step whose peak and duration were recorded (agentcgroup traces profile), each "
+                    "in a cgroup of its own, and compare the kernel's figures for the emulation with the recorded "
+                    "ones: peak (goal ±5% or 4 MiB), duration (±10%), CPU (±15%). Prints the error distribution, "
+                    "the worst steps and, where steps keep their source's figures, how wrong those were. Needs "
+                    "cgroups this user can create (root or a delegated cgroup).",
+        epilog="Exit codes: 0 at least 90% of the steps meet both the peak and the duration goal; 3 fewer do; "
+               "1 bad input (named on stderr), no recorded step, or no cgroups; 2 usage error.")
+    f.add_argument("files", nargs="+", metavar="RECORDED", type=Path, help="IR files or directories of recorded traces")
+    f.add_argument("--repeat", type=int, default=1, metavar="N", help="emulate each step N times, compare the median")
+    f.add_argument("--json", type=Path, metavar="OUT", help="also write the whole result (every step) as JSON to OUT")
+    f.set_defaults(func=cmd_fidelity)
+    return f
+
+
+def _files(paths):
+    for p in paths:
+        if p.is_dir():
+            yield from (f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in (".json", ".jsonl")
+                        and f.name != "manifest.json")
+        else:
+            yield p
+
+
+def cmd_fidelity(args) -> int:
+    if args.repeat < 1:
+        print(f"agentcgroup traces fidelity: --repeat must be >= 1, got {args.repeat}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    traces, bad = [], 0
+    for f in _files(args.files):
+        try:
+            traces.extend(read_traces(f))
+        except TraceError as exc:
+            print(exc, file=sys.stderr)
+            bad += 1
+    if not any(recorded(s) for t in traces for s in t.steps):
+        print(f"agentcgroup traces fidelity: no step with a recorded peak and duration in {len(traces)} trace(s) "
+              "(profile traces first: agentcgroup traces profile)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    before = os.getloadavg()
+    try:
+        rows = emulate(traces, repeat=args.repeat)
+    except CgroupUnavailable as exc:
+        print(f"agentcgroup traces fidelity: cannot emulate in cgroups: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ExecutorUnavailable as exc:        # the emulator cannot be built here (no compiler, ...)
+        print(f"agentcgroup traces fidelity: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    res = result(rows, before, os.getloadavg(), args.repeat)
+    if any(r["emulated"].get("peak_mb") is None and not r.get("failed") for r in rows):
+        print("agentcgroup traces fidelity: this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+): "
+              "peaks are not compared", file=sys.stderr)
+    print(format_report(res))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
+    if bad:
+        return EXIT_BAD_INPUT
+    return EXIT_OK if res["gate"]["passed"] else EXIT_GOALS_MISSED

@@ -1,0 +1,75 @@
+"""The emulator's binary: replay/emulator.c compiled with the host's real `cc` on first use into a
+cache keyed by the source's hash, atomically (two processes building at once both get a working
+binary and leave no temporary behind), in a directory only this user may write; without a compiler
+one ExecutorUnavailable naming it; the binary refuses bad arguments naming them."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pytest_agentcgroup.errors import ExecutorUnavailable
+from pytest_agentcgroup.replay import emulator_build
+from pytest_agentcgroup.replay.executors import EmulateExecutor
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty cache ($XDG_CACHE_HOME in tmp_path) and no binary remembered by this process."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) on PATH: apt-get install gcc")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    emulator_build.emulator_binary.cache_clear()
+    yield tmp_path / "xdg" / "agentcgroup"
+    emulator_build.emulator_binary.cache_clear()
+
+
+def test_built_once_into_the_cache_named_by_the_source_hash(fresh):
+    path = emulator_build.emulator_binary()
+    assert os.path.dirname(path) == str(fresh) and os.path.basename(path).startswith("emulator-")
+    mtime = os.stat(path).st_mtime_ns
+    emulator_build.emulator_binary.cache_clear()
+    assert emulator_build.emulator_binary() == path and os.stat(path).st_mtime_ns == mtime, "rebuilt"
+    assert oct(os.stat(fresh).st_mode & 0o777) == "0o700"
+    assert subprocess.run([path, "0", "0", "0", "0", "5", str(fresh)]).returncode == 0
+
+
+def test_two_processes_building_at_once_both_get_it(fresh):
+    code = "from pytest_agentcgroup.replay import emulator_build as b; print(b.emulator_binary())"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    paths = {p.communicate()[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(paths) == 1, paths
+    assert os.listdir(fresh) == [os.path.basename(paths.pop())], "a temporary was left behind"
+
+
+def test_a_cache_others_may_write_is_not_used(fresh, monkeypatch, tmp_path):
+    fresh.mkdir(parents=True)
+    fresh.chmod(0o777)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = emulator_build.emulator_binary()
+    assert path.startswith(str(tmp_path / "home" / ".cache" / "agentcgroup")), path
+    assert os.listdir(fresh) == []
+
+
+def test_without_a_compiler_the_executor_says_which(fresh, monkeypatch, tmp_path):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ExecutorUnavailable) as got:
+        EmulateExecutor().start(None)
+    assert str(got.value) == ("the emulate executor needs a C compiler (cc): apt-get install gcc, "
+                              "or run make setup")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["1", "x", "0", "0", "10"], "RAMP_MS must be a number >= 0, got 'x'"),
+    (["1", "0", "0", "0", "10", "--curve=/nonexistent/c.txt"], "cannot read the curve /nonexistent/c.txt"),
+    (["1", "0"], "usage:"),
+])
+def test_the_emulator_refuses_bad_arguments_naming_them(fresh, tmp_path, argv, says):
+    if len(argv) > 2:
+        argv = [*argv[:5], str(tmp_path), *argv[5:]]
+    r = subprocess.run([emulator_build.emulator_binary(), *argv], capture_output=True, text=True)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
