@@ -67,9 +67,28 @@ def test_without_a_compiler_the_executor_says_which(fresh, monkeypatch, tmp_path
     (["1", "x", "0", "0", "10"], "RAMP_MS must be a number >= 0, got 'x'"),
     (["1", "0", "0", "0", "10", "--curve=/nonexistent/c.txt"], "cannot read the curve /nonexistent/c.txt"),
     (["1", "0"], "usage:"),
+    # sizes past any machine's (a cast of 1e30 to long is LONG_MIN: it allocated until SIGKILL)
+    (["1e30", "0", "0", "0", "10"], "PEAK_BYTES must be at most"),
+    (["0", "0", "0", "1e30", "10"], "IO_BYTES must be at most"),
+    (["0", "0", "0", "0", "inf"], "DURATION_MS must be a number >= 0, got 'inf'"),
+    (["0", "0", "0", "0", "10", "--x"], "'--x' is an unknown option"),
+    (["0", "0", "0", "0", "10", "log", "extra"], "'extra' is an extra argument"),
+    (["0", "0", "0", "0", "10", "--curve=C", "--curve=C"], "'--curve=C' is a second --curve"),
+    # curve lines: a value past 2^46 bytes (its `want` went negative: SIGSEGV), inf, three fields on
+    # one line (fscanf read across line breaks), garbage
+    (["0", "0", "0", "0", "10", "--curve=C:0 8\n5 1e15\n"], "line 2 is out of range"),
+    (["0", "0", "0", "0", "10", "--curve=C:0 inf\n"], "line 1 is out of range"),
+    (["0", "0", "0", "0", "10", "--curve=C:0 8 100\n5 10\n"], "line 1 is not `T_MS MB`"),
+    (["0", "0", "0", "0", "10", "--curve=C:0 8\n\n5 x\n"], "line 3 is not `T_MS MB`"),
 ])
 def test_the_emulator_refuses_bad_arguments_naming_them(fresh, tmp_path, argv, says):
+    argv = list(argv)
+    for i, a in enumerate(argv):        # --curve=C[:TEXT]: a curve file in tmp_path (with TEXT)
+        if a.startswith("--curve=C"):
+            (tmp_path / "c.txt").write_text(a.partition(":")[2])
+            argv[i] = f"--curve={tmp_path / 'c.txt'}"
     if len(argv) > 2:
         argv = [*argv[:5], str(tmp_path), *argv[5:]]
+    says = says.replace("'--curve=C'", f"'--curve={tmp_path / 'c.txt'}'")
     r = subprocess.run([emulator_build.emulator_binary(), *argv], capture_output=True, text=True)
     assert r.returncode == 2 and says in r.stderr, r.stderr

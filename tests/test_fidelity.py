@@ -54,7 +54,22 @@ def test_the_emulator_follows_a_two_peak_curve(tree):
     assert 1150 <= seen.duration_ms.value <= 1500
 
 
+def test_a_step_whose_workers_cannot_fork_still_gets_its_cpu(tree):
+    # pids.max 1: the emulator itself is the only process the cgroup may hold; its worker's fork
+    # fails, and it pays the whole 0.6 s of CPU alone (later than scheduled), not exit 1
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU available to this process: the emulator forks no worker to refuse")
+    step = curve_step([(0, 8), (300, 8)], 300, cpu_ms=600)
+    (r,) = replay(Trace("t/nofork", {}, (step,)), EmulateExecutor(),
+                  ArmPlacement(Arm("one-pid", pids_max=1), tree.workload("nofork"), tree.controllers))
+    assert r.exit_code == 0, (r.exit_code, r.error)
+    assert r.counters.get("pids_max_events", 0) >= 1, (r.counters, "no fork was refused: the test proves nothing")
+    assert r.counters["cpu_usec"] / 1000 >= 600 * 0.9, r.counters
+
+
 def test_a_multi_core_step_gets_its_cpu_within_its_duration(tree):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip(f"{len(os.sched_getaffinity(0))} CPU available to this process: a two-core step needs 2")
     # 1.4 s of CPU in 0.8 s: only two cores can do that (a Python thread would hold the GIL). The
     # host is shared: a real two-process burn of the same CPU, run beside each emulation, says how
     # many cores there were to have; the best of three rounds of each is compared.
