@@ -54,6 +54,43 @@ def test_a_cache_others_may_write_is_not_used(fresh, monkeypatch, tmp_path):
     assert os.listdir(fresh) == []
 
 
+def test_a_cache_under_a_directory_another_user_owns_is_not_used(fresh, monkeypatch, tmp_path):
+    # as root with XDG_CACHE_HOME in another user's directory, that user could rename the cache away
+    # and plant emulator-<hash> (a predictable name) for root to exec: the whole path is checked
+    other = tmp_path / "other"
+    other.mkdir(mode=0o755)
+    os.chown(other, 65534, 65534)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(other / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = emulator_build.emulator_binary()
+    assert path.startswith(str(tmp_path / "home" / ".cache" / "agentcgroup")), path
+    assert os.listdir(other) == [], "a directory was made under another user's"
+    emulator_build.emulator_binary.cache_clear()
+    monkeypatch.setenv("HOME", str(other))
+    assert not emulator_build.emulator_binary().startswith(str(other))
+
+
+def test_an_empty_cached_binary_is_rebuilt(fresh):
+    path = emulator_build.emulator_binary()
+    open(path, "w").close()         # as a crash between create and write would leave it
+    emulator_build.emulator_binary.cache_clear()
+    assert emulator_build.emulator_binary() == path and os.path.getsize(path) > 0
+    assert subprocess.run([path, "0", "0", "0", "0", "5", str(fresh)]).returncode == 0
+
+
+def test_a_read_only_cache_is_passed_over(fresh, monkeypatch, tmp_path):
+    fresh.mkdir(parents=True, mode=0o700)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,mode=0700", "none", str(fresh)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root): no read-only directory to try")
+    try:
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        path = emulator_build.emulator_binary()
+    finally:
+        subprocess.run(["umount", str(fresh)], check=True)
+    assert path.startswith(str(tmp_path / "home" / ".cache" / "agentcgroup")), path
+
+
 def test_without_a_compiler_the_executor_says_which(fresh, monkeypatch, tmp_path):
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
