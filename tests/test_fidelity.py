@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -205,6 +206,41 @@ def test_the_curve_reaches_the_emulator_thinned_with_its_peak():
         launch = ex.launch(curve_step(list(zip(t, mb)), 2000))
         (arg,) = [a for a in launch.argv if a.startswith("--curve=")]
         lines = open(arg.removeprefix("--curve=")).read().split("\n")
-        assert lines[1] == "12.500 10.500" and T0_ENV in launch.env       # t_ms scaled with the step
+        assert lines[1] == "12.500 10.500" and launch.clock_env == T0_ENV       # t_ms scaled with the step
+        # a spike between two samples: the kernel's peak (30 MiB) is above every sample (29.9)
+        spiky = dataclasses.replace(curve_step(list(zip(t, mb)), 2000), step_id=1)
+        spiky = dataclasses.replace(spiky, profile=dataclasses.replace(spiky.profile, peak_mb=Measure(30.0, "recorded")))
+        (arg,) = [a for a in ex.launch(spiky).argv if a.startswith("--curve=")]
+        got = [tuple(map(float, line.split())) for line in open(arg.removeprefix("--curve=")).read().split("\n") if line]
+        assert max(m for _, m in got) == 30.0 and (t[199] / 2, 30.0) in got, got
     finally:
         ex.stop()
+
+
+def test_the_emulators_clock_starts_where_the_step_wall_time_does(tree, tmp_path):
+    # The recorder times a step from the spawn (proc.run), after its cgroup is made; the emulator's
+    # origin must be that instant, not one before the cgroup was made (its durations came out short).
+    from pytest_agentcgroup.replay.executors.base import Launch
+    from pytest_agentcgroup.replay.executors.emulate import T0_ENV
+    out = tmp_path / "t0"
+
+    class Stamped:          # the emulate executor's launch, but the child only reports its T0
+        name = "emulate"
+
+        def start(self, trace): pass
+        def stop(self): pass
+
+        def launch(self, step):
+            launch = EmulateExecutor().launch(step)
+            assert launch.clock_env == T0_ENV
+            return Launch([sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(os.environ[{T0_ENV!r}])"],
+                          str(tmp_path), 30.0, clock_env=launch.clock_env)
+
+    placement = ArmPlacement(Arm("unlimited"), tree.workload("clock"), tree.controllers)
+    made = []
+    begin = placement.begin_step
+    placement.begin_step = lambda step: (begin(step), made.append(time.monotonic()))[0]
+    (r,) = replay(Trace("t/clock", {}, (curve_step([(0, 8), (50, 8)], 50),)), Stamped(), placement)
+    assert r.exit_code == 0 and made
+    t0 = float(out.read_text())
+    assert t0 >= made[0], f"the emulator's origin {made[0] - t0:.6f} s before the step's cgroup was made"
