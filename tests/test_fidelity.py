@@ -244,3 +244,17 @@ def test_the_emulators_clock_starts_where_the_step_wall_time_does(tree, tmp_path
     assert r.exit_code == 0 and made
     t0 = float(out.read_text())
     assert t0 >= made[0], f"the emulator's origin {made[0] - t0:.6f} s before the step's cgroup was made"
+
+
+def test_a_cpu_counter_not_read_is_no_cpu_figure_not_a_miss():
+    from pytest_agentcgroup.metrics.fidelity import _row
+    from pytest_agentcgroup.replay.replayer import StepResult
+    step = curve_step([(0, 8), (100, 8)], 100, cpu_ms=50)
+    r = StepResult("t", 0, "bash", "x", True, 101.0, 0, None, False, "recorded",
+                   counters={"peak_bytes": 8 * MIB, "cpu_usec": None})      # cpu.stat unreadable
+    row = _row(Trace("t", {}, (step,)), step, [r])
+    assert "cpu_ms" not in row["emulated"] and row["emulated"]["peak_mb"]["met"], row
+    row = _row(Trace("t", {}, (step,)), step, [dataclasses.replace(r, counters={"peak_bytes": 8 * MIB, "cpu_usec": 0})])
+    assert row["emulated"]["cpu_ms"]["met"] is False        # read, and 0: a miss
+    from pytest_agentcgroup.cgroups.node import Counters
+    assert Counters(cpu_usec=None).minus(Counters(cpu_usec=5)).cpu_usec is None     # not read stays not read

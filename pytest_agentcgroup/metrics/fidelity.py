@@ -118,7 +118,9 @@ def _row(trace: Trace, step: Step, results) -> dict:
     got = Figures(med([r.counters.get("peak_bytes") for r in results if r.executed]) / MB
                   if all(r.executed and r.counters.get("peak_bytes") is not None for r in results) else None,
                   med([r.latency_ms for r in results if r.executed]),
-                  med([r.counters["cpu_usec"] / 1000.0 for r in results if r.executed]))
+                  # cpu.stat not read (None) is no CPU figure, not a CPU miss blamed on the emulator
+                  med([r.counters["cpu_usec"] / 1000.0 if r.counters.get("cpu_usec") is not None else None
+                       for r in results if r.executed]))
     want = recorded(step)
     row["emulated"] = errors(want, got)
     if failed:
