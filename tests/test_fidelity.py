@@ -258,3 +258,29 @@ def test_a_cpu_counter_not_read_is_no_cpu_figure_not_a_miss():
     assert row["emulated"]["cpu_ms"]["met"] is False        # read, and 0: a miss
     from pytest_agentcgroup.cgroups.node import Counters
     assert Counters(cpu_usec=None).minus(Counters(cpu_usec=5)).cpu_usec is None     # not read stays not read
+
+
+def test_an_unreadable_file_stops_with_one_message(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{bad")
+    assert cli.main(["traces", "fidelity", str(tmp_path / "bad.json"), str(tmp_path / "missing.json")]) == 1
+    err = capsys.readouterr().err
+    assert "bad.json: invalid JSON" in err and "missing.json: cannot read" in err
+    assert "2 file(s) could not be read" in err and "profile traces first" not in err, err
+
+
+def test_without_a_peak_the_gate_is_not_checked_rather_than_failed():
+    # a kernel without memory.peak: every emulated step lacks peak_mb; the duration met
+    from pytest_agentcgroup.metrics import fidelity
+    rows = [{"trace_id": "t", "step_id": i, "cmd": "x", "repeats": 1,
+             "emulated": {"duration_ms": {"recorded": 100.0, "got": 101.0, "error_pct": 1.0, "met": True}}}
+            for i in range(3)]
+    res = fidelity.result(rows, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 1)
+    assert res["gate"]["unmeasured"] == 3 and not res["gate"]["checked"]
+    assert fidelity.exit_code(res, 0) == fidelity.EXIT_BAD_INPUT
+    assert "gate NOT CHECKED" in fidelity.format_report(res) and "gate FAILED" not in fidelity.format_report(res)
+    for r in rows:
+        r["emulated"]["peak_mb"] = {"recorded": 50.0, "got": 51.0, "error_pct": 2.0, "met": True}
+    res = fidelity.result(rows, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 1)
+    assert fidelity.exit_code(res, 0) == fidelity.EXIT_OK and "gate PASSED" in fidelity.format_report(res)
+    rows[0]["emulated"]["peak_mb"]["met"] = False
+    assert fidelity.exit_code(fidelity.result(rows, (0.0,) * 3, (0.0,) * 3, 1), 0) == fidelity.EXIT_GOALS_MISSED
