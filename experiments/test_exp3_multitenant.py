@@ -87,7 +87,7 @@ class Tenant:
             "oom_kills": sum(r["oom_kills"] for r in self.records if self.name != "A") + c.oom_kills,
             "pids_max_events": sum(r.get("pids_max_events", 0) for r in self.records) + c.pids_max_events,
             "throttles": sum(r.get("throttles", 0) for r in self.records),
-            "cpu_s": c.cpu_usec / 1e6, "cpu_weight": self.cpu_weight,
+            "cpu_s": c.cpu_usec / 1e6 if c.cpu_usec is not None else None, "cpu_weight": self.cpu_weight,
             "error": self.error,
         }
 

@@ -2,7 +2,9 @@
 (traces/recorded-here: real commands recorded in cgroups by `agentcgroup traces profile`) and at
 least 90 % of its steps meet both the peak (±5 % or 4 MiB) and the duration (±10 %) goal, each
 step's figure the median of REPEAT emulations. The whole distribution (peak, duration, CPU), the
-worst steps and the load beside them are printed, as `agentcgroup traces fidelity` prints them.
+worst steps and the load before and after beside them are printed, as `agentcgroup traces
+fidelity` prints them. This is where the duration goal is gated (a timed benchmark, not a unit test:
+tests/test_fidelity.py checks what does not depend on the load).
 
 Needs root or a delegated cgroup (each emulated step gets a cgroup of its own) and a C compiler
 (the emulator is compiled on first use); it skips naming either one missing.
@@ -35,12 +37,16 @@ def test_fidelity_on_the_recorded_here_corpus(capsys):
         pytest.skip(f"cannot emulate in cgroups: {exc}")
     except ExecutorUnavailable as exc:
         pytest.skip(str(exc))
-    res = fidelity.result(rows, before, os.getloadavg(), REPEAT)
+    after = os.getloadavg()
+    res = fidelity.result(rows, before, after, REPEAT)
+    load = (f"load average (1/5/15 min) {'/'.join(f'{x:.2f}' for x in before)} before, "
+            f"{'/'.join(f'{x:.2f}' for x in after)} after, on {len(os.sched_getaffinity(0))} CPU(s)")
     with capsys.disabled():
         print(f"\nfidelity of the emulator on {CORPUS} ({len(files)} file(s), recorded here):")
         print(fidelity.format_report(res))
+        print(f"measured under {load}: durations and CPU are load-sensitive")
     g = res["gate"]
     assert g["steps"] >= len(files), f"only {g['steps']} recorded step(s) compared in {len(files)} file(s)"
     assert not [r for r in rows if r.get("failed")], "an emulation failed (see the worst steps above)"
     assert g["passed"], (f"{g['met_both']}/{g['steps']} step(s) ({100 * g['share']:.0f}%) meet both the peak and the "
-                         f"duration goal; the goal is >= {100 * g['goal_share']:.0f}% (load {res['load_avg_after'][0]:.2f})")
+                         f"duration goal; the goal is >= {100 * g['goal_share']:.0f}% ({load})")

@@ -150,11 +150,16 @@ _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | None = None,
         env: dict | None = None, timeout_s: float | None = None,
-        kill: Callable[[], None] | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) -> ProcessResult:
+        kill: Callable[[], None] | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        clock_env: str | None = None) -> ProcessResult:
     """Run argv to completion. On timeout call `kill` (e.g. the step cgroup's cgroup.kill, which
     also reaches children that left the process group) or else SIGKILL the process group.
-    `join` is the cgroup.procs files to join before exec, or a Parked child that already has."""
+    `join` is the cgroup.procs files to join before exec, or a Parked child that already has.
+    `clock_env`: a variable set in the child's environment to CLOCK_MONOTONIC seconds at the origin
+    of wall_ms, so the child can time itself from the same instant (the emulator does)."""
     t0 = time.perf_counter()
+    if clock_env:
+        env = {**(os.environ if env is None else env), clock_env: f"{time.monotonic():.6f}"}
     if isinstance(join, Parked):
         if stdout is not subprocess.DEVNULL or stderr is not subprocess.DEVNULL:
             raise ValueError("a Parked child's output goes to /dev/null")

@@ -40,7 +40,7 @@ def record_step(parent, controllers, step_id: int, argv: list[str], *, timeout_s
             mb = cg.usage_bytes() / MIB
             fast.append((t * 1000.0, mb))
             if t >= next_slow:
-                slow.append((t * 1000.0, mb, cg.counters().cpu_usec / 1000.0))
+                slow.append((t * 1000.0, mb, (cg.counters().cpu_usec or 0) / 1000.0))   # None: refused below
                 next_slow += SLOW_PERIOD_S
             done.wait(PERIOD_S)
 
@@ -57,6 +57,8 @@ def record_step(parent, controllers, step_id: int, argv: list[str], *, timeout_s
         raise RuntimeError(f"recording {argv!r}: exit {proc.exit_code}, signal {proc.signal}")
     if counters.peak_bytes is None:
         raise RuntimeError("this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+)")
+    if counters.cpu_usec is None:
+        raise RuntimeError("the step's cgroup has no readable cpu.stat (no unified hierarchy)")
     rec = lambda v: Measure(round(v, 3), "recorded")        # noqa: E731
     top = max(fast, key=lambda p: p[1])
     profile = Profile(peak_mb=rec(counters.peak_bytes / MIB), cpu_ms=rec(counters.cpu_usec / 1000.0),

@@ -1,8 +1,9 @@
 """The emulator against real recordings (issue 15): it follows a recorded memory curve (a release
 within the step, two peaks), uses several cores when the step did, pays CPU it fell behind on, and
 `agentcgroup traces fidelity` measures all that on commands recorded for real on this host
-(tests/recording.py), passing its gate on them and failing it, with the worst steps named, on a
-recording whose profile was doubled."""
+(tests/recording.py): their peaks met, and its gate failed, with the worst steps named, on a
+recording whose profile was doubled. Nothing here asserts a duration goal (load-sensitive): the
+duration gate is experiments/test_fidelity.py's, which prints the distribution and the load."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -54,7 +56,22 @@ def test_the_emulator_follows_a_two_peak_curve(tree):
     assert 1150 <= seen.duration_ms.value <= 1500
 
 
+def test_a_step_whose_workers_cannot_fork_still_gets_its_cpu(tree):
+    # pids.max 1: the emulator itself is the only process the cgroup may hold; its worker's fork
+    # fails, and it pays the whole 0.6 s of CPU alone (later than scheduled), not exit 1
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU available to this process: the emulator forks no worker to refuse")
+    step = curve_step([(0, 8), (300, 8)], 300, cpu_ms=600)
+    (r,) = replay(Trace("t/nofork", {}, (step,)), EmulateExecutor(),
+                  ArmPlacement(Arm("one-pid", pids_max=1), tree.workload("nofork"), tree.controllers))
+    assert r.exit_code == 0, (r.exit_code, r.error)
+    assert r.counters.get("pids_max_events", 0) >= 1, (r.counters, "no fork was refused: the test proves nothing")
+    assert r.counters["cpu_usec"] / 1000 >= 600 * 0.9, r.counters
+
+
 def test_a_multi_core_step_gets_its_cpu_within_its_duration(tree):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip(f"{len(os.sched_getaffinity(0))} CPU available to this process: a two-core step needs 2")
     # 1.4 s of CPU in 0.8 s: only two cores can do that (a Python thread would hold the GIL). The
     # host is shared: a real two-process burn of the same CPU, run beside each emulation, says how
     # many cores there were to have; the best of three rounds of each is compared.
@@ -132,7 +149,10 @@ def recorded(tmp_path_factory):
     return trace, path
 
 
-def test_fidelity_on_real_recordings_meets_its_goals(recorded, tmp_path, capsys):
+def test_fidelity_on_real_recordings_follows_their_peaks(recorded, tmp_path, capsys):
+    # Not timed: the duration gate is load-sensitive and is checked by experiments/test_fidelity.py
+    # (a benchmark printing the distribution and the load); here every step runs, every figure is
+    # compared, and every peak (the kernel's, not a clock's) is met.
     trace, path = recorded
     assert all(s.profile.curve.provenance == "recorded" and len(s.profile.curve.t_ms) >= 0.1 * s.duration_ms.value
                for s in trace.steps), "sampled at >= 100 Hz"
@@ -145,7 +165,8 @@ def test_fidelity_on_real_recordings_meets_its_goals(recorded, tmp_path, capsys)
     for metric in ("peak_mb", "duration_ms", "cpu_ms"):
         assert f"  {metric}" in text and res["emulated"][metric]["steps"] == len(COMMANDS)
     assert "how wrong the derived profiles were" in text and res["original"]["peak_mb"]["steps"] >= 3
-    assert rc == 0 and "gate PASSED" in text, text
+    assert rc in (0, cli_goal_missed()) and not [r for r in res["steps"] if r.get("failed")], text
+    assert all(r["emulated"]["peak_mb"]["met"] for r in res["steps"]), text
 
 
 def test_fidelity_fails_a_recording_whose_profile_was_doubled(recorded, tmp_path, capsys):
@@ -190,6 +211,81 @@ def test_the_curve_reaches_the_emulator_thinned_with_its_peak():
         launch = ex.launch(curve_step(list(zip(t, mb)), 2000))
         (arg,) = [a for a in launch.argv if a.startswith("--curve=")]
         lines = open(arg.removeprefix("--curve=")).read().split("\n")
-        assert lines[1] == "12.500 10.500" and T0_ENV in launch.env       # t_ms scaled with the step
+        assert lines[1] == "12.500 10.500" and launch.clock_env == T0_ENV       # t_ms scaled with the step
+        # a spike between two samples: the kernel's peak (30 MiB) is above every sample (29.9)
+        spiky = dataclasses.replace(curve_step(list(zip(t, mb)), 2000), step_id=1)
+        spiky = dataclasses.replace(spiky, profile=dataclasses.replace(spiky.profile, peak_mb=Measure(30.0, "recorded")))
+        (arg,) = [a for a in ex.launch(spiky).argv if a.startswith("--curve=")]
+        got = [tuple(map(float, line.split())) for line in open(arg.removeprefix("--curve=")).read().split("\n") if line]
+        assert max(m for _, m in got) == 30.0 and (t[199] / 2, 30.0) in got, got
     finally:
         ex.stop()
+
+
+def test_the_emulators_clock_starts_where_the_step_wall_time_does(tree, tmp_path):
+    # The recorder times a step from the spawn (proc.run), after its cgroup is made; the emulator's
+    # origin must be that instant, not one before the cgroup was made (its durations came out short).
+    from pytest_agentcgroup.replay.executors.base import Launch
+    from pytest_agentcgroup.replay.executors.emulate import T0_ENV
+    out = tmp_path / "t0"
+
+    class Stamped:          # the emulate executor's launch, but the child only reports its T0
+        name = "emulate"
+
+        def start(self, trace): pass
+        def stop(self): pass
+
+        def launch(self, step):
+            launch = EmulateExecutor().launch(step)
+            assert launch.clock_env == T0_ENV
+            return Launch([sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(os.environ[{T0_ENV!r}])"],
+                          str(tmp_path), 30.0, clock_env=launch.clock_env)
+
+    placement = ArmPlacement(Arm("unlimited"), tree.workload("clock"), tree.controllers)
+    made = []
+    begin = placement.begin_step
+    placement.begin_step = lambda step: (begin(step), made.append(time.monotonic()))[0]
+    (r,) = replay(Trace("t/clock", {}, (curve_step([(0, 8), (50, 8)], 50),)), Stamped(), placement)
+    assert r.exit_code == 0 and made
+    t0 = float(out.read_text())
+    assert t0 >= made[0], f"the emulator's origin {made[0] - t0:.6f} s before the step's cgroup was made"
+
+
+def test_a_cpu_counter_not_read_is_no_cpu_figure_not_a_miss():
+    from pytest_agentcgroup.metrics.fidelity import _row
+    from pytest_agentcgroup.replay.replayer import StepResult
+    step = curve_step([(0, 8), (100, 8)], 100, cpu_ms=50)
+    r = StepResult("t", 0, "bash", "x", True, 101.0, 0, None, False, "recorded",
+                   counters={"peak_bytes": 8 * MIB, "cpu_usec": None})      # cpu.stat unreadable
+    row = _row(Trace("t", {}, (step,)), step, [r])
+    assert "cpu_ms" not in row["emulated"] and row["emulated"]["peak_mb"]["met"], row
+    row = _row(Trace("t", {}, (step,)), step, [dataclasses.replace(r, counters={"peak_bytes": 8 * MIB, "cpu_usec": 0})])
+    assert row["emulated"]["cpu_ms"]["met"] is False        # read, and 0: a miss
+    from pytest_agentcgroup.cgroups.node import Counters
+    assert Counters(cpu_usec=None).minus(Counters(cpu_usec=5)).cpu_usec is None     # not read stays not read
+
+
+def test_an_unreadable_file_stops_with_one_message(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{bad")
+    assert cli.main(["traces", "fidelity", str(tmp_path / "bad.json"), str(tmp_path / "missing.json")]) == 1
+    err = capsys.readouterr().err
+    assert "bad.json: invalid JSON" in err and "missing.json: cannot read" in err
+    assert "2 file(s) could not be read" in err and "profile traces first" not in err, err
+
+
+def test_without_a_peak_the_gate_is_not_checked_rather_than_failed():
+    # a kernel without memory.peak: every emulated step lacks peak_mb; the duration met
+    from pytest_agentcgroup.metrics import fidelity
+    rows = [{"trace_id": "t", "step_id": i, "cmd": "x", "repeats": 1,
+             "emulated": {"duration_ms": {"recorded": 100.0, "got": 101.0, "error_pct": 1.0, "met": True}}}
+            for i in range(3)]
+    res = fidelity.result(rows, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 1)
+    assert res["gate"]["unmeasured"] == 3 and not res["gate"]["checked"]
+    assert fidelity.exit_code(res, 0) == fidelity.EXIT_BAD_INPUT
+    assert "gate NOT CHECKED" in fidelity.format_report(res) and "gate FAILED" not in fidelity.format_report(res)
+    for r in rows:
+        r["emulated"]["peak_mb"] = {"recorded": 50.0, "got": 51.0, "error_pct": 2.0, "met": True}
+    res = fidelity.result(rows, (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), 1)
+    assert fidelity.exit_code(res, 0) == fidelity.EXIT_OK and "gate PASSED" in fidelity.format_report(res)
+    rows[0]["emulated"]["peak_mb"]["met"] = False
+    assert fidelity.exit_code(fidelity.result(rows, (0.0,) * 3, (0.0,) * 3, 1), 0) == fidelity.EXIT_GOALS_MISSED

@@ -41,7 +41,7 @@ class Counters:
     """Kernel counters of one cgroup, read from cgroupfs. Local to the cgroup (not its children),
     except where `events_hierarchical` says the kernel only had the hierarchical memory.events."""
     peak_bytes: int | None = 0  # v2 memory.peak (5.19+; None before) | v1 memory.max_usage_in_bytes
-    cpu_usec: int = 0          # v2 cpu.stat usage_usec (the unified tree has it in both layouts)
+    cpu_usec: int | None = 0   # v2 cpu.stat usage_usec (the unified tree has it in both layouts); None: not read
     high_events: int = 0       # v2 memory.events.local high | v1 upward usage-threshold crossings
     max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
     oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
@@ -51,7 +51,8 @@ class Counters:
 
     def minus(self, before: "Counters") -> "Counters":
         """Event deltas; peak and cpu are kept as they are now (they are not events)."""
-        return Counters(self.peak_bytes, self.cpu_usec - before.cpu_usec,
+        cpu = None if self.cpu_usec is None or before.cpu_usec is None else self.cpu_usec - before.cpu_usec
+        return Counters(self.peak_bytes, cpu,
                         *(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)[2:-1]),
                         events_hierarchical=self.events_hierarchical)
 
@@ -326,7 +327,7 @@ class Cgroup:
         # Read on every step's critical path: the files stay open (pread at offset 0 makes the
         # kernel generate them afresh), and a file this kernel lacks is looked for only once.
         c = Counters()
-        c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec", 0)
+        c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec")    # None: no cpu.stat
         pids_key = "unified" if self.host.mode == "v2" else "pids"
         # v2 pids.events counts the subtree's refused forks since 6.13; pids.events.local (6.13+)
         # is this cgroup's own, which pids.events was before (and is on v1)

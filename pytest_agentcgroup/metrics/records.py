@@ -96,7 +96,7 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
         "trace_id": result.trace_id, "step_id": result.step_id, "tool": result.tool, "cmd": result.cmd,
         "config": config, "executor": executor, "executed": result.executed,
         "latency_ms": _round(result.latency_ms),
-        "cpu_ms": _round(c["cpu_usec"] / 1000.0) if "cpu_usec" in c else None,
+        "cpu_ms": _round(c["cpu_usec"] / 1000.0) if c.get("cpu_usec") is not None else None,
         "max_rss_mb": _round(c["peak_bytes"] / MB) if c.get("peak_bytes") is not None else None,
         "mem_high_events": c.get("high_events", 0), "mem_max_events": c.get("max_events", 0),
         "oom_kills": c.get("oom_kills", 0), "pids_max_events": c.get("pids_max_events", 0),

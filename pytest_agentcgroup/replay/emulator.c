@@ -30,7 +30,8 @@
  * last deadline), never dropped. The CPU this process already used (start-up, page faults) counts, as
  * it does in the recorded step's cgroup. When the CPU still owed after start-up exceeds the time left
  * (a step that used several cores), it is shared among as many processes as it needs (forked
- * workers, at most one per online CPU).
+ * workers, at most one per CPU this process may run on; each counts against pids.max). A fork
+ * that fails (pids.max, memory) leaves the CPU to the processes already running: the step runs longer.
  *
  * With ALLOC_LOG, memory is allocated in 1 MiB pieces and the wall time of each (map + touch every
  * page: the page faults that charge it to the cgroup; not the pacing after it) is appended to that
@@ -48,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -60,6 +62,8 @@
 #define T0_ENV "AGENTCGROUP_EMULATE_T0"   /* monotonic seconds just before the spawn (optional) */
 #define WORKER_SLICE_S 0.02               /* a CPU worker settles its account this often */
 #define MAX_WORKERS 256
+#define MAX_BYTES ((double)(1L << 46))    /* 64 TiB: any size above is a corrupt profile, refused */
+#define MAX_MS 1e9                        /* ~11.6 days: any time above is refused, likewise */
 
 static long page_size;
 static int log_fd = -1;                   /* ALLOC_LOG, or -1 */
@@ -68,6 +72,16 @@ static void die(int code, const char *what, const char *name)
 {
     fprintf(stderr, "emulator: %s%s%s: %s\n", what, name ? " " : "", name ? name : "", strerror(errno));
     _exit(code);
+}
+
+/* A write that returned fewer bytes than asked (errno is not set then) or failed. */
+static void die_write(ssize_t got, const char *what, const char *name)
+{
+    if (got >= 0) {
+        fprintf(stderr, "emulator: %s%s%s: short write\n", what, name ? " " : "", name ? name : "");
+        _exit(1);
+    }
+    die(1, what, name);
 }
 
 static double clock_s(clockid_t id)
@@ -253,7 +267,9 @@ static double start_workers(double cpu_s, double duration_s, double t0, pid_t *p
     *nworkers = 0;
     if (duration_s <= 0 || cpu_s - used <= fmax(left, 0.0))
         return cpu_s;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t allowed;                  /* the CPUs we may run on, not those the machine has */
+    long cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                      : sysconf(_SC_NPROCESSORS_ONLN);
     long n = (long)ceil((cpu_s - used) / fmax(left, 1e-3));
     if (n > cores)
         n = cores > 0 ? cores : 1;
@@ -263,8 +279,8 @@ static double start_workers(double cpu_s, double duration_s, double t0, pid_t *p
     pid_t parent = getpid();
     for (long i = 0; i < n - 1; i++) {
         pid_t pid = fork();
-        if (pid < 0)
-            die(1, "fork", NULL);
+        if (pid < 0)            /* pids.max or memory: go on with the workers we have (the step runs longer) */
+            break;
         if (pid == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             struct cpu work = { share, duration_s };
@@ -278,7 +294,7 @@ static double start_workers(double cpu_s, double duration_s, double t0, pid_t *p
         }
         pids[(*nworkers)++] = pid;
     }
-    return used + share;
+    return cpu_s - share * *nworkers;   /* ours: what the workers forked do not pay */
 }
 
 /* ---- IO -------------------------------------------------------------------------------------- */
@@ -295,7 +311,7 @@ static void do_io(const char *workdir, long nbytes, int bounded)
     for (long left = nbytes; left > 0;) {
         ssize_t n = write(fd, block, left < MIB ? left : MIB);
         if (n <= 0)
-            die(1, "cannot write", path);
+            die_write(n, "cannot write", path);
         left -= n;
         if (bounded) {          /* read the piece back, then drop it: at most 1 MiB of page cache */
             if (pread(fd, block, n, 0) < 0 || ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0)
@@ -321,20 +337,28 @@ static char *map_anon(long size)
     return p;
 }
 
-/* Map and touch [lo, hi) in 1 MiB pieces, each timed into the ALLOC_LOG; or at once without one. */
-static void charge(char *lo, char *hi)
+static void log_alloc(double ms)
+{
+    char line[32];
+    int len = snprintf(line, sizeof line, "%.3f\n", ms);
+    ssize_t got = write(log_fd, line, len);
+    if (got != len)
+        die_write(got, "cannot write the allocation log", NULL);
+}
+
+/* Touch [lo, hi) in 1 MiB pieces, each timed into the ALLOC_LOG; or at once without one. map_s: the
+ * time the mmap of this range took, counted in its first piece (as the ramp's pieces count theirs). */
+static void charge(char *lo, char *hi, double map_s)
 {
     if (log_fd < 0) {
         touch(lo, hi);
         return;
     }
     for (char *a = lo; a < hi; a += MIB) {
-        char line[32];
         double t = now_s();
         touch(a, hi - a < MIB ? hi : a + MIB);
-        int len = snprintf(line, sizeof line, "%.3f\n", (now_s() - t) * 1000.0);
-        if (write(log_fd, line, len) != len)
-            die(1, "cannot write the allocation log", NULL);
+        log_alloc((now_s() - t + map_s) * 1000.0);
+        map_s = 0.0;
     }
 }
 
@@ -347,7 +371,8 @@ static long nregions, cap_regions, held;
 
 static void hold(double nbytes)
 {
-    long want = (long)fmax(0.0, floor((nbytes + MIB / 2) / MIB)) * MIB;
+    double map_s = 0.0;
+    long want = (long)fmin(MAX_BYTES / MIB, fmax(0.0, floor((nbytes + MIB / 2) / MIB))) * MIB;
     while (held < want) {
         struct region *last = nregions ? &regions[nregions - 1] : NULL;
         if (!last || last->resident == last->len) {
@@ -356,15 +381,18 @@ static void hold(double nbytes)
                 if (!(regions = realloc(regions, cap_regions * sizeof *regions)))
                     die(1, "realloc", NULL);
             }
+            double t = now_s();
             last = &regions[nregions++];
             *last = (struct region){ map_anon(want - held), want - held, 0 };
+            map_s = now_s() - t;
         }
         long grow = want - held < last->len - last->resident ? want - held : last->len - last->resident;
-        charge(last->addr + last->resident, last->addr + last->resident + grow);
+        charge(last->addr + last->resident, last->addr + last->resident + grow, map_s);
+        map_s = 0.0;
         last->resident += grow;
         held += grow;
     }
-    while (held > want) {
+    while (held > want && nregions) {
         struct region *last = &regions[nregions - 1];
         long keep = last->resident - (held - want);
         if (keep < 0)
@@ -384,17 +412,34 @@ static void hold(double nbytes)
 
 struct point { double t_s, bytes; };
 
+static void bad_line(const char *path, long line, const char *why)
+{
+    fprintf(stderr, "emulator: the curve %s: line %ld %s\n", path, line, why);
+    _exit(2);
+}
+
+/* The curve, one `T_MS MB` a line (blank lines skipped); a malformed line is refused, named. */
 static struct point *read_curve(const char *path, long *n)
 {
     FILE *f = fopen(path, "r");
     struct point *pts = NULL;
-    long cap = 0;
-    double t, mb;
-    int got;
+    long cap = 0, lineno = 0;
+    char line[256];
     if (!f)
         die(2, "cannot read the curve", path);
     *n = 0;
-    while ((got = fscanf(f, "%lf %lf", &t, &mb)) == 2) {
+    while (fgets(line, sizeof line, f)) {
+        double t, mb;
+        int end = 0;
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f))
+            bad_line(path, lineno, "is too long");
+        if (line[strspn(line, " \t\r\n")] == '\0')
+            continue;
+        if (sscanf(line, "%lf %lf %n", &t, &mb, &end) != 2 || line[end] != '\0')
+            bad_line(path, lineno, "is not `T_MS MB`");
+        if (!isfinite(t) || !isfinite(mb) || t < 0 || mb < 0 || t > MAX_MS || mb * MIB > MAX_BYTES)
+            bad_line(path, lineno, "is out of range (T_MS in 0..1e9, MB in 0..2^26)");
         if (*n == cap) {
             cap = cap ? 2 * cap : 256;
             if (!(pts = realloc(pts, cap * sizeof *pts)))
@@ -402,10 +447,8 @@ static struct point *read_curve(const char *path, long *n)
         }
         pts[(*n)++] = (struct point){ t / 1000.0, mb * MIB };
     }
-    if (got != EOF) {
-        fprintf(stderr, "emulator: the curve %s: line %ld is not `T_MS MB`\n", path, *n + 1);
-        _exit(2);
-    }
+    if (ferror(f))
+        die(2, "cannot read the curve", path);
     fclose(f);
     return pts;
 }
@@ -431,9 +474,8 @@ static void follow_curve(const struct point *curve, long n, const struct cpu *cp
 static void ramp_and_hold(double peak, double ramp_s, const struct cpu *cpu, double t0, double duration_s,
                           long io_bytes, const char *workdir)
 {
-    long target = (long)peak - rss_bytes();
-    if (target < 0)
-        target = 0;
+    double rss = rss_bytes();           /* in double: peak is at most MAX_BYTES (checked), the cast safe */
+    long target = peak > rss ? (long)(peak - rss) : 0;
     long nchunks = (target + CHUNK - 1) / CHUNK;
     for (long i = 0; i < nchunks; i++) {
         long size = target - i * CHUNK < CHUNK ? target - i * CHUNK : CHUNK;
@@ -443,13 +485,10 @@ static void ramp_and_hold(double peak, double ramp_s, const struct cpu *cpu, dou
         } else {
             for (long lo = 0; lo < size; lo += MIB) {    /* the same in 1 MiB pieces, each timed */
                 long piece = size - lo < MIB ? size - lo : MIB;
-                char line[32];
                 double t = now_s();
                 char *buf = map_anon(piece);
                 touch(buf, buf + piece);
-                int len = snprintf(line, sizeof line, "%.3f\n", (now_s() - t) * 1000.0);
-                if (write(log_fd, line, len) != len)
-                    die(1, "cannot write the allocation log", NULL);
+                log_alloc((now_s() - t) * 1000.0);
             }
         }
         pace(cpu, t0, ramp_s * (i + 1) / nchunks);
@@ -459,13 +498,17 @@ static void ramp_and_hold(double peak, double ramp_s, const struct cpu *cpu, dou
     pace(cpu, t0, duration_s);
 }
 
-static double number(const char *arg, const char *name)
+static double number(const char *arg, const char *name, double max)
 {
     char *end;
     errno = 0;
     double v = strtod(arg, &end);
     if (end == arg || *end != '\0' || errno || !isfinite(v) || v < 0) {
         fprintf(stderr, "emulator: %s must be a number >= 0, got '%s'\n", name, arg);
+        _exit(2);
+    }
+    if (v > max) {          /* compared as a double: a cast of 1e30 to long would be LONG_MIN */
+        fprintf(stderr, "emulator: %s must be at most %.0f, got '%s'\n", name, max, arg);
         _exit(2);
     }
     return v;
@@ -480,16 +523,26 @@ int main(int argc, char **argv)
                         "[--curve=FILE]\n", argv[0]);
         return 2;
     }
-    double peak = number(argv[1], "PEAK_BYTES"), ramp_ms = number(argv[2], "RAMP_MS");
-    double cpu_ms = number(argv[3], "CPU_MS"), io = number(argv[4], "IO_BYTES");
-    double duration_ms = number(argv[5], "DURATION_MS");
+    double peak = number(argv[1], "PEAK_BYTES", MAX_BYTES), ramp_ms = number(argv[2], "RAMP_MS", MAX_MS);
+    double cpu_ms = number(argv[3], "CPU_MS", MAX_MS), io = number(argv[4], "IO_BYTES", MAX_BYTES);
+    double duration_ms = number(argv[5], "DURATION_MS", MAX_MS);
     const char *workdir = argv[6];
     for (int i = 7; i < argc; i++) {    /* [ALLOC_LOG] [--curve=FILE], in either order (a caller may append the log) */
-        if (strncmp(argv[i], "--curve=", 8) == 0) {
-            if (!curve_path)
-                curve_path = argv[i] + 8;
-        } else if (!log_path) {
+        const char *why = NULL;
+        if (strncmp(argv[i], "--curve=", 8) == 0 && !curve_path)
+            curve_path = argv[i] + 8;
+        else if (strncmp(argv[i], "--curve=", 8) == 0)
+            why = "a second --curve";
+        else if (strncmp(argv[i], "--", 2) == 0)
+            why = "an unknown option";
+        else if (!log_path)
             log_path = argv[i];
+        else
+            why = "an extra argument";
+        if (why) {
+            fprintf(stderr, "emulator: '%s' is %s (usage: PEAK_BYTES RAMP_MS CPU_MS IO_BYTES DURATION_MS WORKDIR "
+                            "[ALLOC_LOG] [--curve=FILE])\n", argv[i], why);
+            return 2;
         }
     }
     if (log_path && (log_fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666)) < 0)

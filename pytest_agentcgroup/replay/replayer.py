@@ -78,7 +78,7 @@ def replay_step(trace: Trace, step: Step, executor, placement: Placement) -> Ste
     error = None
     try:
         proc = run(launch.argv, join=join, cwd=launch.cwd, env=launch.env or None,
-                   timeout_s=launch.timeout_s, kill=placement.kill_step)
+                   timeout_s=launch.timeout_s, kill=placement.kill_step, clock_env=launch.clock_env)
     except SpawnError as exc:
         error, proc = str(exc), None
     finally:

@@ -183,7 +183,8 @@ class BrowserTenant:
         if msg.get("page_load_ms") is not None:
             measures["page_load_ms"] = msg["page_load_ms"]
         if before is not None and after is not None:
-            counters = {"cpu_usec": after["cpu_usec"] - before["cpu_usec"], "peak_bytes": after["peak_bytes"],
+            cpu = None if None in (after["cpu_usec"], before["cpu_usec"]) else after["cpu_usec"] - before["cpu_usec"]
+            counters = {"cpu_usec": cpu, "peak_bytes": after["peak_bytes"],
                         "oom_kills": after["oom_kills"] - before["oom_kills"]}
             measures["tenant_mem_mb"] = round(after["usage_bytes"] / _MB, 3)
         return StepResult(trace_id=msg["trace_id"], step_id=msg["step_id"], tool="browser", cmd=cmd,

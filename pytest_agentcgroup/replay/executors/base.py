@@ -31,6 +31,8 @@ class Launch:
     cwd: str
     timeout_s: float
     env: dict = field(default_factory=dict)
+    # an env variable proc.run sets to its wall clock's origin (CLOCK_MONOTONIC seconds) as it spawns
+    clock_env: str | None = None
 
 
 PATH_MAX = 4096

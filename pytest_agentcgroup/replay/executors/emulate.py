@@ -1,13 +1,12 @@
 """The `emulate` executor: each step runs the resource emulator (replay/emulator.c, compiled on
 first use by replay/emulator_build.py) with the step's recorded profile, durations scaled by the time scale. A step's memory curve (a recorded
 profile's) goes to the emulator as a small file in the executor's workdir, thinned to the points
-where it moved by CURVE_STEP_MB or more (and always its highest one), so a long step sampled at
+where it moved by CURVE_STEP_MB or more (and always its highest one, raised to the recorded peak), so a long step sampled at
 100 Hz does not reach the command line or cost the emulator a long read."""
 from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from ...traces.ir import Step, Trace
@@ -27,6 +26,15 @@ def thin_curve(t_ms, mb) -> list[tuple[float, float]]:
         if i == top or i == len(mb) - 1 or abs(mb[i] - kept[-1][1]) >= CURVE_STEP_MB:
             kept.append((t_ms[i], mb[i]))
     return kept
+
+
+def with_peak(points: list[tuple[float, float]], peak_mb: float | None) -> list[tuple[float, float]]:
+    """The curve's highest point raised to the recorded peak where that is higher: the kernel's
+    memory.peak sees a spike between two samples, which no sample does."""
+    if peak_mb is None or not points:
+        return points
+    top = max(range(len(points)), key=lambda i: points[i][1])
+    return [(t, max(mb, peak_mb)) if i == top else (t, mb) for i, (t, mb) in enumerate(points)]
 
 
 class EmulateExecutor:
@@ -67,14 +75,15 @@ class EmulateExecutor:
                 f"{duration:.3f}", self.workdir]
         if p.curve is not None:
             path = Path(self.workdir) / f"curve-{step.step_id}.txt"
-            path.write_text("".join(f"{t * s:.3f} {mb:.3f}\n" for t, mb in thin_curve(p.curve.t_ms, p.curve.mb)))
+            points = with_peak(thin_curve(p.curve.t_ms, p.curve.mb), p.peak_mb.value if p.peak_mb else None)
+            path.write_text("".join(f"{t * s:.3f} {mb:.3f}\n" for t, mb in points))
             argv.append(f"--curve={path}")      # an ALLOC_LOG may still be appended (Experiment 5)
         # The emulated step must never outlive its own (scaled) length by much: the timeout is the
         # trace's own timeout scaled, but at least the emulation plus a generous start-up margin.
         timeout = self.step_timeout_s
         if step.args.get("timeout_ms"):
             timeout = min(timeout, max(step.args["timeout_ms"] / 1000.0 * s, duration / 1000.0 + 10.0))
-        # A curve's clock starts at the spawn, which is a moment after this (the step's cgroup is made
-        # in between): the emulator takes this instant as its origin (CLOCK_MONOTONIC is system-wide).
-        env = {T0_ENV: f"{time.monotonic():.6f}"} if p.curve is not None else {}
-        return Launch(argv=argv, cwd=self.workdir, timeout_s=timeout, env=env)
+        # A curve's clock starts at the spawn, as the recording's did: proc.run stamps the origin of
+        # the step's wall time (spawn to reap, after the step's cgroup is made) into T0_ENV, and the
+        # emulator times itself from it (CLOCK_MONOTONIC is system-wide), so both durations start there.
+        return Launch(argv=argv, cwd=self.workdir, timeout_s=timeout, clock_env=T0_ENV if p.curve is not None else None)
