@@ -37,7 +37,7 @@ class StepMeasure:
     """What one step's cgroup recorded."""
     peak_bytes: int
     peak_from: str                 # "kernel" (memory.peak / max_usage_in_bytes) | "samples"
-    cpu_usec: int
+    cpu_usec: int | None           # None: cpu.stat not readable (cgroups/node.py Counters)
     io_bytes: int | None           # None: the kernel gives this cgroup no IO count here
     oom_kills: int
     max_events: int

@@ -209,7 +209,7 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io:
     peak = Measure(round(m.peak_bytes / MB, 3), "recorded" if m.peak_from == "kernel" else "derived")
     profile = Profile(peak_mb=peak,
                       ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
-                      cpu_ms=rec(m.cpu_usec / 1000.0),
+                      cpu_ms=rec(m.cpu_usec / 1000.0) if m.cpu_usec is not None else None,   # None: cpu.stat not read
                       io_bytes=rec(m.io_bytes) if io and m.io_bytes is not None else None, curve=curve)
     return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original)
 
