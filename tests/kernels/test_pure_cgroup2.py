@@ -25,7 +25,7 @@ from pytest_agentcgroup.metrics.store import METRICS_FILE, NoRun, resolve_run
 from . import vmharness
 
 #: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
-SUBSET = ("tests/test_cgroups.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
+SUBSET = ("tests/test_cgroups.py", "tests/test_cgroups_refused.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
           "tests/test_bpf_features.py", "tests/hostile")
 #: the synthetic trace of the Experiment 1 run (trace ids are `<format>/<name>`)
 OOM_TRACE = "synthetic/vm-oom-once"
