@@ -31,6 +31,7 @@ def write_v2_probe(out: Path, release: str = KERNEL.release) -> None:
     (out / "probe.uname").write_text(release + "\n")
     (out / "probe.cgroup").write_text("0::/\n")
     (out / "probe.mounts").write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,relatime 0 0\n")
+    (out / "probe.headers").write_text("ok\n")
 
 
 def test_failing_tests_are_named_with_the_end_of_their_report(tmp_path):
@@ -132,3 +133,19 @@ def test_a_user_run_gets_a_delegated_cgroup_and_no_root(tmp_path):
     assert "--inh-caps=-all --bounding-set=-all" in launch
     assert f"{vmharness.GUEST_TMP}/deleg/in/c.toml" in launch and str(out) not in launch.split("' sh ", 1)[1]
     assert f'cp -r {vmharness.GUEST_TMP}/deleg/out/. "$OUT"/' in script
+
+
+def test_a_guest_without_kernel_headers_fails_and_the_modules_come_from_the_unpacked_tree(tmp_path):
+    write_v2_probe(tmp_path)
+    (tmp_path / "probe.headers").write_text("no /lib/modules/x/build/include/generated or ...\n")
+    assert "kernel headers for bcc: no /lib/modules/x/build" in vmharness.read_probe(tmp_path).problems(KERNEL)[0]
+    (tmp_path / "probe.headers").unlink()
+    assert "not checked" in vmharness.read_probe(tmp_path).problems(KERNEL)[0]
+    # a tree as hostsetup.sh unpacks a trixie kernel: vmlinuz beside the modules, under usr/
+    mods = tmp_path / "k" / "usr" / "lib" / "modules" / KERNEL.release
+    mods.mkdir(parents=True)
+    kernel = vmharness.Kernel("6.12", KERNEL.release, mods / "vmlinuz")
+    assert kernel.modules == mods
+    script = vmharness.guest_script(tmp_path, [], modules=kernel.modules)
+    assert f"ln -s {mods} /lib/modules/$rel" in script
+    assert "/lib/modules/" + KERNEL.release not in script.replace(str(mods), ""), "the host's /lib/modules is not used"
