@@ -91,7 +91,8 @@ def enable_subtree(subtree_control: Path, controllers, optional=OPTIONAL) -> dic
         except OSError as exc:
             if exc.errno not in REFUSED:
                 raise
-            refused[c] = f"{subtree_control}: the kernel refused +{c} ({errno.errorcode[exc.errno]}: {exc.strerror})"
+            name = "EOPNOTSUPP" if exc.errno == errno.EOPNOTSUPP else errno.errorcode[exc.errno]   # not its alias ENOTSUP
+            refused[c] = f"{subtree_control}: the kernel refused +{c} ({name}: {exc.strerror})"
     return refused
 
 

@@ -149,3 +149,19 @@ def test_a_guest_without_kernel_headers_fails_and_the_modules_come_from_the_unpa
     script = vmharness.guest_script(tmp_path, [], modules=kernel.modules)
     assert f"ln -s {mods} /lib/modules/$rel" in script
     assert "/lib/modules/" + KERNEL.release not in script.replace(str(mods), ""), "the host's /lib/modules is not used"
+
+
+def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
+    image = tmp_path / "docker-image.tar"
+    script = vmharness.guest_script(tmp_path, [], docker_image=image)
+    assert "mount -t tmpfs -o mode=0711 agentcgroup-docker /var/lib/docker" in script
+    assert f"docker load -i {image}" in script and script.index("docker load") < script.index("guest.done")
+    write_v2_probe(tmp_path)
+    (tmp_path / "guest.done").write_text("done\n")
+    (tmp_path / "docker-load.log").write_text("open /x: no such file or directory\n")
+    (tmp_path / "docker-load.rc").write_text("1\n")
+    result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
+                                   runs={}, docker_image=image)
+    assert "did not load docker-image.tar" in result.problems()[0] and "no such file" in result.problems()[0]
+    (tmp_path / "docker-load.rc").write_text("0\n")
+    assert result.problems() == []

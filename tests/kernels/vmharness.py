@@ -140,13 +140,15 @@ class PytestRun:
     user: str | None = None
 
 
-def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: Path | None = None) -> str:
+def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: Path | None = None,
+                 docker_image: Path | None = None) -> str:
     """The shell script the guest runs: mount what the tests need, write the cgroup probe, run each
     pytest, then mark the end. Nothing is written into the (read-only) checkout: bytecode off, no
     cache provider, pytest's cwd (Hypothesis keeps its database there) and --basetemp in the
     guest's /tmp, results in `out`. `modules`: the kernel's unpacked lib/modules/<release>, put at
     the guest's /lib/modules/<release> (a tmpfs over the guest's /lib/modules) unless vng already
-    did; the probe then says whether bcc finds the headers there."""
+    did; the probe then says whether bcc finds the headers there. `docker_image`: a `docker save`
+    tarball the guest's Docker engine loads before the runs (see _docker_preload)."""
     q = shlex.quote
     lines = [
         "#!/bin/sh",
@@ -160,6 +162,7 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
         "grep -q ' /sys/kernel/debug debugfs ' /proc/mounts || mount -t debugfs nodev /sys/kernel/debug",
         "grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf",
         *_modules_at(modules),
+        *(_docker_preload(docker_image) if docker_image is not None else []),
         # the probe: what this guest's cgroup layout is, before any test touches it
         "uname -r >\"$OUT/probe.uname\"",
         "cat /proc/self/cgroup >\"$OUT/probe.cgroup\"",
@@ -219,6 +222,25 @@ def _modules_at(modules: Path | None) -> list[str]:
               'if [ -d $h/build/include/generated ] && [ -d $h/source/include/linux ]; then echo ok; '
               'else echo "no $h/build/include/generated or $h/source/include/linux"; fi >"$OUT/probe.headers"']
     return lines
+
+
+def _docker_preload(image: Path) -> list[str]:
+    """Guest commands giving the guest's Docker engine the project's image, which it cannot build
+    (no network for debootstrap): dockerd's data on a tmpfs (the guest's /var is an overlay over
+    the host's, where overlay2 cannot stack and the host's own images must not show), a dockerd of
+    the guest's own started to `docker load` the host's tarball and stopped again, so that the one
+    the plugin starts (in the session's cgroups) finds the image. docker-load.rc and .log say how
+    it went (GuestResult.problems)."""
+    img = shlex.quote(str(image))
+    return [
+        "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711 agentcgroup-docker /var/lib/docker",
+        'dockerd --bridge=none --iptables=false --ip-masq=false --exec-opt native.cgroupdriver=cgroupfs '
+        '>"$OUT/docker-load.log" 2>&1 &',
+        "dockerd_pid=$!",
+        "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 1; i=$((i + 1)); done",
+        f'docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"',
+        'kill $dockerd_pid; wait $dockerd_pid',
+    ]
 
 
 def _open_path_to(path: Path, spare: str) -> list[str]:
@@ -407,6 +429,7 @@ class GuestResult:
     seconds: float               # boot to power-off, wall clock on the host
     probe: Probe
     runs: dict[str, RunOutcome]
+    docker_image: Path | None = None     # the tarball the guest was to `docker load` (None: none given)
 
     def problems(self) -> list[str]:
         """Everything that keeps this boot from counting as a pass, most basic first."""
@@ -418,6 +441,11 @@ class GuestResult:
             out.append(f"the VM {how} before its script finished; end of guest.log:\n" + "\n".join(guest_log)
                        + "\nend of vng.log (console):\n" + "\n".join(vng_log))
         out += self.probe.problems(self.kernel)
+        if self.docker_image is not None and (_read(self.out / "docker-load.rc") or "").strip() != "0":
+            tail = (_read(self.out / "docker-load.log") or "(no log)").rstrip().splitlines()[-10:]
+            out.append(f"the guest's dockerd did not load {self.docker_image.name} (docker-load.rc "
+                       f"{(_read(self.out / 'docker-load.rc') or 'missing').strip()}); end of docker-load.log:\n"
+                       + "\n".join(tail))
         for run in self.runs.values():
             out += run.problems()
         return out
@@ -432,19 +460,23 @@ class GuestResult:
 
 
 def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
-         timeout_s: float = 1800) -> GuestResult:
-    """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`."""
+         timeout_s: float = 1800, docker_image: Path | None = None) -> GuestResult:
+    """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`.
+    `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine."""
     qemu_for_host()
     vng = vng_path()
     if vng is None:
         raise KernelMissing("vng (virtme-ng) is not installed: pip extra `vm` (make setup installs it)")
     out.mkdir(parents=True, exist_ok=True)
     script = out / "guest.sh"
-    script.write_text(guest_script(out, runs, modules=kernel.modules))
+    script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image))
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
     env = {**os.environ, "PATH": f"{vng.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
-            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}"]
+            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}",
+            # Debian kernels enable AppArmor, and dockerd then wants its docker-default profile
+            # loaded, which the shared host root cannot give the guest; nothing tested here uses it
+            "--append", "apparmor=0"]
     start = time.monotonic()
     with open(out / "vng.log", "wb") as console:
         proc = subprocess.Popen(argv, cwd=out, env=env, stdin=subprocess.DEVNULL, stdout=console,
@@ -461,7 +493,7 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
             raise
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
-                       runs={r.name: read_run(out, r.name) for r in runs})
+                       runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
 
 
 def main(argv: list[str] | None = None) -> int:
