@@ -143,11 +143,13 @@ fi
 # downloaded (`apt-get download`) and unpacked (`dpkg-deb -x`) under $KERNELS_DIR/<release>, and
 # the VM boots the vmlinuz there. A series already unpacked is kept (no apt query, no network);
 # kernels installed on the host by earlier versions of this script are left as they are.
-# Each is recorded in $KERNELS_INDEX as "<series> <release> <vmlinuz>", which the tests read; bcc in
-# the guest needs the release's headers at /lib/modules/<release>/{build,source}, made here since
-# the guest sees / read-only (where /lib/modules/<release> is already a directory of an installed
-# package, it is used as it is). Not under /var/cache: vng hides /var/cache (and /var/tmp,
-# /var/log) behind a tmpfs in the guest, and the guest's bcc reads this kernel's headers from here.
+# Each is recorded in $KERNELS_INDEX as "<series> <release> <vmlinuz>", which the tests read. The
+# host's /lib/modules is left alone (a link there would be followed by dpkg if the host ever
+# installed that release): the unpacked tree's own lib/modules/<release> gets build and source
+# links to the tree's headers (bcc in the guest compiles against them) and its modules.dep, and the
+# guest mounts it at /lib/modules/<release> (vng does, and tests/kernels/vmharness.py makes sure).
+# Links an earlier version of this script made in /lib/modules into $KERNELS_DIR are removed. Not
+# under /var/cache: vng hides /var/cache (and /var/tmp, /var/log) behind a tmpfs in the guest.
 KERNELS_DIR=${AGENTCGROUP_KERNELS_DIR:-/var/lib/agentcgroup/kernels}
 KERNELS_INDEX=$KERNELS_DIR/index
 
@@ -244,20 +246,28 @@ kernel_fetch() {  # SERIES: apt-get download + dpkg-deb -x into $KERNELS_DIR/<re
   local mods=$dir/usr/lib/modules/$rel
   [ -d "$mods" ] || mods=$dir/lib/modules/$rel
   [ -d "$mods" ] || die "kernel $1: $dir holds no lib/modules/$rel"
-  if [ -d "/lib/modules/$rel" ] && [ ! -L "/lib/modules/$rel" ]; then
-    mods=/lib/modules/$rel             # an installed package's (the same release): used as it is
-  else
-    [ "$(readlink "/lib/modules/$rel")" = "$mods" ] || ln -sfn "$mods" "/lib/modules/$rel" ||
-      die "cannot link /lib/modules/$rel to $mods"
-  fi
-  [ -e "$mods/build" ]  || ln -sfn "$dir/usr/src/linux-headers-$rel" "$mods/build"
-  [ -e "$mods/source" ] || ln -sfn "$dir/usr/src/linux-headers-${rel%-"$KFLAVOUR"}-common" "$mods/source"
-  [ -s "$mods/modules.dep" ] || depmod "$rel" || die "kernel $1: depmod $rel failed"
+  # the tree's own headers (absolute links: the guest sees the host's paths), not the host's
+  # /usr/src, which a deb's own build link names and a host without that headers package lacks
+  local hdr=$dir/usr/src/linux-headers-$rel common=$dir/usr/src/linux-headers-${rel%-"$KFLAVOUR"}-common
+  [ -d "$hdr" ] && [ -d "$common" ] || die "kernel $1: $dir holds no headers (usr/src/linux-headers-$rel and its -common)"
+  [ "$(readlink "$mods/build")" = "$hdr" ]     || ln -sfn "$hdr" "$mods/build" || die "cannot link $mods/build"
+  [ "$(readlink "$mods/source")" = "$common" ] || ln -sfn "$common" "$mods/source" || die "cannot link $mods/source"
+  [ -s "$mods/modules.dep" ] || depmod -b "${mods%/lib/modules/"$rel"}" "$rel" || die "kernel $1: depmod -b for $mods failed"
   local vmlinuz=$dir/usr/lib/modules/$rel/vmlinuz    # trixie keeps it with the modules, older releases in /boot
   [ -f "$vmlinuz" ] || vmlinuz=$dir/boot/vmlinuz-$rel
   [ -f "$vmlinuz" ] || die "kernel $1: $dir holds no vmlinuz"
   index_kernel "$1" "$rel" "$vmlinuz"
 }
+
+# earlier versions linked /lib/modules/<release> to the unpacked trees: remove exactly those links
+if is_root; then
+  for link in /lib/modules/*; do
+    [ -L "$link" ] || continue
+    case "$(readlink "$link")" in
+      "$KERNELS_DIR"/*) rm -f "$link" && say "removed $link (a link into $KERNELS_DIR; the VM mounts its modules itself)" ;;
+    esac
+  done
+fi
 
 if [ ${#kernels[@]} -gt 0 ]; then
   if [ -z "$KFLAVOUR" ]; then

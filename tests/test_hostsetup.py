@@ -147,6 +147,28 @@ def test_header_links_prefer_the_running_kernels_own_headers(tmp_path):
     assert os.readlink(moddir / "source") == str(src / "linux-headers-own-common")
 
 
+def test_only_the_links_into_the_kernels_directory_leave_lib_modules(tmp_path):
+    """Earlier versions linked /lib/modules/<release> to the unpacked VM kernels: set-up removes
+    exactly those (a stand-in /lib/modules here), keeps everything else, and says so once."""
+    if os.geteuid() != 0:
+        pytest.skip("hostsetup.sh removes the links only as root")
+    mods, kernels = tmp_path / "modules", tmp_path / "kernels"
+    (kernels / "7.3.4+deb13-amd64" / "usr/lib/modules/7.3.4+deb13-amd64").mkdir(parents=True)
+    (mods / "6.1.0-56-amd64").mkdir(parents=True)                  # an installed package's directory
+    (mods / "7.3.4+deb13-amd64").symlink_to(kernels / "7.3.4+deb13-amd64/usr/lib/modules/7.3.4+deb13-amd64")
+    (mods / "other").symlink_to(tmp_path / "elsewhere")             # not ours
+    text = SCRIPT.read_text()
+    assert "for link in /lib/modules/*; do" in text
+    script = tmp_path / "hostsetup.sh"
+    script.write_text(text.replace("for link in /lib/modules/*; do", f"for link in {mods}/*; do"))
+    env = {**os.environ, "AGENTCGROUP_ROOT": str(ROOT), "AGENTCGROUP_KERNELS_DIR": str(kernels)}
+    outs = [subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+            for _ in range(2)]
+    assert [o.returncode for o in outs] == [0, 0], [o.stderr for o in outs]
+    assert f"removed {mods}/7.3.4+deb13-amd64" in outs[0].stdout and outs[1].stdout == ""
+    assert sorted(p.name for p in mods.iterdir()) == ["6.1.0-56-amd64", "other"]
+
+
 def test_the_kernel_headers_package_is_this_architectures():
     arch = _arch()
     text = SCRIPT.read_text()
@@ -186,8 +208,16 @@ def _check_vm_group(kernels_dir: Path, env: dict) -> None:
     assert release.startswith("6.12.") and release.endswith(f"+deb12-{flavour}"), release
     assert Path(vmlinuz).is_file() and Path(vmlinuz).is_relative_to(kernels_dir / release), \
         f"{vmlinuz}: not the kernel unpacked under {kernels_dir}"
-    assert (Path("/lib/modules") / release / "build" / "include" / "generated").is_dir()
-    assert (Path("/lib/modules") / release / "source" / "include" / "linux").is_dir()
+    # the headers bcc needs in the guest, in the unpacked tree itself; the host's /lib/modules has
+    # no link into the kernels directory (dpkg would follow one if the host installed that release)
+    from tests.kernels.vmharness import Kernel
+    mods = Kernel("6.12", release, Path(vmlinuz)).modules
+    assert mods is not None and mods.is_relative_to(kernels_dir / release), mods
+    assert (mods / "build" / "include" / "generated").is_dir() and Path(os.readlink(mods / "build")).is_relative_to(kernels_dir)
+    assert (mods / "source" / "include" / "linux").is_dir() and Path(os.readlink(mods / "source")).is_relative_to(kernels_dir)
+    assert (mods / "modules.dep").stat().st_size > 0
+    into = [p for p in Path("/lib/modules").iterdir() if p.is_symlink() and Path(os.readlink(p)).is_relative_to(kernels_dir)]
+    assert into == [], f"links into {kernels_dir} in /lib/modules"
     for tool in (qemu, "busybox"):
         assert shutil.which(tool), f"{tool} is not installed"
 

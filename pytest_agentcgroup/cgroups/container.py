@@ -26,6 +26,7 @@ first moved into a leaf `init` and the container's cgroup becomes an inner node.
 """
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from .host import CgroupUnavailable, hierarchies
@@ -68,9 +69,20 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
     if workload.host.mode == "v2":
         leaf = cg.unified / "init"
         leaf.mkdir(exist_ok=True)
-        for pid in cg.pids():
-            (leaf / "cgroup.procs").write_text(str(pid))
-        cg._enable_subtree(tuple(c for c in ("memory", "pids", "cpu") if c in tree.controllers))
+        for attempt in range(5):
+            for pid in cg.pids():
+                try:
+                    (leaf / "cgroup.procs").write_text(str(pid))
+                except ProcessLookupError:
+                    continue                       # it exited meanwhile
+            try:
+                cg._enable_subtree(tuple(c for c in ("memory", "pids", "cpu") if c in tree.controllers))
+                break
+            except OSError as exc:
+                # EBUSY: a process forked into the container's cgroup between the move and the write
+                # (the container's init starting its first child; seen in the pure-v2 VM): move again
+                if exc.errno != errno.EBUSY or attempt == 4:
+                    raise
     return cg
 
 

@@ -35,6 +35,7 @@ import subprocess
 from pathlib import Path
 
 from .host import INIT_LEAF, CgroupHost, CgroupUnavailable
+from .node import OPTIONAL, enable_subtree
 
 HOW = ("run pytest in a cgroup delegated to you with these controllers, e.g. "
        "`systemd-run --user --scope -p Delegate=yes pytest …` (a user's systemd session delegates "
@@ -117,9 +118,11 @@ class Delegation:
                 fd, self._lock_fd = self._lock_fd, None
                 os.close(fd)                  # closing releases the flock
 
-    def ensure(self, controllers: tuple[str, ...]) -> None:
+    def ensure(self, controllers: tuple[str, ...], optional: tuple[str, ...] = OPTIONAL) -> dict[str, str]:
         """Make `controllers` available to the base's children, or raise CgroupUnavailable saying
-        exactly what is missing: a controller not delegated, no write access, processes in the way."""
+        exactly what is missing: a controller not delegated, no write access, processes in the way.
+        An `optional` one that is not delegated, or that the kernel refuses alone (node.REFUSED), is
+        left out instead: returns {controller: why} for those."""
         base = self.base
         unit = undelegated_systemd_unit(base)
         if unit is not None:
@@ -127,15 +130,17 @@ class Delegation:
                 f"{base} is systemd's unit {unit}, not delegated (no Delegate=yes): its controllers and "
                 f"processes are systemd's to manage, and taking them over would fight it: {HOW}")
         available = _words(base / "cgroup.controllers")
-        missing = [c for c in controllers if c not in available]
+        refused = {c: f"{c} not delegated to {base} (its cgroup.controllers: {' '.join(available) or 'none'})"
+                   for c in controllers if c in optional and c not in available}
+        missing = [c for c in controllers if c not in available and c not in optional]
         if missing:
             raise CgroupUnavailable(
                 f"controller(s) {' '.join(missing)} not delegated to {base} (its cgroup.controllers: "
                 f"{' '.join(available) or 'none'}; the parent's cgroup.subtree_control does not give "
                 f"them): {HOW}")
-        todo = [c for c in controllers if c not in _words(base / "cgroup.subtree_control")]
+        todo = [c for c in controllers if c not in refused and c not in _words(base / "cgroup.subtree_control")]
         if not todo:
-            return
+            return refused
         if not os.access(base / "cgroup.subtree_control", os.W_OK):
             raise CgroupUnavailable(
                 f"cannot enable {' '.join(todo)} in {base}/cgroup.subtree_control: not writable by uid "
@@ -144,7 +149,7 @@ class Delegation:
             if not self.is_root:
                 self._move_into_init()
             try:
-                _write(base / "cgroup.subtree_control", " ".join(f"+{c}" for c in todo))
+                refused.update(enable_subtree(base / "cgroup.subtree_control", todo, optional))
             except OSError as exc:
                 if exc.errno == errno.EBUSY and attempt < 4:
                     continue
@@ -152,8 +157,11 @@ class Delegation:
                 raise CgroupUnavailable(
                     f"cannot enable {' '.join(todo)} in {base}/cgroup.subtree_control: {exc.strerror}"
                     + (f" (it still holds pid(s) {' '.join(left[:10])})" if left else "") + f": {HOW}") from None
-            self.enabled += todo
-            return
+            finally:                           # what is on now is ours to undo, even after a failure
+                on = _words(base / "cgroup.subtree_control")
+                self.enabled += [c for c in todo if c in on and c not in self.enabled]
+            return refused
+        return refused                         # not reached: the last attempt raises
 
     def _move_into_init(self) -> None:
         """Every process of the base cgroup into its INIT_LEAF (made if missing)."""

@@ -22,6 +22,14 @@ from pathlib import Path
 from .host import CgroupHost, CgroupUnavailable
 
 MB = 1024 * 1024
+#: controllers a run can do without: written into cgroup.subtree_control one at a time, so that a
+#: kernel refusing one of them alone (cpu: EINVAL with RT group scheduling and realtime tasks below;
+#: EOPNOTSUPP for a domain controller in a threaded subtree; ENOENT where it is not delegated) loses
+#: that one, with its reason, not the whole tree. memory and pids are always required.
+OPTIONAL = ("cpu",)
+#: how the kernel refuses one controller (an errno the whole write fails with, e.g. EBUSY for a
+#: cgroup that holds processes, is the caller's to handle)
+REFUSED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOENT)
 #: v1 cpu.shares bounds (kernel: MIN_SHARES 2, MAX_SHARES 1 << 18); v2 cpu.weight is 1..10000
 V1_SHARES_MIN, V1_SHARES_MAX = 2, 262144
 
@@ -66,6 +74,29 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
+def enable_subtree(subtree_control: Path, controllers, optional=OPTIONAL) -> dict[str, str]:
+    """`+controllers` into a cgroup.subtree_control file: the required ones in one write (its
+    OSError is the caller's), then each optional one in a write of its own, left out when the
+    kernel refuses it (REFUSED). The kernel applies a write all or nothing, so one refused
+    controller in a shared write would take the required ones with it. Returns {controller: why}
+    for those left out."""
+    required = [c for c in controllers if c not in optional]
+    if required:
+        _write(subtree_control, " ".join(f"+{c}" for c in required))
+    refused = {}
+    for c in controllers:
+        if c not in optional:
+            continue
+        try:
+            _write(subtree_control, f"+{c}")
+        except OSError as exc:
+            if exc.errno not in REFUSED:
+                raise
+            name = "EOPNOTSUPP" if exc.errno == errno.EOPNOTSUPP else errno.errorcode[exc.errno]   # not its alias ENOTSUP
+            refused[c] = f"{subtree_control}: the kernel refused +{c} ({name}: {exc.strerror})"
+    return refused
+
+
 def _read_or(path: Path, default: str = "") -> str:
     """A cgroupfs file's content, or `default` when it does not exist."""
     try:
@@ -96,6 +127,7 @@ class Cgroup:
         self._threshold_crossings = 0           # crossings seen on the current eventfd
         self._earlier_breaches = 0              # upward crossings of soft limits set before it
         self._fds: dict[tuple[str, str], int] = {}   # counter files kept open (counters())
+        self.refused: dict[str, str] = {}       # v2 inner node: optional controllers the kernel refused
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -128,10 +160,9 @@ class Cgroup:
     def _enable_subtree(self, controllers) -> None:
         # v2: a cgroup's children get a controller only when the parent lists it in
         # cgroup.subtree_control, and only while the parent holds no process (EBUSY otherwise):
-        # why only inner nodes, which nothing joins, do it.
-        want = " ".join(f"+{c}" for c in controllers)
-        if want:
-            _write(self.paths["unified"] / "cgroup.subtree_control", want)
+        # why only inner nodes, which nothing joins, do it. An optional one the kernel refuses is
+        # left out and said in `refused` (its children then have no cpu.* files: _cpu_write says so).
+        self.refused.update(enable_subtree(self.paths["unified"] / "cgroup.subtree_control", controllers))
 
     @property
     def unified(self) -> Path:

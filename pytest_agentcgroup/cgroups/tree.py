@@ -22,7 +22,7 @@ from pathlib import Path
 from ..proc import start_ticks
 from .delegate import Delegation
 from .host import INIT_LEAF, CgroupHost, CgroupUnavailable, check_writable, hierarchies
-from .node import Cgroup, remove_tree
+from .node import OPTIONAL, Cgroup, remove_tree
 
 PREFIX = "agentcgroup-"
 _ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)(?:-\d+)?$")
@@ -31,8 +31,9 @@ _made = itertools.count()      # run roots this process made: one process may ho
 #: settings) is used where the host has it, for every arm alike, so that arms differ only by their
 #: settings: on hybrid every step also joins a v1 cpu cgroup (run root > test > step), so the run
 #: competes for CPU as one group with the host's other processes at its own cpu cgroup's level.
+#: cpu is optional (node.OPTIONAL): left out where it is not delegated or the kernel refuses it (v2),
+#: or not mounted (v1); RunTree.refused says why.
 CONTROLLERS = ("memory", "pids", "cpu")
-OPTIONAL = ("cpu",)            # not required: left out where it is not delegated (v2) or mounted (v1)
 
 
 def run_root_name(pid: int | None = None) -> str:
@@ -105,13 +106,14 @@ class RunTree:
     """The run root. `workload(name)` makes a test's cgroup; `close()` removes everything.
 
     `controllers`: what the run's cgroups get (v2: enabled in every inner node's subtree_control;
-    hybrid: the v1 hierarchies used; cpu only where available, see CONTROLLERS). `undone` lists what close() could not undo on v2."""
+    hybrid: the v1 hierarchies used; cpu only where available, see CONTROLLERS). `refused`: the
+    optional controllers left out, each with why. `undone` lists what close() could not undo on v2."""
 
     def __init__(self, host: CgroupHost, *, controllers: tuple[str, ...] = CONTROLLERS):
         check_writable(host)
         self.host = host
-        if host.mode == "v2":      # an optional controller the parent does not delegate is left out
-            controllers = tuple(c for c in controllers if c not in OPTIONAL or c in host.controllers)
+        self.refused: dict[str, str] = {} if host.mode == "v2" else {
+            c: f"no v1 {c} hierarchy mounted for this process" for c in controllers if c in OPTIONAL and c not in host.v1}
         self.controllers = tuple(c for c in controllers if host.mode == "v2" or c in host.v1)
         self.stale_removed = sweep_stale(host)
         self.delegation = Delegation(host) if host.mode == "v2" else None
@@ -119,8 +121,9 @@ class RunTree:
         with self._shared():
             try:
                 if self.delegation is not None:       # inside the try: a failure halfway is undone
-                    self.delegation.ensure(self.controllers)
+                    self._refuse(self.delegation.ensure(self.controllers))
                 self.root = Cgroup.make(host, _parents(host), run_root_name(), self.controllers, inner=True)
+                self._refuse(self.root.refused)
             except PermissionError as exc:
                 self._release()
                 raise CgroupUnavailable(f"cannot create cgroups under {Path(exc.filename).parent}: "
@@ -129,6 +132,11 @@ class RunTree:
                 self._release()
                 raise
         self._names: set[str] = set()
+
+    def _refuse(self, refused: dict[str, str]) -> None:
+        """Leave out the optional controllers the kernel (or the delegation) would not give."""
+        self.refused.update(refused)
+        self.controllers = tuple(c for c in self.controllers if c not in refused)
 
     def _shared(self):
         """The delegation's lock (v2): another session's run may be starting or ending under the
@@ -140,7 +148,7 @@ class RunTree:
         them on to the tests' cgroups. CgroupUnavailable names a controller that is not delegated."""
         if self.delegation is not None:
             with self._shared():
-                self.delegation.ensure(controllers)
+                self.delegation.ensure(controllers, optional=())     # asked for: required
 
     def workload(self, name: str, *, inner: bool = True) -> Cgroup:
         """A test's cgroup under the run root: inner (steps, tenants get cgroups below it), or with
@@ -151,7 +159,9 @@ class RunTree:
             n += 1
             name = f"{base}.{n}"
         self._names.add(name)
-        return self.root.child(name, self.controllers, inner=inner)
+        cg = self.root.child(name, self.controllers, inner=inner)
+        self.refused.update(cg.refused)      # its steps then have no cpu.* files (node._cpu_write says so)
+        return cg
 
     def close(self) -> None:
         with self._shared():

@@ -286,8 +286,9 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
                 pytest.fail(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
             arm = conf.arms[arm]
         if arm.needs_cpu and "cpu" not in agentcgroup_tree.controllers:
+            why = agentcgroup_tree.refused.get("cpu", f"controllers: {', '.join(agentcgroup_tree.controllers)}")
             pytest.skip(f"arm {arm.name} sets CPU weights or caps, and this host gives the run no cpu controller "
-                        f"(controllers: {', '.join(agentcgroup_tree.controllers)}; cgroup {agentcgroup_tree.host.unified})")
+                        f"({why}; cgroup {agentcgroup_tree.host.unified})")
         policy = _arm_policy(request.config, arm)
         if policy is not None and policy not in running:
             policy.start()

@@ -29,7 +29,7 @@ def guest_run(out: Path, repo: Path = vmharness.REPO) -> vmharness.PytestRun:
     config = write_vm_config(out / "exp1-agentcgroup.toml", repo)
     # the benchmark JSON goes where the user may write (its tmp), and is copied back with the rest
     return vmharness.PytestRun("deleg", (
-        "tests/test_cgroups.py", "experiments/test_exp1_domain_mismatch.py",
+        "tests/test_cgroups.py", "tests/test_cgroups_refused.py", "experiments/test_exp1_domain_mismatch.py",
         "--agentcgroup-config", str(config), "--agentcgroup-traces", str(corpus),
         "--agentcgroup-subset", OOM_TRACE, "--agentcgroup-arms", ",".join(STATIC_ARMS),
         "--benchmark-json", f"{vmharness.GUEST_TMP}/deleg/out/exp1-benchmark.json"), user=USER)

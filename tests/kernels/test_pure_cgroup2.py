@@ -2,6 +2,8 @@
 only cgroup v2 (this host is hybrid v1+v2; most users' hosts are pure v2).
 
 One test per kernel series (`--agentcgroup-kernels`: 6.12 by default, `all` = 6.1, 6.12, 7.3).
+The hostile suite's docker cases run in the guest too: the host's engine `docker save`s the
+project's image into the guest's directory, and the guest's dockerd loads it (no network there).
 Each boots the kernel under qemu (vmharness.py), runs one pytest session inside, and asserts:
 the guest really ran that kernel on pure cgroup v2 (its own probe: `/proc/self/cgroup` is `0::/…`
 only, no v1 cgroup mount, `uname -r`), the session ran tests and none failed or erred (failures
@@ -25,7 +27,7 @@ from pytest_agentcgroup.metrics.store import METRICS_FILE, NoRun, resolve_run
 from . import vmharness
 
 #: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
-SUBSET = ("tests/test_cgroups.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
+SUBSET = ("tests/test_cgroups.py", "tests/test_cgroups_refused.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
           "tests/test_bpf_features.py", "tests/hostile")
 #: the synthetic trace of the Experiment 1 run (trace ids are `<format>/<name>`)
 OOM_TRACE = "synthetic/vm-oom-once"
@@ -119,6 +121,36 @@ def exp1_problems(out: Path, kernel: vmharness.Kernel, *, arms=tuple(EXPECTED_KI
     return problems
 
 
+def export_docker_image(out: Path) -> tuple[Path | None, str]:
+    """The project's local image (engines/docker.py LOCAL_IMAGE, built on the host if missing),
+    `docker save`d into `out` for the guest's engine, which has no network to build it: through the
+    host's engine, acquired and released as a session does. (None, why) where the host has none."""
+    from pytest_agentcgroup.engines.docker import DockerEngine
+    from pytest_agentcgroup.errors import ExecutorUnavailable
+    try:
+        engine = DockerEngine.acquire()
+    except ExecutorUnavailable as exc:
+        return None, f"no docker on the host: {exc}"
+    try:
+        name = engine.ensure_image()
+        tar = out / "docker-image.tar"
+        with open(tar, "wb") as fh:
+            for chunk in engine.client.images.get(name).save(named=True):
+                fh.write(chunk)
+        return tar, name
+    except ExecutorUnavailable as exc:
+        return None, f"no image for the guest: {exc}"
+    finally:
+        engine.release()
+
+
+def docker_problems(run: vmharness.RunOutcome) -> list[str]:
+    """With the image loaded, every docker case of the hostile suite must have run in the guest."""
+    if run.junit is None:
+        return []
+    return [f"a docker case did not run in the guest: {r}" for r in run.junit.skip_reasons if "[docker" in r]
+
+
 def require_kernel(series: str) -> vmharness.Kernel:
     """The installed kernel; a skip only where this host cannot install one at all."""
     if os.geteuid() != 0:
@@ -135,12 +167,18 @@ def test_pure_cgroup2_subset(kernel_series: str, tmp_path: Path, kernel_verdicts
     kernel = require_kernel(kernel_series)
     out = tmp_path / "guest"
     out.mkdir()
+    image, what = export_docker_image(out)
     try:
-        result = vmharness.boot(kernel, out, [guest_run(out)])
+        result = vmharness.boot(kernel, out, [guest_run(out)], docker_image=image)
     except vmharness.KernelMissing as exc:       # vng itself missing after set-up
         pytest.fail(str(exc), pytrace=False)
+    finally:
+        if image is not None:
+            image.unlink(missing_ok=True)        # a few hundred MB, loaded by now
     problems = result.problems()
     if result.runs["subset"].rc is not None:
         problems += exp1_problems(out, kernel)
-    kernel_verdicts.append(result.verdict())
+        if image is not None:
+            problems += docker_problems(result.runs["subset"])
+    kernel_verdicts.append(f"{result.verdict()} (docker: {what + ' loaded' if image else what})")
     assert not problems, f"{result.verdict()}\nguest files: {out}\n\n" + "\n\n".join(problems)

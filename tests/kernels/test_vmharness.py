@@ -31,6 +31,7 @@ def write_v2_probe(out: Path, release: str = KERNEL.release) -> None:
     (out / "probe.uname").write_text(release + "\n")
     (out / "probe.cgroup").write_text("0::/\n")
     (out / "probe.mounts").write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,relatime 0 0\n")
+    (out / "probe.headers").write_text("ok\n")
 
 
 def test_failing_tests_are_named_with_the_end_of_their_report(tmp_path):
@@ -132,3 +133,35 @@ def test_a_user_run_gets_a_delegated_cgroup_and_no_root(tmp_path):
     assert "--inh-caps=-all --bounding-set=-all" in launch
     assert f"{vmharness.GUEST_TMP}/deleg/in/c.toml" in launch and str(out) not in launch.split("' sh ", 1)[1]
     assert f'cp -r {vmharness.GUEST_TMP}/deleg/out/. "$OUT"/' in script
+
+
+def test_a_guest_without_kernel_headers_fails_and_the_modules_come_from_the_unpacked_tree(tmp_path):
+    write_v2_probe(tmp_path)
+    (tmp_path / "probe.headers").write_text("no /lib/modules/x/build/include/generated or ...\n")
+    assert "kernel headers for bcc: no /lib/modules/x/build" in vmharness.read_probe(tmp_path).problems(KERNEL)[0]
+    (tmp_path / "probe.headers").unlink()
+    assert "not checked" in vmharness.read_probe(tmp_path).problems(KERNEL)[0]
+    # a tree as hostsetup.sh unpacks a trixie kernel: vmlinuz beside the modules, under usr/
+    mods = tmp_path / "k" / "usr" / "lib" / "modules" / KERNEL.release
+    mods.mkdir(parents=True)
+    kernel = vmharness.Kernel("6.12", KERNEL.release, mods / "vmlinuz")
+    assert kernel.modules == mods
+    script = vmharness.guest_script(tmp_path, [], modules=kernel.modules)
+    assert f"ln -s {mods} /lib/modules/$rel" in script
+    assert "/lib/modules/" + KERNEL.release not in script.replace(str(mods), ""), "the host's /lib/modules is not used"
+
+
+def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
+    image = tmp_path / "docker-image.tar"
+    script = vmharness.guest_script(tmp_path, [], docker_image=image)
+    assert "mount -t tmpfs -o mode=0711 agentcgroup-docker /var/lib/docker" in script
+    assert f"docker load -i {image}" in script and script.index("docker load") < script.index("guest.done")
+    write_v2_probe(tmp_path)
+    (tmp_path / "guest.done").write_text("done\n")
+    (tmp_path / "docker-load.log").write_text("open /x: no such file or directory\n")
+    (tmp_path / "docker-load.rc").write_text("1\n")
+    result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
+                                   runs={}, docker_image=image)
+    assert "did not load docker-image.tar" in result.problems()[0] and "no such file" in result.problems()[0]
+    (tmp_path / "docker-load.rc").write_text("0\n")
+    assert result.problems() == []

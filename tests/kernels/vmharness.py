@@ -9,7 +9,8 @@ paravirtual KVM that cannot boot a stock kernel), shares the host's root read-on
 log, the exit code and a JUnit XML. Nothing is read back from the console (lines were lost there).
 
 Kernels are fetched by pytest_agentcgroup/hostsetup.sh (groups `vm`, `vm-kernels`) — downloaded and
-unpacked under $AGENTCGROUP_KERNELS_DIR, never installed on the host — which records each in $AGENTCGROUP_KERNELS_DIR/index (default /var/lib/agentcgroup/kernels/index) as
+unpacked under $AGENTCGROUP_KERNELS_DIR, never installed on the host, their modules and headers
+mounted by the guest from there (the host's /lib/modules is not used) — which records each in $AGENTCGROUP_KERNELS_DIR/index (default /var/lib/agentcgroup/kernels/index) as
 `<series> <release> <vmlinuz>`; this module only reads that index.
 
 Command line (a developer's shortcut; the tests in this directory are the CI's way in):
@@ -47,6 +48,17 @@ class Kernel:
     release: str            # `uname -r` inside the guest: "6.12.117+deb12-amd64"
     vmlinuz: Path
 
+    @property
+    def modules(self) -> Path | None:
+        """The unpacked tree's lib/modules/<release> (its build and source links name the tree's
+        headers): the nearest ancestor of the vmlinuz holding one, as vng looks for it. The guest
+        mounts it at /lib/modules/<release>; the host's /lib/modules is never used or touched."""
+        for tree in self.vmlinuz.parents:
+            for rel in ("lib/modules", "usr/lib/modules"):
+                if (tree / rel / self.release).is_dir():
+                    return tree / rel / self.release
+        return None
+
 
 def find_kernel(series: str, index: Path = KERNELS_INDEX) -> Kernel:
     """The kernel of a series as hostsetup.sh recorded it, checked to be bootable with bcc headers."""
@@ -65,7 +77,10 @@ def find_kernel(series: str, index: Path = KERNELS_INDEX) -> Kernel:
                             f"{'vm' if series == '6.12' else 'vm-kernels'}`")
     if not kernel.vmlinuz.is_file():
         raise KernelMissing(f"kernel {series}: {index} names {kernel.vmlinuz}, which does not exist")
-    modules = Path("/lib/modules") / kernel.release
+    modules = kernel.modules
+    if modules is None:
+        raise KernelMissing(f"kernel {series}: no lib/modules/{kernel.release} beside {kernel.vmlinuz} "
+                            "(hostsetup.sh unpacks the kernel's package there)")
     for link in ("build", "source"):   # bcc in the guest compiles against that kernel's headers
         if not (modules / link).is_dir():
             raise KernelMissing(f"kernel {series}: {modules / link} is missing (its headers; hostsetup.sh links them)")
@@ -125,11 +140,15 @@ class PytestRun:
     user: str | None = None
 
 
-def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
+def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: Path | None = None,
+                 docker_image: Path | None = None) -> str:
     """The shell script the guest runs: mount what the tests need, write the cgroup probe, run each
     pytest, then mark the end. Nothing is written into the (read-only) checkout: bytecode off, no
     cache provider, pytest's cwd (Hypothesis keeps its database there) and --basetemp in the
-    guest's /tmp, results in `out`."""
+    guest's /tmp, results in `out`. `modules`: the kernel's unpacked lib/modules/<release>, put at
+    the guest's /lib/modules/<release> (a tmpfs over the guest's /lib/modules) unless vng already
+    did; the probe then says whether bcc finds the headers there. `docker_image`: a `docker save`
+    tarball the guest's Docker engine loads before the runs (see _docker_preload)."""
     q = shlex.quote
     lines = [
         "#!/bin/sh",
@@ -142,6 +161,8 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
         "grep -q ' /sys/kernel/tracing tracefs ' /proc/mounts || mount -t tracefs nodev /sys/kernel/tracing",
         "grep -q ' /sys/kernel/debug debugfs ' /proc/mounts || mount -t debugfs nodev /sys/kernel/debug",
         "grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf",
+        *_modules_at(modules),
+        *(_docker_preload(docker_image) if docker_image is not None else []),
         # the probe: what this guest's cgroup layout is, before any test touches it
         "uname -r >\"$OUT/probe.uname\"",
         "cat /proc/self/cgroup >\"$OUT/probe.cgroup\"",
@@ -185,6 +206,41 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO) -> str:
             lines += [f"cp -r {written}/. \"$OUT\"/ 2>>\"$OUT/{run.name}.log\""]
     lines += ["echo done >\"$OUT/guest.done\"", "exit 0"]
     return "\n".join(lines) + "\n"
+
+
+def _modules_at(modules: Path | None) -> list[str]:
+    """Guest commands putting the unpacked modules tree at /lib/modules/$(uname -r), then writing
+    probe.headers: "ok", or the headers bcc would miss there."""
+    lines = []
+    if modules is not None:
+        m = shlex.quote(str(modules))
+        lines += ['rel=$(uname -r)',
+                  f'if [ "$(readlink -f /lib/modules/$rel)" != "$(readlink -f {m})" ]; then',
+                  f'  mount -t tmpfs -o mode=0755 agentcgroup-modules /lib/modules && ln -s {m} /lib/modules/$rel',
+                  'fi']
+    lines += ['h=/lib/modules/$(uname -r)',
+              'if [ -d $h/build/include/generated ] && [ -d $h/source/include/linux ]; then echo ok; '
+              'else echo "no $h/build/include/generated or $h/source/include/linux"; fi >"$OUT/probe.headers"']
+    return lines
+
+
+def _docker_preload(image: Path) -> list[str]:
+    """Guest commands giving the guest's Docker engine the project's image, which it cannot build
+    (no network for debootstrap): dockerd's data on a tmpfs (the guest's /var is an overlay over
+    the host's, where overlay2 cannot stack and the host's own images must not show), a dockerd of
+    the guest's own started to `docker load` the host's tarball and stopped again, so that the one
+    the plugin starts (in the session's cgroups) finds the image. docker-load.rc and .log say how
+    it went (GuestResult.problems)."""
+    img = shlex.quote(str(image))
+    return [
+        "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711 agentcgroup-docker /var/lib/docker",
+        'dockerd --bridge=none --iptables=false --ip-masq=false --exec-opt native.cgroupdriver=cgroupfs '
+        '>"$OUT/docker-load.log" 2>&1 &',
+        "dockerd_pid=$!",
+        "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 1; i=$((i + 1)); done",
+        f'docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"',
+        'kill $dockerd_pid; wait $dockerd_pid',
+    ]
 
 
 def _open_path_to(path: Path, spare: str) -> list[str]:
@@ -302,6 +358,7 @@ class Probe:
     proc_self_cgroup: list[str]
     cgroup_mounts: list[tuple[str, str]]     # (mount point, fs type) of every cgroup/cgroup2 mount
     controllers: str | None
+    headers: str | None = None               # "ok", or what bcc would miss at /lib/modules/<release>
 
     def problems(self, kernel: Kernel) -> list[str]:
         """Why this is not the requested kernel with pure cgroup v2 (empty: it is)."""
@@ -317,6 +374,8 @@ class Probe:
             out.append(f"cgroup v1 hierarchies are mounted: {v1}")
         if ("/sys/fs/cgroup", "cgroup2") not in self.cgroup_mounts:
             out.append(f"cgroup2 is not mounted at /sys/fs/cgroup: {self.cgroup_mounts}")
+        if self.headers != "ok":
+            out.append(f"the guest's kernel headers for bcc: {self.headers or 'not checked (no probe.headers)'}")
         return out
 
     @property
@@ -340,10 +399,11 @@ def read_probe(out: Path) -> Probe:
         if len(f) >= 3 and f[2] in ("cgroup", "cgroup2"):
             mounts.append((f[1], f[2]))
     uname = _read(out / "probe.uname")
-    controllers = _read(out / "probe.controllers")
+    controllers, headers = _read(out / "probe.controllers"), _read(out / "probe.headers")
     return Probe(uname=uname.strip() if uname is not None else None,
                  proc_self_cgroup=(_read(out / "probe.cgroup") or "").split(),
-                 cgroup_mounts=mounts, controllers=controllers.strip() if controllers is not None else None)
+                 cgroup_mounts=mounts, controllers=controllers.strip() if controllers is not None else None,
+                 headers=headers.strip() if headers is not None else None)
 
 
 def read_run(out: Path, name: str, tail_lines: int = 25) -> RunOutcome:
@@ -369,6 +429,7 @@ class GuestResult:
     seconds: float               # boot to power-off, wall clock on the host
     probe: Probe
     runs: dict[str, RunOutcome]
+    docker_image: Path | None = None     # the tarball the guest was to `docker load` (None: none given)
 
     def problems(self) -> list[str]:
         """Everything that keeps this boot from counting as a pass, most basic first."""
@@ -380,6 +441,11 @@ class GuestResult:
             out.append(f"the VM {how} before its script finished; end of guest.log:\n" + "\n".join(guest_log)
                        + "\nend of vng.log (console):\n" + "\n".join(vng_log))
         out += self.probe.problems(self.kernel)
+        if self.docker_image is not None and (_read(self.out / "docker-load.rc") or "").strip() != "0":
+            tail = (_read(self.out / "docker-load.log") or "(no log)").rstrip().splitlines()[-10:]
+            out.append(f"the guest's dockerd did not load {self.docker_image.name} (docker-load.rc "
+                       f"{(_read(self.out / 'docker-load.rc') or 'missing').strip()}); end of docker-load.log:\n"
+                       + "\n".join(tail))
         for run in self.runs.values():
             out += run.problems()
         return out
@@ -394,19 +460,23 @@ class GuestResult:
 
 
 def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
-         timeout_s: float = 1800) -> GuestResult:
-    """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`."""
+         timeout_s: float = 1800, docker_image: Path | None = None) -> GuestResult:
+    """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`.
+    `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine."""
     qemu_for_host()
     vng = vng_path()
     if vng is None:
         raise KernelMissing("vng (virtme-ng) is not installed: pip extra `vm` (make setup installs it)")
     out.mkdir(parents=True, exist_ok=True)
     script = out / "guest.sh"
-    script.write_text(guest_script(out, runs))
+    script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image))
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
     env = {**os.environ, "PATH": f"{vng.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
     argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
-            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}"]
+            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}",
+            # Debian kernels enable AppArmor, and dockerd then wants its docker-default profile
+            # loaded, which the shared host root cannot give the guest; nothing tested here uses it
+            "--append", "apparmor=0"]
     start = time.monotonic()
     with open(out / "vng.log", "wb") as console:
         proc = subprocess.Popen(argv, cwd=out, env=env, stdin=subprocess.DEVNULL, stdout=console,
@@ -423,7 +493,7 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
             raise
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
-                       runs={r.name: read_run(out, r.name) for r in runs})
+                       runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
 
 
 def main(argv: list[str] | None = None) -> int:
