@@ -135,6 +135,11 @@ class TaskStopObserver(ProgramSide):
         deadline = time.monotonic() + timeout_s
         while True:
             s = self.seen(tid)
-            if s is None or s.stop_ns or time.monotonic() >= deadline:
+            if s is not None and s.stop_ns:
+                # The program writes the stamp last, but on another CPU it may still be finishing
+                # the record's other fields: read it again once it has surely returned.
+                time.sleep(0.002)
+                return self.seen(tid)
+            if s is None or time.monotonic() >= deadline:
                 return s
             time.sleep(0.0005)

@@ -43,6 +43,11 @@ struct stop_watch {
 BPF_HASH(agcg_stop_tasks, u32, struct stop_watch, 1024);   /* watched tid -> what was seen */
 BPF_ARRAY(agcg_stop_mask, u64, 1);                         /* prev_state bits meaning stopped */
 
+/* The compiler must not sink the stores above a stamp below it: user space polls the stamp and reads
+ * the whole record once it is set (x86 keeps stores in order; this keeps clang from reordering them).
+ * Without it a slow machine (a VM in software emulation) read stop_ns with stop_progress still 0. */
+#define AGCG_STORES_BEFORE() asm volatile("" ::: "memory")
+
 static __always_inline void read_progress(struct stop_watch *w, u64 *into) {
     if (!w->progress_addr)
         return;
@@ -66,8 +71,9 @@ int agcg_stop_onset(struct reclaim_begin_args *args) {
         w->reclaims += 1;
     if (w->onset_ns)            /* still recorded after a stop: a stop may come before any reclaim */
         return 0;
-    w->onset_ns = now;
     read_progress(w, &w->onset_progress);
+    AGCG_STORES_BEFORE();       /* onset_ns last: user space takes a set stamp to mean the record is whole */
+    w->onset_ns = now;
     return 0;
 }
 
@@ -118,9 +124,10 @@ int agcg_stop_switch(struct switch_args *args) {
     u64 *mask = agcg_stop_mask.lookup(&zero);
     if (!mask || !*mask || !(state & *mask))
         return 0;
-    w->stop_ns = now;
     w->stop_state = state;
     w->out_ns = 0;
     read_progress(w, &w->stop_progress);
+    AGCG_STORES_BEFORE();       /* stop_ns last: wait_stop returns as soon as it sees it */
+    w->stop_ns = now;
     return 0;
 }
