@@ -35,6 +35,7 @@ from ..metrics.store import begin_session, merge_workers, worker_dirs
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
 WORKERINPUT_CONTINUES = "agentcgroup_continues"
 REPORT_EXPERIMENT = "agentcgroup_experiment"  # a worker's report of an experiment test carries it
+WORKEROUTPUT_RUN_TREE = "agentcgroup_run_tree"  # a worker's run tree: its controllers, those refused
 
 
 @dataclass
@@ -62,6 +63,9 @@ class MetricsController:
         self.claim: int | None = None          # our flock on the run while we write it (store.claim)
         self.notes: list[str] = []             # said at the end: e.g. a live run not resumed
         self.baseline_error: str | None = None
+        # {"controllers", "refused"} of each run tree (this process's: fixtures.agentcgroup_tree;
+        # the workers': pytest_testnodedown), for machine_info and complete.json
+        self.run_trees: list[dict] = []
 
     @property
     def distributed(self) -> bool:
@@ -145,6 +149,12 @@ class MetricsController:
         if ids:
             self._begin()
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        tree = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_RUN_TREE)
+        if tree is not None:
+            self.run_trees.append(tree)
+
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
         entry = getattr(report, benchjson.REPORT_ATTR, None)
@@ -157,7 +167,8 @@ class MetricsController:
 
     # -- pytest-benchmark hooks (serial runs: it writes the file, we add to it) -------------------
     def pytest_benchmark_update_machine_info(self, config, machine_info) -> None:
-        machine_info["agentcgroup"] = environment.snapshot(seeds=self._seeds())
+        machine_info["agentcgroup"] = environment.snapshot(seeds=self._seeds(),
+                                                           run_tree=environment.merge_run_trees(self.run_trees))
 
     def pytest_benchmark_update_json(self, config, benchmarks, output_json) -> None:
         for b in output_json["benchmarks"]:
@@ -186,7 +197,7 @@ class MetricsController:
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            store.mark_finished(run, int(session.exitstatus))
+            store.mark_finished(run, int(session.exitstatus), environment.merge_run_trees(self.run_trees))
         store.point_latest(run)
         store.release(self.claim)              # written: a later resume may take it (if unfinished)
         self.claim = None
