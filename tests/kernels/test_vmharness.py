@@ -217,3 +217,25 @@ def test_the_modules_are_looked_for_in_the_nearest_lib_modules_only(tmp_path):
     assert vmharness.Kernel("6.12", KERNEL.release, tmp_path / "k" / "boot" / "vmlinuz").modules is None
     # never the root's /lib/modules, even for a vmlinuz with no tree of its own
     assert vmharness.Kernel("6.12", os.uname().release, Path("/boot/vmlinuz")).modules is None
+
+
+def test_the_docker_cases_count_only_when_one_passed_and_none_skipped(tmp_path):
+    from .test_pure_cgroup2 import docker_problems, docker_verdict
+    case = '<testcase classname="tests.hostile.test_x" name="test_a[{ex}]"{body}'
+    def run(*cases):
+        write_run(tmp_path, "subset", 0, "<testsuites><testsuite>" + "".join(cases) + "</testsuite></testsuites>")
+        return vmharness.read_run(tmp_path, "subset")
+    passed = case.format(ex="docker", body="/>")
+    skipped = case.format(ex="docker", body='><skipped message="no image"/></testcase>')
+    sandbox = case.format(ex="sandbox", body="/>")
+    assert docker_problems(run(sandbox, passed)) == []
+    assert "no docker case passed" in docker_problems(run(sandbox))[0]
+    assert any("did not run in the guest" in p and "no image" in p for p in docker_problems(run(passed, skipped)))
+    # the verdict reads the guest's docker-load.rc, never assumes the load worked
+    image = tmp_path / "docker-image.tar"
+    assert docker_verdict(tmp_path, None, "no docker on the host: x") == "no docker on the host: x"
+    assert "NOT loaded (docker-load.rc missing)" in docker_verdict(tmp_path, image, "img")
+    (tmp_path / "docker-load.rc").write_text("1\n")
+    assert "NOT loaded (docker-load.rc 1)" in docker_verdict(tmp_path, image, "img")
+    (tmp_path / "docker-load.rc").write_text("0\n")
+    assert docker_verdict(tmp_path, image, "img") == "img loaded"

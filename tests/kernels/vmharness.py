@@ -298,6 +298,7 @@ class JunitSummary:
     skipped: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)    # (test id, tail of its report)
     skip_reasons: list[str] = field(default_factory=list)
+    passed_ids: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> int:
@@ -324,6 +325,8 @@ def read_junit(path: Path, tail_lines: int = 12) -> JunitSummary:
                 summary.skipped += 1
                 summary.skip_reasons.append(f"{test_id}: {child.get('message', '')}")
                 break
+        else:
+            summary.passed_ids.append(test_id)
     return summary
 
 
