@@ -153,7 +153,8 @@ def docker_problems(run: vmharness.RunOutcome) -> list[str]:
         return []
     out = [f"a docker case did not run in the guest: {r}" for r in run.junit.skip_reasons if "[docker" in r]
     if not any("[docker" in t for t in run.junit.passed_ids):
-        out.append("no docker case passed in the guest (none of the hostile suite's [docker] cases is in its JUnit as passed)")
+        out.append("no docker case passed in the guest (no [docker] case of the hostile suite "
+                   "is in its JUnit as passed)")
     return out
 
 

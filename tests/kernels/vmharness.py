@@ -257,7 +257,8 @@ def _docker_preload(image: Path) -> list[str]:
         "sleep 1; i=$((i + 1)); done",
         f'docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"',
         # stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
-        "kill $dockerd_pid; i=0; while kill -0 $dockerd_pid 2>/dev/null && [ $i -lt 30 ]; do sleep 1; i=$((i + 1)); done",
+        "kill $dockerd_pid; i=0; while kill -0 $dockerd_pid 2>/dev/null && [ $i -lt 30 ]; do "
+        "sleep 1; i=$((i + 1)); done",
         'kill -9 $dockerd_pid 2>/dev/null; wait $dockerd_pid',
         # what it left: an engine still running, or a change to the root's controllers
         ": >\"$OUT/docker-preload.left\"",
