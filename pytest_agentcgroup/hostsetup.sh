@@ -259,13 +259,26 @@ kernel_fetch() {  # SERIES: apt-get download + dpkg-deb -x into $KERNELS_DIR/<re
   index_kernel "$1" "$rel" "$vmlinuz"
 }
 
-# earlier versions linked /lib/modules/<release> to the unpacked trees: remove exactly those links
-if is_root; then
-  for link in /lib/modules/*; do
-    [ -L "$link" ] || continue
-    case "$(readlink "$link")" in
-      "$KERNELS_DIR"/*) rm -f "$link" && say "removed $link (a link into $KERNELS_DIR; the VM mounts its modules itself)" ;;
-    esac
+# Earlier versions linked /lib/modules/<release> to the unpacked trees, and build/source inside
+# the host's own /lib/modules/<release> (apt's directories) to their headers: remove exactly the
+# links whose target as written is in $KERNELS_DIR (apt's build/source name /usr/src). build and
+# source under a <release> that is itself such a link are the tree's own, never touched.
+HOST_MODULES=/lib/modules
+ours=()
+for link in "$HOST_MODULES"/* "$HOST_MODULES"/*/build "$HOST_MODULES"/*/source; do
+  [ -L "$link" ] || continue
+  case "$link" in */build|*/source) [ -L "${link%/*}" ] && continue ;; esac
+  case "$(readlink "$link")" in "$KERNELS_DIR"/*) ours+=("$link") ;; esac
+done
+if [ ${#ours[@]} -gt 0 ] && ! is_root; then
+  say "links into $KERNELS_DIR an earlier set-up made in $HOST_MODULES are left (removing them needs root): ${ours[*]}"
+else
+  for link in "${ours[@]}"; do
+    if rm -f "$link"; then
+      say "removed $link (a link into $KERNELS_DIR; the VM mounts its modules itself)"
+    else
+      say "cannot remove $link (a link into $KERNELS_DIR an earlier set-up made)"
+    fi
   done
 fi
 

@@ -107,3 +107,20 @@ def test_v2_a_run_under_a_cgroup_without_cpu_runs_on_memory_and_pids_and_says_wh
     finally:
         inner.close()
     assert _words(base / "cgroup.subtree_control") == []      # the last run gave them back
+
+
+def test_a_policy_steps_cpu_weight_not_taken_is_recorded_with_why(tree):
+    # The rules give low steps a cpu weight; this step's cgroup has no cpu controller (v2: its
+    # parent's subtree_control lacks cpu; hybrid: no v1 cpu directory): the memory policy runs,
+    # and what the controller reports for the record says why the weight is missing.
+    from pytest_agentcgroup.bpf.controller import Controller, Rules
+    parent = tree.root.child("no-cpu", ("memory", "pids"), inner=True)
+    step = parent.child("s0", ("memory", "pids"), inner=False)
+    rules = Rules.from_dict({"ebpf": False, "memory_high_mb": 48, "priorities": {"default": "low"},
+                             "cpu_weight": {"low": 25}})
+    with Controller(rules) as ctl:
+        ctl.add_step(step, "test")
+        done = ctl.remove_step(step)
+    assert done["cpu_weight"] is None
+    assert "cpu controller is not enabled" in done["cpu_weight_missing"], done
+    assert str(step.paths.get("unified")) in done["cpu_weight_missing"] or tree.host.mode != "v2"

@@ -157,16 +157,27 @@ def test_only_the_links_into_the_kernels_directory_leave_lib_modules(tmp_path):
     (mods / "6.1.0-56-amd64").mkdir(parents=True)                  # an installed package's directory
     (mods / "7.3.4+deb13-amd64").symlink_to(kernels / "7.3.4+deb13-amd64/usr/lib/modules/7.3.4+deb13-amd64")
     (mods / "other").symlink_to(tmp_path / "elsewhere")             # not ours
+    # build/source in an installed release's own directory: apt's (into /usr/src) stay, ours go
+    hdr = kernels / "6.1.0-56-amd64/usr/src/linux-headers-6.1.0-56-amd64"
+    hdr.mkdir(parents=True)
+    (mods / "6.1.0-56-amd64" / "build").symlink_to(hdr)
+    (mods / "6.1.0-56-amd64" / "source").symlink_to("/usr/src/linux-headers-6.1.0-56-common")
+    # the tree's own build link, seen through the /lib/modules link into it, is not the host's
+    tree = kernels / "7.3.4+deb13-amd64/usr/lib/modules/7.3.4+deb13-amd64"
+    (tree / "build").symlink_to(kernels / "7.3.4+deb13-amd64/usr/src/linux-headers-7.3.4+deb13-amd64")
     text = SCRIPT.read_text()
-    assert "for link in /lib/modules/*; do" in text
+    assert "HOST_MODULES=/lib/modules\n" in text
     script = tmp_path / "hostsetup.sh"
-    script.write_text(text.replace("for link in /lib/modules/*; do", f"for link in {mods}/*; do"))
+    script.write_text(text.replace("HOST_MODULES=/lib/modules\n", f"HOST_MODULES={mods}\n"))
     env = {**os.environ, "AGENTCGROUP_ROOT": str(ROOT), "AGENTCGROUP_KERNELS_DIR": str(kernels)}
     outs = [subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
             for _ in range(2)]
     assert [o.returncode for o in outs] == [0, 0], [o.stderr for o in outs]
-    assert f"removed {mods}/7.3.4+deb13-amd64" in outs[0].stdout and outs[1].stdout == ""
+    assert f"removed {mods}/7.3.4+deb13-amd64 " in outs[0].stdout and outs[1].stdout == ""
+    assert f"removed {mods}/6.1.0-56-amd64/build " in outs[0].stdout
     assert sorted(p.name for p in mods.iterdir()) == ["6.1.0-56-amd64", "other"]
+    assert sorted(p.name for p in (mods / "6.1.0-56-amd64").iterdir()) == ["source"]
+    assert (tree / "build").is_symlink(), "the unpacked tree's own link was removed"
 
 
 def test_the_kernel_headers_package_is_this_architectures():

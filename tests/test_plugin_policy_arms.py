@@ -99,8 +99,19 @@ def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy
     assert big["bpf-soft"]["throttles"] == 0 and big["bpf-soft"]["mem_high_events"] >= 1
     assert big["bpf-soft"]["priority"] is None and big["bpf-soft"]["oom_kills"] == 0
     assert all(r["throttles"] == 0 for r in lines if r["step_id"] != 1)
-    bench = {b["extra_info"]["arm"]: b["extra_info"] for b in json.loads((pytester.path / "bench.json").read_text())["benchmarks"]}
+    doc = json.loads((pytester.path / "bench.json").read_text())
+    bench = {b["extra_info"]["arm"]: b["extra_info"] for b in doc["benchmarks"]}
     assert bench["agentcgroup"]["metrics"]["throttles_total"]["value"] >= 1
+    # the run's controllers and what was left out, with why, in the environment and complete.json
+    run_tree = doc["machine_info"]["agentcgroup"]["run_tree"]
+    assert {"memory", "pids"} <= set(run_tree["controllers"]), run_tree
+    complete = json.loads((pytester.path / "out" / "latest" / "complete.json").read_text())
+    assert complete["run_tree"] == run_tree
+    # a weight the rules gave but the step's cgroup could not take says why; a set one says nothing
+    if big["agentcgroup"]["cpu_weight"] is None:
+        assert "cpu" in run_tree["refused"] and big["agentcgroup"]["cpu_weight_missing"], (run_tree, big["agentcgroup"])
+    else:
+        assert "cpu_weight_missing" not in big["agentcgroup"]
     result.stdout.fnmatch_lines(["*agentcgroup summary*", "*throttled*policy kills*"])
     assert left_behind(pytester, host) == []
 

@@ -46,3 +46,24 @@ def test_soft_limit_breaches_are_gated_by_steps_not_by_layout_dependent_event_co
     # (the extra step also changes executed_steps, gated exactly by its own rule: not this test's concern)
     assert [(f.rule.metric, f.baseline, f.now) for f in verdict.regressions
             if f.rule.metric.startswith("mem_high")] == [("mem_high_steps", 2, 4)]
+
+
+def test_a_cpu_weight_the_step_could_not_take_is_in_its_record_with_why():
+    res = StepResult("t/a", 0, "bash", "x", True, 12.0, 0, None, False, "synthetic",
+                     counters={"cpu_usec": 1000, "kind": "test", "priority": "low", "cpu_weight": None,
+                               "cpu_weight_missing": "/sys/fs/cgroup/x: no cpu.weight"})
+    step = Step(0, "bash", {"command": "x"}, duration_ms=Measure(10, "synthetic"))
+    rec = step_record(res, step, config="agentcgroup", time_scale=1.0, executor="emulate")
+    assert rec["cpu_weight"] is None and rec["cpu_weight_missing"] == "/sys/fs/cgroup/x: no cpu.weight"
+    res.counters.update(cpu_weight=25, cpu_weight_missing=None)
+    rec = step_record(res, step, config="agentcgroup", time_scale=1.0, executor="emulate")
+    assert rec["cpu_weight"] == 25 and "cpu_weight_missing" not in rec
+
+
+def test_the_run_trees_of_xdist_workers_merge_into_what_every_one_had():
+    from pytest_agentcgroup.metrics.environment import merge_run_trees
+    a = {"controllers": ["memory", "pids", "cpu"], "refused": {}}
+    b = {"controllers": ["memory", "pids"], "refused": {"cpu": "w1: the kernel refused +cpu"}}
+    assert merge_run_trees([]) is None
+    assert merge_run_trees([a]) == a
+    assert merge_run_trees([a, b]) == {"controllers": ["memory", "pids"], "refused": {"cpu": "w1: the kernel refused +cpu"}}

@@ -47,6 +47,9 @@ def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pyte
         env = doc["machine_info"]["agentcgroup"]
         assert env["cgroups"]["mode"] == host.mode and env["kernel"]["release"]
         assert "ringbuf" in env["bpf_features"] and env["packages"]["pytest-agentcgroup"] and env["seeds"] == [0]
+        # the run tree's controllers, from this process (serial) or the workers (xdist), the same
+        assert {"memory", "pids"} <= set(env["run_tree"]["controllers"]), (name, env["run_tree"])
+    assert docs["serial"]["machine_info"]["agentcgroup"]["run_tree"] == docs["parallel"]["machine_info"]["agentcgroup"]["run_tree"]
     assert sorted(by_id["serial"]) == sorted(by_id["parallel"])
     assert len(by_id["parallel"]) == 4
     for fullname, s in by_id["serial"].items():
@@ -63,6 +66,7 @@ def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pyte
     out = (pytester.path / "out" / "latest").resolve()
     assert out.name.startswith("0002_")
     assert sorted(p.name for p in out.iterdir()) == ["complete.json", "metrics.jsonl", "summary.json"]
+    assert json.loads((out / "complete.json").read_text())["run_tree"] == env["run_tree"]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == len(serial_results) == 16
     strip = lambda recs: sorted((r["config"], r["step_id"], r["oom_kills"]) for r in map(json.loads, recs))  # noqa: E731

@@ -120,6 +120,7 @@ class _Step:
     added_ns: int = field(default_factory=time.monotonic_ns)
     grants: list = field(default_factory=list)      # [ms since add_step, soft limit MiB] per raise
     cpu_weight: int | None = None                   # the weight set on the step's cgroup, if any
+    cpu_weight_missing: str | None = None           # why the rules' weight for its priority is not set
 
 
 class Controller:
@@ -161,8 +162,8 @@ class Controller:
             try:
                 cg.set_cpu_weight(r.cpu_weight[step.priority])
                 step.cpu_weight = r.cpu_weight[step.priority]
-            except CgroupUnavailable:           # cpu not delegated here: memory policy only; the
-                pass                            # step's record says cpu_weight None
+            except CgroupUnavailable as exc:    # cpu not delegated here, or refused by the kernel:
+                step.cpu_weight_missing = str(exc)  # memory policy only, and the record says why
         if self.throttle is not None and step.priority == "low" and soft is not None and cg.host.mode != "v2":
             # v1 reclaims only at a hard limit: without this the kernel would never react below
             # the ceiling. Parked, not killed, at the soft limit until the controller lifts it.
@@ -187,7 +188,8 @@ class Controller:
             # without eBPF nothing acts on priorities: none is reported
             # grants: the envelope of the step's soft limit over time (metrics/reservation.py)
             return {"kind": step.kind, "priority": step.priority if self.throttle is not None else None,
-                    **step.counts, "grants": step.grants, "cpu_weight": step.cpu_weight}
+                    **step.counts, "grants": step.grants, "cpu_weight": step.cpu_weight,
+                    **({"cpu_weight_missing": step.cpu_weight_missing} if step.cpu_weight_missing else {})}
 
     # -- the loop --------------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0) -> None:

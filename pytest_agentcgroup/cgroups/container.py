@@ -27,6 +27,7 @@ first moved into a leaf `init` and the container's cgroup becomes an inner node.
 from __future__ import annotations
 
 import errno
+import time
 from pathlib import Path
 
 from .host import CgroupUnavailable, hierarchies
@@ -80,9 +81,19 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
                 break
             except OSError as exc:
                 # EBUSY: a process forked into the container's cgroup between the move and the write
-                # (the container's init starting its first child; seen in the pure-v2 VM): move again
-                if exc.errno != errno.EBUSY or attempt == 4:
+                # (the container's init starting its first child; seen in the pure-v2 VM): move again,
+                # after a moment for the fork storm of its start to settle
+                if exc.errno != errno.EBUSY:
                     raise
+                if attempt == 4:
+                    left = cg.pids()
+                    raise CgroupUnavailable(
+                        f"cannot enable controllers in {cg.unified}/cgroup.subtree_control: {exc.strerror}"
+                        + (f" (it still holds pid(s) {' '.join(map(str, left[:10]))})" if left else "")
+                        + ": the container keeps starting processes in its own cgroup") from None
+                time.sleep(0.05 * (attempt + 1))
+        # a refusal (cpu) on the container's cgroup is the run's too: its steps have no cpu.* files
+        tree.refused.update(cg.refused)
     return cg
 
 

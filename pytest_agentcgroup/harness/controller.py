@@ -47,6 +47,7 @@ WORKERINPUT_CONTINUES = "agentcgroup_continues"
 REPORT_EXPERIMENT = "agentcgroup_experiment"  # a worker's report of an experiment test carries it
 REPORT_CASE = "agentcgroup_case"              # every experiment test's report: (experiment, arm)
 FIGURES = "agentcgroup_figures"               # a user property: the claim figures one arm's test measured
+WORKEROUTPUT_RUN_TREE = "agentcgroup_run_tree"  # a worker's run tree: its controllers, those refused
 
 
 @dataclass
@@ -81,6 +82,9 @@ class MetricsController:
         self.verdicts: list = []                         # claims.Verdict of every claim checked here
         self.claims_failed = False
         self.claims_error: str | None = None             # why the claims could not be checked at all
+        # {"controllers", "refused"} of each run tree (this process's: fixtures.agentcgroup_tree;
+        # the workers': pytest_testnodedown), for machine_info and complete.json
+        self.run_trees: list[dict] = []
 
     @property
     def distributed(self) -> bool:
@@ -164,6 +168,12 @@ class MetricsController:
         if ids:
             self._begin()
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error) -> None:
+        tree = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_RUN_TREE)
+        if tree is not None:
+            self.run_trees.append(tree)
+
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
         case = getattr(report, REPORT_CASE, None)
@@ -190,7 +200,8 @@ class MetricsController:
 
     # -- pytest-benchmark hooks (serial runs: it writes the file, we add to it) -------------------
     def pytest_benchmark_update_machine_info(self, config, machine_info) -> None:
-        machine_info["agentcgroup"] = environment.snapshot(seeds=self._seeds())
+        machine_info["agentcgroup"] = environment.snapshot(seeds=self._seeds(),
+                                                           run_tree=environment.merge_run_trees(self.run_trees))
 
     def pytest_benchmark_update_json(self, config, benchmarks, output_json) -> None:
         for b in output_json["benchmarks"]:
@@ -220,7 +231,7 @@ class MetricsController:
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            store.mark_finished(run, int(session.exitstatus))
+            store.mark_finished(run, int(session.exitstatus), environment.merge_run_trees(self.run_trees))
         store.point_latest(run)
         store.release(self.claim)              # written: a later resume may take it (if unfinished)
         self.claim = None

@@ -26,7 +26,7 @@ from ..traces.ir import Trace, TraceError
 from .collect import Case
 from .session import results_store
 from .settings import setting
-from .state import REPLAY_SECONDS, STATE, State
+from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +38,12 @@ def agentcgroup_tree(request: pytest.FixtureRequest):
         tree = state.tree = RunTree(detect())
     except CgroupUnavailable as exc:
         pytest.skip(f"cgroups unavailable: {exc}")
+    # what the results say the run's cgroups had; `refused` is the tree's own dict, so refusals
+    # met later (a test's cgroup, a container's) are in it too
+    state.run_tree = {"controllers": list(tree.controllers), "refused": tree.refused}
+    controller = request.config.stash.get(CONTROLLER, None)
+    if controller is not None:                # serial (a worker sends it at its end: session.finish)
+        controller.run_trees.append(state.run_tree)
     worker = getattr(request.config, "workerinput", None)     # an xdist worker (never an inherited env var)
     try:
         if setting(request.config, "isolate") and worker is not None:
@@ -285,17 +291,19 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
             if arm not in conf.arms:
                 pytest.fail(f"arm {arm!r} is not defined in {conf.path} (defined: {', '.join(conf.arms)})", pytrace=False)
             arm = conf.arms[arm]
-        if arm.needs_cpu and "cpu" not in agentcgroup_tree.controllers:
-            why = agentcgroup_tree.refused.get("cpu", f"controllers: {', '.join(agentcgroup_tree.controllers)}")
+        target = workload if workload is not None else workload_cgroup
+        # the run may have cpu and this test's cgroup not (the kernel refused +cpu there: tree.workload)
+        refused = {**agentcgroup_tree.refused, **getattr(target, "refused", {})}
+        if arm.needs_cpu and ("cpu" not in agentcgroup_tree.controllers or "cpu" in getattr(target, "refused", {})):
+            why = refused.get("cpu", f"controllers: {', '.join(agentcgroup_tree.controllers)}")
             pytest.skip(f"arm {arm.name} sets CPU weights or caps, and this host gives the run no cpu controller "
                         f"({why}; cgroup {agentcgroup_tree.host.unified})")
         policy = _arm_policy(request.config, arm)
         if policy is not None and policy not in running:
             policy.start()
             running.append(policy)
-        return ArmPlacement(arm, workload if workload is not None else workload_cgroup,
-                            agentcgroup_tree.controllers, policy=policy, kind_of=kind_of, nest_in=nest_in, pool=pool,
-                            time_scale=time_scale)
+        return ArmPlacement(arm, target, agentcgroup_tree.controllers, policy=policy, kind_of=kind_of,
+                            nest_in=nest_in, pool=pool, time_scale=time_scale)
     try:
         yield make
     finally:

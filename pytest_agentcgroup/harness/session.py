@@ -18,7 +18,7 @@ from ..metrics import benchjson, gate
 from ..metrics.store import METRICS_FILE, ResultsStore, read_records
 from ..reports.table import format_summary
 from .collect import case_of
-from .controller import (REPORT_CASE, REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN,
+from .controller import (REPORT_CASE, REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, WORKEROUTPUT_RUN_TREE,
                          ControllerSettings, MetricsController)
 from .settings import setting
 from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
@@ -87,6 +87,8 @@ def finish(session: pytest.Session, state: State) -> None:
     records = []
     if state.store is not None:
         state.summaries, records = state.store.close(), state.store.records
+    if state.run_tree is not None and hasattr(session.config, "workeroutput"):
+        session.config.workeroutput[WORKEROUTPUT_RUN_TREE] = state.run_tree     # to pytest_testnodedown
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
         state.summaries = controller.finish(session, records, state.summaries)

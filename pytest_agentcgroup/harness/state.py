@@ -25,6 +25,7 @@ class State:
     experiments: cfgmod.Config | None = None
     corpus: Corpus | None = None
     tree: RunTree | None = None
+    run_tree: dict | None = None    # the tree's {"controllers", "refused"}, kept after it is closed
     isolation: WorkerIsolation | None = None
     store: ResultsStore | None = None
     summaries: list = field(default_factory=list)

@@ -47,16 +47,31 @@ def _cgroups() -> dict:
         return {"mode": None, "unavailable": str(exc)}
 
 
+def merge_run_trees(trees: list[dict]) -> dict | None:
+    """One {"controllers", "refused"} for the run from those of its processes (xdist workers): a
+    controller counts as the run's only where every process had it; every refusal is kept."""
+    if not trees:
+        return None
+    have = [c for c in trees[0]["controllers"] if all(c in t["controllers"] for t in trees)]
+    refused = {}
+    for t in trees:
+        for c, why in t["refused"].items():
+            refused.setdefault(c, why)
+    return {"controllers": have, "refused": refused}
+
+
 def _bpf_features() -> dict[str, bool]:
     from ..bpf import features
     return {name: ok for name, (ok, _why) in features.probe().items()}
 
 
-def snapshot(*, seeds: list[int] | None = None) -> dict:
+def snapshot(*, seeds: list[int] | None = None, run_tree: dict | None = None) -> dict:
     """Everything machine_info["agentcgroup"] holds. Cheap except the BPF probe (one tiny program
-    load, cached per process)."""
+    load, cached per process). `run_tree`: the controllers the run's cgroups had and the optional
+    ones left out with why (merge_run_trees), None when no run tree was made."""
     uname = os.uname()
     return {
+        "run_tree": run_tree,
         "kernel": {"release": uname.release, "version": uname.version, "machine": uname.machine},
         "cgroups": _cgroups(),
         "bpf_features": _bpf_features(),

@@ -118,6 +118,8 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
         # the cpu weight its priority gave the step's cgroup; None where the rules give none or the
         # run has no cpu controller (not delegated): then the policy ran on memory alone
         rec["cpu_weight"] = c.get("cpu_weight")
+        if c.get("cpu_weight_missing"):     # the rules gave its priority a weight the cgroup could not take
+            rec["cpu_weight_missing"] = c["cpu_weight_missing"]
     rec.update({k: _round(v) for k, v in result.measures.items()})
     if result.error:
         rec["error"] = result.error

@@ -154,10 +154,12 @@ def test_a_guest_without_kernel_headers_fails_and_the_modules_come_from_the_unpa
 def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
     image = tmp_path / "docker-image.tar"
     script = vmharness.guest_script(tmp_path, [], docker_image=image)
-    assert "mount -t tmpfs -o mode=0711 agentcgroup-docker /var/lib/docker" in script
+    assert "mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker" in script
+    assert "dockerd --data-root /var/lib/docker " in script
     assert f"docker load -i {image}" in script and script.index("docker load") < script.index("guest.done")
     write_v2_probe(tmp_path)
     (tmp_path / "guest.done").write_text("done\n")
+    (tmp_path / "docker-preload.left").write_text("")
     (tmp_path / "docker-load.log").write_text("open /x: no such file or directory\n")
     (tmp_path / "docker-load.rc").write_text("1\n")
     result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
@@ -165,3 +167,75 @@ def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
     assert "did not load docker-image.tar" in result.problems()[0] and "no such file" in result.problems()[0]
     (tmp_path / "docker-load.rc").write_text("0\n")
     assert result.problems() == []
+
+
+def test_the_probe_is_written_before_anything_touches_the_guest(tmp_path):
+    mods = tmp_path / "k" / "lib" / "modules" / KERNEL.release
+    script = vmharness.guest_script(tmp_path, [vmharness.PytestRun("subset", ("tests",))], modules=mods,
+                                    docker_image=tmp_path / "docker-image.tar")
+    first_touch = min(script.index(s) for s in ("mount -t", "dockerd", "-m pytest"))
+    for probe in ("probe.uname", "probe.cgroup", "probe.mounts", "probe.controllers", "probe.subtree_control"):
+        assert script.index(probe) < first_touch, probe
+
+
+def test_the_guest_dockerd_is_waited_for_and_stopped_within_bounds(tmp_path):
+    lines = vmharness.guest_script(tmp_path, [], docker_image=tmp_path / "i.tar").splitlines()
+    wait = next(ln for ln in lines if "docker info" in ln)
+    assert "[ $i -ge 300 ]" in wait and "! kill -0 $dockerd_pid" in wait, "stops waiting when dockerd died"
+    stop = lines.index(next(ln for ln in lines if ln.startswith("kill $dockerd_pid")))
+    assert "[ $i -lt 30 ]" in lines[stop] and lines[stop + 1].startswith("kill -9 $dockerd_pid")
+
+
+def test_a_preload_that_left_an_engine_or_changed_the_root_fails_the_boot(tmp_path):
+    image = tmp_path / "docker-image.tar"
+    write_v2_probe(tmp_path)
+    (tmp_path / "guest.done").write_text("done\n")
+    (tmp_path / "docker-load.rc").write_text("0\n")
+    result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
+                                   runs={}, docker_image=image)
+    assert "its check did not run" in result.problems()[0]
+    (tmp_path / "docker-preload.left").write_text("containerd (pid 412) still runs\n")
+    assert "containerd (pid 412) still runs" in result.problems()[0]
+    (tmp_path / "docker-preload.left").write_text("")
+    assert result.problems() == []
+    # the check itself compares the root's subtree_control with the probe's and looks for engines
+    script = vmharness.guest_script(tmp_path, [], docker_image=image)
+    assert 'cat "$OUT/probe.subtree_control"' in script and "dockerd|containerd*)" in script
+
+
+def test_apparmor_is_turned_off_only_for_a_boot_with_the_docker_engine(tmp_path):
+    args = dict(memory="2G", cpus=2)
+    plain = vmharness.vng_argv(Path("vng"), KERNEL, tmp_path, tmp_path / "guest.sh", docker=False, **args)
+    with_docker = vmharness.vng_argv(Path("vng"), KERNEL, tmp_path, tmp_path / "guest.sh", docker=True, **args)
+    assert "apparmor=0" not in plain and with_docker[-2:] == ["--append", "apparmor=0"]
+
+
+def test_the_modules_are_looked_for_in_the_nearest_lib_modules_only(tmp_path):
+    # the nearest tree has a lib/modules without this release: not a farther one's (nor the host's)
+    (tmp_path / "lib" / "modules" / KERNEL.release).mkdir(parents=True)
+    (tmp_path / "k" / "lib" / "modules" / "other-release").mkdir(parents=True)
+    assert vmharness.Kernel("6.12", KERNEL.release, tmp_path / "k" / "boot" / "vmlinuz").modules is None
+    # never the root's /lib/modules, even for a vmlinuz with no tree of its own
+    assert vmharness.Kernel("6.12", os.uname().release, Path("/boot/vmlinuz")).modules is None
+
+
+def test_the_docker_cases_count_only_when_one_passed_and_none_skipped(tmp_path):
+    from .test_pure_cgroup2 import docker_problems, docker_verdict
+    case = '<testcase classname="tests.hostile.test_x" name="test_a[{ex}]"{body}'
+    def run(*cases):
+        write_run(tmp_path, "subset", 0, "<testsuites><testsuite>" + "".join(cases) + "</testsuite></testsuites>")
+        return vmharness.read_run(tmp_path, "subset")
+    passed = case.format(ex="docker", body="/>")
+    skipped = case.format(ex="docker", body='><skipped message="no image"/></testcase>')
+    sandbox = case.format(ex="sandbox", body="/>")
+    assert docker_problems(run(sandbox, passed)) == []
+    assert "no docker case passed" in docker_problems(run(sandbox))[0]
+    assert any("did not run in the guest" in p and "no image" in p for p in docker_problems(run(passed, skipped)))
+    # the verdict reads the guest's docker-load.rc, never assumes the load worked
+    image = tmp_path / "docker-image.tar"
+    assert docker_verdict(tmp_path, None, "no docker on the host: x") == "no docker on the host: x"
+    assert "NOT loaded (docker-load.rc missing)" in docker_verdict(tmp_path, image, "img")
+    (tmp_path / "docker-load.rc").write_text("1\n")
+    assert "NOT loaded (docker-load.rc 1)" in docker_verdict(tmp_path, image, "img")
+    (tmp_path / "docker-load.rc").write_text("0\n")
+    assert docker_verdict(tmp_path, image, "img") == "img loaded"

@@ -36,6 +36,9 @@ KERNELS_INDEX = KERNELS_DIR / "index"
 SERIES = ("6.1", "6.12", "7.3")
 #: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
 GUEST_TMP = "/tmp/agentcgroup-vm"
+#: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
+#: 1393 s under software emulation on a shared 2-core host) and ~1300 s to spare for a loaded host
+BOOT_TIMEOUT_S = 2700
 
 
 class KernelMissing(Exception):
@@ -51,12 +54,16 @@ class Kernel:
     @property
     def modules(self) -> Path | None:
         """The unpacked tree's lib/modules/<release> (its build and source links name the tree's
-        headers): the nearest ancestor of the vmlinuz holding one, as vng looks for it. The guest
-        mounts it at /lib/modules/<release>; the host's /lib/modules is never used or touched."""
+        headers): in the nearest ancestor of the vmlinuz that has a lib/modules, as vng looks for
+        it; None when that one lacks the release. The search stops there and below /: the host's
+        own /lib/modules is never taken for the kernel's. The guest mounts it at /lib/modules/<release>."""
         for tree in self.vmlinuz.parents:
+            if tree == Path(tree.anchor):
+                break
             for rel in ("lib/modules", "usr/lib/modules"):
-                if (tree / rel / self.release).is_dir():
-                    return tree / rel / self.release
+                if (tree / rel).is_dir():
+                    found = tree / rel / self.release
+                    return found if found.is_dir() else None
         return None
 
 
@@ -157,17 +164,18 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
         f"export HOME={GUEST_TMP}/home PYTHONDONTWRITEBYTECODE=1",
         f"mkdir -p {GUEST_TMP}/home",
         "exec >\"$OUT/guest.log\" 2>&1",
+        # the probe: what this guest's cgroup layout is, before anything (a mount, dockerd, a test) touches it
+        "uname -r >\"$OUT/probe.uname\"",
+        "cat /proc/self/cgroup >\"$OUT/probe.cgroup\"",
+        "cat /proc/mounts >\"$OUT/probe.mounts\"",
+        "cat /sys/fs/cgroup/cgroup.controllers >\"$OUT/probe.controllers\" 2>&1",
+        "cat /sys/fs/cgroup/cgroup.subtree_control >\"$OUT/probe.subtree_control\" 2>&1",
         # tracefs is not always mounted by vng's init; bcc attaches tracepoints through it
         "grep -q ' /sys/kernel/tracing tracefs ' /proc/mounts || mount -t tracefs nodev /sys/kernel/tracing",
         "grep -q ' /sys/kernel/debug debugfs ' /proc/mounts || mount -t debugfs nodev /sys/kernel/debug",
         "grep -q ' /sys/fs/bpf bpf ' /proc/mounts || mount -t bpf bpf /sys/fs/bpf",
         *_modules_at(modules),
         *(_docker_preload(docker_image) if docker_image is not None else []),
-        # the probe: what this guest's cgroup layout is, before any test touches it
-        "uname -r >\"$OUT/probe.uname\"",
-        "cat /proc/self/cgroup >\"$OUT/probe.cgroup\"",
-        "cat /proc/mounts >\"$OUT/probe.mounts\"",
-        "cat /sys/fs/cgroup/cgroup.controllers >\"$OUT/probe.controllers\" 2>&1",
     ]
     for run in runs:
         tmp = f"{GUEST_TMP}/{run.name}"
@@ -230,16 +238,35 @@ def _docker_preload(image: Path) -> list[str]:
     the host's, where overlay2 cannot stack and the host's own images must not show), a dockerd of
     the guest's own started to `docker load` the host's tarball and stopped again, so that the one
     the plugin starts (in the session's cgroups) finds the image. docker-load.rc and .log say how
-    it went (GuestResult.problems)."""
+    it went (GuestResult.problems). docker-preload.left then lists what the preload left behind (a
+    dockerd/containerd still running, the root's cgroup.subtree_control changed): empty when clean.
+
+    The host's /etc/docker is hidden in the guest (a daemon.json there, e.g. a data-root, would
+    apply to both guest dockerds) and the data root is named explicitly. The tmpfs is capped at 1G:
+    the image (~260 MB loaded) plus the hostile cases' few small containers; tmpfs pages cost guest
+    RAM (2G) only as written."""
     img = shlex.quote(str(image))
     return [
-        "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711 agentcgroup-docker /var/lib/docker",
-        'dockerd --bridge=none --iptables=false --ip-masq=false --exec-opt native.cgroupdriver=cgroupfs '
-        '>"$OUT/docker-load.log" 2>&1 &',
+        "[ ! -d /etc/docker ] || mount -t tmpfs -o mode=0755,size=1M agentcgroup-etc-docker /etc/docker",
+        "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker",
+        'dockerd --data-root /var/lib/docker --bridge=none --iptables=false --ip-masq=false '
+        '--exec-opt native.cgroupdriver=cgroupfs >"$OUT/docker-load.log" 2>&1 &',
         "dockerd_pid=$!",
-        "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 1; i=$((i + 1)); done",
+        # up to 300 s for the engine to answer (software emulation), not a moment after it died
+        "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ] || ! kill -0 $dockerd_pid 2>/dev/null; do "
+        "sleep 1; i=$((i + 1)); done",
         f'docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"',
-        'kill $dockerd_pid; wait $dockerd_pid',
+        # stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
+        "kill $dockerd_pid; i=0; while kill -0 $dockerd_pid 2>/dev/null && [ $i -lt 30 ]; do "
+        "sleep 1; i=$((i + 1)); done",
+        'kill -9 $dockerd_pid 2>/dev/null; wait $dockerd_pid',
+        # what it left: an engine still running, or a change to the root's controllers
+        ": >\"$OUT/docker-preload.left\"",
+        "for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case $c in dockerd|containerd*) "
+        "echo \"$c (pid ${p#/proc/}) still runs\";; esac; done >>\"$OUT/docker-preload.left\"",
+        '[ "$(cat /sys/fs/cgroup/cgroup.subtree_control)" = "$(cat "$OUT/probe.subtree_control")" ] || '
+        'echo "/sys/fs/cgroup/cgroup.subtree_control changed: $(cat "$OUT/probe.subtree_control") -> '
+        '$(cat /sys/fs/cgroup/cgroup.subtree_control)" >>"$OUT/docker-preload.left"',
     ]
 
 
@@ -272,6 +299,7 @@ class JunitSummary:
     skipped: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)    # (test id, tail of its report)
     skip_reasons: list[str] = field(default_factory=list)
+    passed_ids: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> int:
@@ -298,6 +326,8 @@ def read_junit(path: Path, tail_lines: int = 12) -> JunitSummary:
                 summary.skipped += 1
                 summary.skip_reasons.append(f"{test_id}: {child.get('message', '')}")
                 break
+        else:
+            summary.passed_ids.append(test_id)
     return summary
 
 
@@ -446,6 +476,11 @@ class GuestResult:
             out.append(f"the guest's dockerd did not load {self.docker_image.name} (docker-load.rc "
                        f"{(_read(self.out / 'docker-load.rc') or 'missing').strip()}); end of docker-load.log:\n"
                        + "\n".join(tail))
+        if self.docker_image is not None:
+            left = _read(self.out / "docker-preload.left")
+            if left is None or left.strip():
+                out.append("the guest's image preload did not leave the guest as it found it: "
+                           + (left.strip() if left is not None else "no docker-preload.left (its check did not run)"))
         for run in self.runs.values():
             out += run.problems()
         return out
@@ -459,8 +494,20 @@ class GuestResult:
                 f"{self.seconds:.0f} s in the VM -> {ok}")
 
 
+def vng_argv(vng: Path, kernel: Kernel, out: Path, script: Path, *, memory: str, cpus: int,
+             docker: bool) -> list[str]:
+    argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
+            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}"]
+    if docker:
+        # Debian kernels enable AppArmor, and dockerd then wants its docker-default profile
+        # loaded, which the shared host root cannot give the guest; nothing tested here uses it.
+        # Only for a boot with the engine: the others run with the kernel's defaults.
+        argv += ["--append", "apparmor=0"]
+    return argv
+
+
 def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
-         timeout_s: float = 1800, docker_image: Path | None = None) -> GuestResult:
+         timeout_s: float = BOOT_TIMEOUT_S, docker_image: Path | None = None) -> GuestResult:
     """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`.
     `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine."""
     qemu_for_host()
@@ -472,11 +519,7 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image))
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
     env = {**os.environ, "PATH": f"{vng.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
-            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}",
-            # Debian kernels enable AppArmor, and dockerd then wants its docker-default profile
-            # loaded, which the shared host root cannot give the guest; nothing tested here uses it
-            "--append", "apparmor=0"]
+    argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None)
     start = time.monotonic()
     with open(out / "vng.log", "wb") as console:
         proc = subprocess.Popen(argv, cwd=out, env=env, stdin=subprocess.DEVNULL, stdout=console,
