@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report paper clean clean-images recorded-here
+.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report paper clean clean-images clean-emulator recorded-here
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -67,3 +67,7 @@ recorded-here: setup
 # starts dockerd for it when none answers (and stops it again); silent when there is nothing to remove
 clean-images: setup
 	@$(PY) -m pytest_agentcgroup.cli images clean
+
+# the emulator binaries compiled on first use (replay/emulator_build.py), so the next run compiles it
+clean-emulator: setup
+	@$(PY) -c 'from pytest_agentcgroup.replay.emulator_build import remove_built; [print("removed", f) for f in remove_built()]'

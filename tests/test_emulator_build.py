@@ -37,6 +37,15 @@ def test_built_once_into_the_cache_named_by_the_source_hash(fresh):
     assert subprocess.run([path, "0", "0", "0", "0", "5", str(fresh)]).returncode == 0
 
 
+def test_clean_emulator_removes_the_build_and_the_next_use_compiles_again(fresh, monkeypatch):
+    """`make clean-emulator` (.ci/run): the cached binary goes, so CI compiles it as a fresh machine does."""
+    monkeypatch.setattr(emulator_build, "cache_dirs", lambda: [fresh])   # never the caches other runs use
+    path = emulator_build.emulator_binary()
+    assert emulator_build.remove_built() == [fresh / os.path.basename(path)]
+    assert not os.path.exists(path)
+    assert emulator_build.emulator_binary() == path and os.path.exists(path), "not compiled again"
+
+
 def test_two_processes_building_at_once_both_get_it(fresh):
     code = "from pytest_agentcgroup.replay import emulator_build as b; print(b.emulator_binary())"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]

@@ -180,3 +180,20 @@ def _built() -> str:
 
 
 emulator_binary.cache_clear = _built.cache_clear      # tests forget the build as before
+
+
+def remove_built() -> list[Path]:
+    """Remove the emulator binaries this user built in its cache directories (`make clean-emulator`),
+    so that the next run compiles from the source as a fresh machine would. Only our own files."""
+    removed = []
+    for d in cache_dirs():
+        d = Path(os.path.realpath(d))
+        if _untouchable(d) or not _ours(d, directory=True):
+            continue
+        for f in d.glob("emulator-*"):
+            if _ours(f, directory=False):
+                f.unlink()
+                removed.append(f)
+    _built.cache_clear()
+    return removed
+
