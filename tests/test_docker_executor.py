@@ -216,3 +216,27 @@ def test_plugin_runs_an_experiment_with_the_docker_executor(pytester, study, age
     res.assert_outcomes(passed=1)
     assert not agentcgroup_docker.client.containers.list(
         all=True, filters={"label": "agentcgroup.trace=synthetic/oom-once"})
+
+
+def test_a_second_acquisition_in_the_same_process_leaves_the_first_registered(agentcgroup_docker):
+    """The kernels VM test acquires an engine to `docker save` the image and releases it, in the
+    pytest process whose session fixture holds one already. That release once unregistered the
+    session too (both had the process's tag), stopped the dockerd it had started, and every docker
+    test after it failed. Each acquisition is registered, and labels its containers, on its own."""
+    first = agentcgroup_docker
+    users = first.state_dir / "users"
+    name = f"agentcgroup/second-acquisition-test:{os.getpid()}"
+    tiny_image(first, name)
+    box = first.client.containers.create(name, ["/marker"], labels={SESSION_LABEL: first.tag})
+    second = DockerEngine.acquire(state_dir=first.state_dir)
+    try:
+        assert second.tag != first.tag and (users / second.tag).exists() and (users / first.tag).exists()
+        second.release(state_dir=first.state_dir)
+        assert not (users / second.tag).exists()
+        assert (users / first.tag).exists()               # still registered: dockerd is not stopped
+        assert first.client.ping()
+        assert first.client.containers.get(box.id)        # the second's release left the first's container
+    finally:
+        second.release(state_dir=first.state_dir)         # a no-op when released above
+        box.remove(force=True)
+        first.client.images.remove(name)

@@ -7,9 +7,12 @@ engine register themselves in /run/agentcgroup-dockerd/users/; the last one to l
 dockerd that one of them started, so concurrent sessions (xdist workers, two pytest runs) share it
 and nothing we started outlives us. A dockerd started by someone else is never stopped.
 
-Every container we make carries the label `agentcgroup.session=<pid>-<start ticks>`; `release()`
-removes our own, and `acquire()` removes those of sessions that no longer exist (a run killed with
-SIGKILL).
+Every acquisition has a tag of its own, `<pid>-<start ticks>-<n>`: it names the users/ file and labels
+the containers made through it (`agentcgroup.session=<tag>`). `release()` removes its own, and
+`acquire()` removes those of processes that no longer exist (a run killed with SIGKILL). The tag is
+per acquisition, not per process, because one process may hold two at once (a session's engine and
+a test that acquires and releases one in the same pytest process): releasing the second must
+neither unregister the first nor remove its containers.
 
 `ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
 bookworm minbase root file system with python3, made by `debootstrap` from the Debian mirror the
@@ -20,6 +23,7 @@ agentcgroup/... image (`agentcgroup images clean`, run by CI so that every run b
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import re
 import shutil
@@ -49,9 +53,13 @@ def session_tag(pid: int | None = None) -> str | None:
     return None if ticks is None else f"{pid}-{ticks}"
 
 
+_acquisitions = itertools.count()
+
+
 def _alive(tag: str) -> bool:
-    pid, _, _ = tag.partition("-")
-    return pid.isdigit() and session_tag(int(pid)) == tag
+    """Whether the process an acquisition tag (`<pid>-<ticks>-<n>`, or a process tag) names still runs."""
+    pid, ticks = (tag.split("-") + ["", ""])[:2]
+    return pid.isdigit() and session_tag(int(pid)) == f"{pid}-{ticks}"
 
 
 class DockerEngine:
@@ -59,7 +67,7 @@ class DockerEngine:
 
     def __init__(self, client, state_dir: Path = STATE_DIR):
         self.client = client
-        self.tag = session_tag()
+        self.tag = f"{session_tag()}-{next(_acquisitions)}"     # this acquisition's (module docstring)
         self.state_dir = state_dir
 
     # -- acquire / release -----------------------------------------------------------------------
