@@ -90,6 +90,14 @@ def test_guest_that_did_not_reach_its_end_fails(tmp_path):
     assert "cgroup v2" in result.verdict() and "1 passed, 0 failed" in result.verdict()
 
 
+def test_a_run_cut_short_says_it_started_and_one_never_reached_says_not_run(tmp_path):
+    # a guest that panicked mid-run (vng exit 255) left <name>.start and a log, no rc, no JUnit
+    (tmp_path / "subset.start").write_text("1795500886\n")
+    (tmp_path / "subset.log").write_text("....s....\n")
+    assert vmharness.read_run(tmp_path, "subset").counts() == "started, did not finish"
+    assert vmharness.read_run(tmp_path, "other").counts() == "not run"
+
+
 def test_missing_kernel_names_what_to_run(tmp_path):
     with pytest.raises(vmharness.KernelMissing, match="hostsetup.sh vm-kernels"):
         vmharness.find_kernel("7.3", tmp_path / "index")
@@ -208,6 +216,9 @@ def test_apparmor_is_turned_off_only_for_a_boot_with_the_docker_engine(tmp_path)
     plain = vmharness.vng_argv(Path("vng"), KERNEL, tmp_path, tmp_path / "guest.sh", docker=False, **args)
     with_docker = vmharness.vng_argv(Path("vng"), KERNEL, tmp_path, tmp_path / "guest.sh", docker=True, **args)
     assert "apparmor=0" not in plain and with_docker[-2:] == ["--append", "apparmor=0"]
+    # both keep the kernel's console (vng.log), at errors only: loglevel=4 comes after --verbose's 7
+    for argv in (plain, with_docker):
+        assert "--verbose" in argv and argv[argv.index("--verbose") + 1:][:2] == ["--append", "loglevel=4"]
 
 
 def test_the_modules_are_looked_for_in_the_nearest_lib_modules_only(tmp_path):

@@ -339,6 +339,7 @@ class RunOutcome:
     seconds: float | None
     junit: JunitSummary | None   # None: no JUnit XML (pytest did not get that far)
     log_tail: str
+    started: bool = False        # the guest script reached it (<name>.start written)
 
     def problems(self) -> list[str]:
         """Why this run does not count as passed (empty: it passed and ran tests)."""
@@ -375,7 +376,9 @@ class RunOutcome:
 
     def counts(self) -> str:
         if self.junit is None:
-            return "not run" if self.rc is None else f"exit {self.rc}, no JUnit"
+            if self.rc is not None:
+                return f"exit {self.rc}, no JUnit"
+            return "started, did not finish" if self.started else "not run"
         j = self.junit
         took = f" in {self.seconds:.0f} s" if self.seconds is not None else ""
         return f"{j.passed} passed, {j.failures} failed, {j.errors} errors, {j.skipped} skipped{took}"
@@ -448,7 +451,7 @@ def read_run(out: Path, name: str, tail_lines: int = 25) -> RunOutcome:
             log.append(f"(its JUnit XML {xml} is not well-formed: {exc})")
     return RunOutcome(name=name, rc=int(rc_text) if rc_text and rc_text.strip().isdigit() else None,
                       seconds=float(end) - float(start) if start and end else None,
-                      junit=junit, log_tail="\n".join(log[-tail_lines:]))
+                      junit=junit, log_tail="\n".join(log[-tail_lines:]), started=start is not None)
 
 
 @dataclass
@@ -497,7 +500,12 @@ class GuestResult:
 def vng_argv(vng: Path, kernel: Kernel, out: Path, script: Path, *, memory: str, cpus: int,
              docker: bool) -> list[str]:
     argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
-            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}"]
+            "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}",
+            # The kernel's console into vng.log: without --verbose vng sends it to /dev/null, and a
+            # guest that panics leaves nothing but vng's exit 255 (seen once on 6.12). loglevel=4,
+            # given after vng's own loglevel=7, keeps it to errors: an OOM kill is one line, not a
+            # dump, so the serial console stays quiet; a panic or oops prints whatever the level.
+            "--verbose", "--append", "loglevel=4"]
     if docker:
         # Debian kernels enable AppArmor, and dockerd then wants its docker-default profile
         # loaded, which the shared host root cannot give the guest; nothing tested here uses it.
