@@ -219,6 +219,7 @@ def test_apparmor_is_turned_off_only_for_a_boot_with_the_docker_engine(tmp_path)
     # both keep the kernel's console (vng.log), at errors only: loglevel=4 comes after --verbose's 7
     for argv in (plain, with_docker):
         assert "--verbose" in argv and argv[argv.index("--verbose") + 1:][:2] == ["--append", "loglevel=4"]
+        assert "--qemu-opts=-accel tcg,thread=single" in argv      # coherent kernel text patching
 
 
 def test_the_modules_are_looked_for_in_the_nearest_lib_modules_only(tmp_path):
