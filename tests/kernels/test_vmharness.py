@@ -20,6 +20,7 @@ FileNotFoundError: [Errno 2] No such file or directory: '/sys/fs/cgroup/agentcgr
 
 
 def write_run(out: Path, name: str, rc: int | None, junit: str | None, log: str = "") -> None:
+    (out / f"{name}.start").write_text("1795500886\n")     # the guest stamps it before pytest starts
     (out / f"{name}.log").write_text(log)
     if rc is not None:
         (out / f"{name}.rc").write_text(f"{rc}\n")
@@ -96,6 +97,8 @@ def test_a_run_cut_short_says_it_started_and_one_never_reached_says_not_run(tmp_
     (tmp_path / "subset.log").write_text("....s....\n")
     assert vmharness.read_run(tmp_path, "subset").counts() == "started, did not finish"
     assert vmharness.read_run(tmp_path, "other").counts() == "not run"
+    assert "pytest did not finish in the guest" in vmharness.read_run(tmp_path, "subset").problems()[0]
+    assert "pytest never started in the guest" in vmharness.read_run(tmp_path, "other").problems()[0]
 
 
 def test_missing_kernel_names_what_to_run(tmp_path):

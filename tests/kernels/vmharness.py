@@ -344,7 +344,8 @@ class RunOutcome:
     def problems(self) -> list[str]:
         """Why this run does not count as passed (empty: it passed and ran tests)."""
         if self.rc is None:
-            return [f"{self.name}: pytest did not finish in the guest; end of its log:\n{self.log_tail}"]
+            how = "did not finish" if self.started else "never started"
+            return [f"{self.name}: pytest {how} in the guest; end of its log:\n{self.log_tail}"]
         if self.junit is None:
             return [f"{self.name}: pytest exited {self.rc} without a JUnit XML; end of its log:\n{self.log_tail}"]
         out = []
@@ -502,15 +503,15 @@ def vng_argv(vng: Path, kernel: Kernel, out: Path, script: Path, *, memory: str,
     argv = [str(vng), "--disable-kvm", "-r", str(kernel.vmlinuz), "-m", memory, "-p", str(cpus),
             "--rwdir", str(out), "--exec", f"sh {shlex.quote(str(script))}",
             # The kernel's console into vng.log: without --verbose vng sends it to /dev/null, and a
-            # guest that panics leaves nothing but vng's exit 255 (seen once on 6.12). loglevel=4,
+            # guest that panics leaves nothing but vng's exit 255 (seen on 6.12 and 7.3). loglevel=4,
             # given after vng's own loglevel=7, keeps it to errors: an OOM kill is one line, not a
             # dump, so the serial console stays quiet; a panic or oops prints whatever the level.
             "--verbose", "--append", "loglevel=4",
             # One host thread runs both vCPUs in turn (no multi-threaded TCG). With MTTCG, a guest
             # oopsed now and then on an int3 in scheduler code, right after the kernel had patched
             # its own text (a static key flipped by a cgroup mkdir): another vCPU was still running
-            # a stale translation of the patched bytes. Measured cost: none on the delegated-user
-            # run (235 s against 236 s in the guest).
+            # a stale translation of the patched bytes. Measured cost on 6.12, in the guest: the
+            # subset 759 s (731-759 s with MTTCG), the delegated-user run 235 s (236 s).
             "--qemu-opts=-accel tcg,thread=single"]
     if docker:
         # Debian kernels enable AppArmor, and dockerd then wants its docker-default profile
