@@ -196,4 +196,3 @@ def remove_built() -> list[Path]:
                 removed.append(f)
     _built.cache_clear()
     return removed
-
