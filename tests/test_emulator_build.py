@@ -41,8 +41,15 @@ def test_clean_emulator_removes_the_build_and_the_next_use_compiles_again(fresh,
     """`make clean-emulator` (.ci/run): the cached binary goes, so CI compiles it as a fresh machine does."""
     monkeypatch.setattr(emulator_build, "cache_dirs", lambda: [fresh])   # never the caches other runs use
     path = emulator_build.emulator_binary()
+    kept = [fresh / "notes.txt", fresh / "emulator-of-another-user"]     # only our own emulator-* go
+    for f in kept:
+        f.write_text("x")
+    if os.geteuid() == 0:
+        os.chown(kept[1], 65534, 65534)
+    else:
+        kept.pop()                        # without root no file of another user can be made here
     assert emulator_build.remove_built() == [fresh / os.path.basename(path)]
-    assert not os.path.exists(path)
+    assert not os.path.exists(path) and all(f.exists() for f in kept)
     assert emulator_build.emulator_binary() == path and os.path.exists(path), "not compiled again"
 
 

@@ -505,7 +505,8 @@ def vng_argv(vng: Path, kernel: Kernel, out: Path, script: Path, *, memory: str,
             # The kernel's console into vng.log: without --verbose vng sends it to /dev/null, and a
             # guest that panics leaves nothing but vng's exit 255 (seen on 6.12 and 7.3). loglevel=4,
             # given after vng's own loglevel=7, keeps it to errors: an OOM kill is one line, not a
-            # dump, so the serial console stays quiet; a panic or oops prints whatever the level.
+            # dump, so the serial console stays quiet; a panic or oops prints whatever the level
+            # (a WARN, at level 4, does not).
             "--verbose", "--append", "loglevel=4",
             # One host thread runs both vCPUs in turn (no multi-threaded TCG). With MTTCG, a guest
             # oopsed now and then on an int3 in scheduler code, right after the kernel had patched
