@@ -228,9 +228,9 @@ def test_a_second_acquisition_in_the_same_process_leaves_the_first_registered(ag
     name = f"agentcgroup/second-acquisition-test:{os.getpid()}"
     tiny_image(first, name)
     box = first.client.containers.create(name, ["/marker"], labels={SESSION_LABEL: first.tag})
-    second = DockerEngine.acquire(state_dir=first.state_dir)
-    released = False
+    second, released = None, False
     try:
+        second = DockerEngine.acquire(state_dir=first.state_dir)
         assert second.tag != first.tag and (users / second.tag).exists() and (users / first.tag).exists()
         second.release(state_dir=first.state_dir)
         released = True
@@ -239,7 +239,7 @@ def test_a_second_acquisition_in_the_same_process_leaves_the_first_registered(ag
         assert first.client.ping()
         assert first.client.containers.get(box.id)        # the second's release left the first's container
     finally:
-        if not released:
+        if second is not None and not released:
             second.release(state_dir=first.state_dir)
         box.remove(force=True)
         first.client.images.remove(name)
