@@ -19,10 +19,24 @@ from conftest import EXP_MODULE, cgroups_or_skip, write_study
 from pytest_agentcgroup.cgroups.tree import PREFIX
 
 
+# The run roots of pytests that tests SIGKILLed on purpose (tests/test_resume.py): they stay until a
+# later run clears them, and under xdist a test running beside it must not count them as its leak.
+# Names carry the maker's start time, so an entry never matches a later process's root.
+KILLED_ON_PURPOSE = Path(tempfile.gettempdir()) / "agentcgroup-tests-killed-on-purpose"
+
+
+def killed_on_purpose(host, pid: int) -> None:
+    """Note the run roots of `pid`, about to be SIGKILLed, before the kill (so no neighbour sees them unnoted)."""
+    with KILLED_ON_PURPOSE.open("a") as f:
+        f.writelines(f"{p.name}\n" for p in our_cgroups(host, pid))
+
+
 def leaked(host) -> list[Path]:
     """Run roots whose maker has exited: what a finished run left behind (runs of other live
-    processes, e.g. a parallel session, are not ours to judge)."""
-    return [p for p in our_cgroups(host) if not Path(f"/proc/{p.name.split('-')[1]}").exists()]
+    processes, e.g. a parallel session, are not ours to judge, nor runs killed on purpose)."""
+    spared = set(KILLED_ON_PURPOSE.read_text().split()) if KILLED_ON_PURPOSE.exists() else set()
+    return [p for p in our_cgroups(host)
+            if p.name not in spared and not Path(f"/proc/{p.name.split('-')[1]}").exists()]
 
 
 def our_cgroups(host, pid: int | None = None) -> list[Path]:
@@ -59,8 +73,11 @@ def test_marker_expression_and_keyword_select_the_experiment(pytester, project):
     assert [line for line in by_arm.outlines if "::" in line] == ["test_exp1.py::test_exp1[static-toolcall:oom-once]"]
 
 
-def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester, project):
+def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester, project, monkeypatch):
     host = cgroups_or_skip()
+    # Under `-n N` this runs in an xdist worker, whose PYTEST_XDIST_WORKER the pytest below inherits;
+    # pytest-benchmark reads that variable, takes itself for a worker and writes no --benchmark-json.
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     result = run_study(pytester, "--benchmark-json", "bench.json")
     result.assert_outcomes(passed=4)
     bench = json.loads((pytester.path / "bench.json").read_text())

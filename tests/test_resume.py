@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import leaked, run_study
+from test_plugin import killed_on_purpose, leaked, our_cgroups, run_study
 
 STEPS = 4                                   # write_study: three bash steps and a noop
 ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")
@@ -24,8 +24,9 @@ def _records(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _kill_midway(pytester, lines_before_kill: int):
-    """Start the study serially and SIGKILL pytest once `lines_before_kill` steps are on disk."""
+def _kill_midway(pytester, host, lines_before_kill: int):
+    """Start the study serially and SIGKILL pytest once `lines_before_kill` steps are on disk.
+    Returns the records on disk and the killed pytest's pid."""
     metrics = pytester.path / "out" / "latest" / "metrics.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentcgroup-config",
                              "study.toml", "--agentcgroup-out", "out", "-q"], cwd=pytester.path,
@@ -35,12 +36,13 @@ def _kill_midway(pytester, lines_before_kill: int):
         if metrics.exists() and len(metrics.read_text().splitlines()) >= lines_before_kill:
             break
         time.sleep(0.02)
+    killed_on_purpose(host, proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     got = _records(metrics)
     done = Counter(r["config"] for r in got)
     assert done[ARMS[0]] == STEPS and 0 < done[ARMS[1]] < STEPS, f"not killed mid-test: {done}"
-    return got
+    return got, proc.pid
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ def slow_project(pytester):
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_project, workers):
     host = cgroups_or_skip()
-    before = _kill_midway(pytester, STEPS + 2)
+    before, killed = _kill_midway(pytester, host, STEPS + 2)
     first = [r for r in before if r["config"] == ARMS[0]]
 
     runs = sorted(p.name for p in (pytester.path / "out").iterdir())
@@ -83,7 +85,7 @@ def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_proje
     assert len(newer) == 3 and newer[1].startswith("0002_") and (out / "latest").resolve() == (out / newer[1]).resolve()
     assert (run / "metrics.jsonl").read_bytes() == kept
     assert Counter((r["config"], r["step_id"]) for r in _records(out / newer[1] / "metrics.jsonl")) == steps
-    assert leaked(host) == []
+    assert leaked(host) == [] and our_cgroups(host, killed) == [], "the killed run's roots were not cleared"
 
 
 MATRIX = """
