@@ -21,8 +21,9 @@ from pytest_agentcgroup.cgroups.tree import PREFIX
 
 # The run roots of pytests that tests SIGKILLed on purpose (tests/test_resume.py): they stay until a
 # later run clears them, and under xdist a test running beside it must not count them as its leak.
-# Names carry the maker's start time, so an entry never matches a later process's root.
-KILLED_ON_PURPOSE = Path(tempfile.gettempdir()) / "agentcgroup-tests-killed-on-purpose"
+# Names carry the maker's start time, so an entry never matches a later process's root. One file
+# per user: another user's (root's) would not be ours to append to.
+KILLED_ON_PURPOSE = Path(tempfile.gettempdir()) / f"agentcgroup-tests-killed-on-purpose-{os.getuid()}"
 
 
 def killed_on_purpose(host, pid: int) -> None:
