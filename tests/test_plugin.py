@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from pytest_agentcgroup.cgroups.tree import PREFIX
+from pytest_agentcgroup.cgroups.tree import PREFIX, live_run_roots
 
 
 # The run roots of pytests that tests SIGKILLed on purpose (tests/test_resume.py): they stay until a
@@ -36,8 +36,9 @@ def leaked(host) -> list[Path]:
     """Run roots whose maker has exited: what a finished run left behind (runs of other live
     processes, e.g. a parallel session, are not ours to judge, nor runs killed on purpose)."""
     spared = set(KILLED_ON_PURPOSE.read_text().split()) if KILLED_ON_PURPOSE.exists() else set()
-    return [p for p in our_cgroups(host)
-            if p.name not in spared and not Path(f"/proc/{p.name.split('-')[1]}").exists()]
+    ours = our_cgroups(host)        # listed first: a root made after it is not judged, not flagged
+    live = {p for d in (host.unified, *host.v1.values()) for p in live_run_roots(d)}   # maker's pid and start
+    return [p for p in ours if p.name not in spared and p not in live and p.exists()]
 
 
 def our_cgroups(host, pid: int | None = None) -> list[Path]:
