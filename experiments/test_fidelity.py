@@ -33,13 +33,13 @@ def test_fidelity_on_the_recorded_here_corpus(capsys):
     traces = [t for f in files for t in read_traces(f)]
     before = os.getloadavg()
     try:
-        rows = fidelity.emulate(traces, repeat=REPEAT)
+        rows, tail_ms = fidelity.emulate(traces, repeat=REPEAT)
     except CgroupUnavailable as exc:
         pytest.skip(f"cannot emulate in cgroups: {exc}")
     except ExecutorUnavailable as exc:
         pytest.skip(str(exc))
     after = os.getloadavg()
-    res = fidelity.result(rows, before, after, REPEAT)
+    res = fidelity.result(rows, before, after, REPEAT, tail_ms)
     load = (f"load average (1/5/15 min) {'/'.join(f'{x:.2f}' for x in before)} before, "
             f"{'/'.join(f'{x:.2f}' for x in after)} after, on {len(os.sched_getaffinity(0))} CPU(s)")
     with capsys.disabled():

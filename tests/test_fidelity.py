@@ -251,6 +251,26 @@ def test_the_emulators_clock_starts_where_the_step_wall_time_does(tree, tmp_path
     assert t0 >= made[0], f"the emulator's origin {made[0] - t0:.6f} s before the step's cgroup was made"
 
 
+def test_a_curve_emulation_ends_its_own_exit_before_the_recorded_end():
+    # A recorded duration runs to the reap, the real command's exit included; the emulator, timed
+    # from the same spawn, stops early by its own exit and reap, measured, not assumed
+    from pytest_agentcgroup.replay.executors.emulate import measure_exit_tail_ms
+    tail = measure_exit_tail_ms()
+    assert 0.0 < tail < 50.0, f"the emulator's exit and reap measured {tail:.3f} ms"
+    derived = Step(1, "bash", {"command": "x"}, duration_ms=Measure(200.0, "derived"),
+                   profile=Profile(peak_mb=Measure(8.0, "derived")))
+    ex, plain = EmulateExecutor(time_scale=0.5, exit_tail_ms=tail), EmulateExecutor()
+    try:
+        with_curve, without = ex.launch(curve_step([(0, 8), (50, 8)], 200.0)), ex.launch(derived)
+        untouched = plain.launch(curve_step([(0, 8), (50, 8)], 200.0))
+    finally:
+        ex.stop()
+        plain.stop()
+    assert float(with_curve.argv[5]) == pytest.approx(100.0 - tail, abs=1e-3)   # scaled, then the exit off
+    assert float(without.argv[5]) == 100.0      # timed from its own start: nothing to take off
+    assert float(untouched.argv[5]) == 200.0    # the experiments' default: nothing taken off
+
+
 def test_a_cpu_counter_not_read_is_no_cpu_figure_not_a_miss():
     from pytest_agentcgroup.metrics.fidelity import _row
     from pytest_agentcgroup.replay.replayer import StepResult

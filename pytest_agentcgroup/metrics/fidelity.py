@@ -5,8 +5,10 @@ A step is compared when its trace recorded its duration and its peak (`agentcgro
 writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
 unlimited arm) and measured with the counters the recording used: the kernel's per-cgroup peak (v2
 memory.peak | v1 memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system
-over every process of the step) and the wall time from spawn to reap. With `repeat` > 1 each step's
-figure is the median of its repetitions.
+over every process of the step) and the wall time from spawn to reap. The emulator's own exit and
+reap are measured right before the replays and taken off each step's end (replay/executors/emulate.py:
+the recorded duration holds the real command's exit). With `repeat` > 1 each step's figure is the
+median of its repetitions.
 
 Goals (GOALS): peak within ±5 % or 4 MiB (whichever is larger), duration within ±10 %, CPU within
 ±15 %. The gate: at least 90 % of the compared steps meet both the peak and the duration goal.
@@ -29,6 +31,7 @@ from ..cgroups import CgroupUnavailable, RunTree, detect
 from ..cgroups.arms import Arm, ArmPlacement
 from ..replay import EmulateExecutor, ExecutorUnavailable, replay
 from ..replay.executors.base import DEFAULT_TIMEOUT_S
+from ..replay.executors.emulate import measure_exit_tail_ms
 from ..traces.ir import Step, Trace, TraceError, read_traces
 from .records import percentile
 
@@ -80,8 +83,10 @@ def errors(want: Figures, got: Figures) -> dict:
     return out
 
 
-def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> list[dict]:
-    """Emulate every recorded step `repeat` times in a cgroup of its own; one row per step."""
+def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> tuple[list[dict], float]:
+    """Emulate every recorded step `repeat` times in a cgroup of its own: one row per step, and the
+    emulator's exit and reap (ms, measured first) taken off each step's end."""
+    tail_ms = measure_exit_tail_ms()
     tree = RunTree(detect())
     rows = []
     try:
@@ -96,7 +101,7 @@ def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> list[dict]
             for i in range(repeat):
                 work = tree.workload(f"fidelity-{i}")
                 runs.append(replay(Trace(trace.trace_id, trace.source, steps),
-                                   EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s),
+                                   EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s, exit_tail_ms=tail_ms),
                                    ArmPlacement(Arm("unlimited"), work, tree.controllers)))
             for k, step in enumerate(steps):
                 rows.append(_row(trace, step, [r[k] for r in runs]))
@@ -104,7 +109,7 @@ def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> list[dict]
                     on_step(rows[-1])
     finally:
         tree.close()
-    return rows
+    return rows, tail_ms
 
 
 def _row(trace: Trace, step: Step, results) -> dict:
@@ -180,9 +185,10 @@ def worst(rows: list[dict], n: int = 5) -> list[dict]:
     return sorted(rows, key=badness, reverse=True)[:n]
 
 
-def result(rows: list[dict], load_before, load_after, repeat: int) -> dict:
+def result(rows: list[dict], load_before, load_after, repeat: int, exit_tail_ms: float | None = None) -> dict:
     return {"goals": {m: {"relative_pct": 100 * rel, "floor": floor} for m, (rel, floor) in GOALS.items()},
-            "repeat": repeat, "load_avg_before": list(load_before), "load_avg_after": list(load_after),
+            "repeat": repeat, "emulator_exit_ms": exit_tail_ms,
+            "load_avg_before": list(load_before), "load_avg_after": list(load_after),
             "cpus": os.cpu_count(), "emulated": distribution(rows, "emulated"),
             "original": distribution(rows, "original"), "gate": gate(rows), "worst": worst(rows), "steps": rows}
 
@@ -204,6 +210,9 @@ def format_report(res: dict) -> str:
     out = [f"emulated vs recorded, {res['gate']['steps']} step(s), median of {res['repeat']} run(s) each; "
            f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s) (durations and CPU "
            "are load-sensitive)"]
+    if res.get("emulator_exit_ms") is not None:
+        out.append(f"the emulator's own exit and reap, {res['emulator_exit_ms']:.2f} ms measured before the replays, "
+                   "end each step early (the recorded duration holds the real command's)")
     out += _table(res["emulated"])
     if res["original"]:
         out.append("the steps' original (source-derived) figures vs recorded: how wrong the derived profiles were")
@@ -273,14 +282,14 @@ def cmd_fidelity(args) -> int:
         return EXIT_BAD_INPUT
     before = os.getloadavg()
     try:
-        rows = emulate(traces, repeat=args.repeat)
+        rows, tail_ms = emulate(traces, repeat=args.repeat)
     except CgroupUnavailable as exc:
         print(f"agentcgroup traces fidelity: cannot emulate in cgroups: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ExecutorUnavailable as exc:        # the emulator cannot be built here (no compiler, ...)
         print(f"agentcgroup traces fidelity: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    res = result(rows, before, os.getloadavg(), args.repeat)
+    res = result(rows, before, os.getloadavg(), args.repeat, tail_ms)
     if res["gate"]["unmeasured"]:
         print("agentcgroup traces fidelity: this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+): "
               "peaks are not compared and the gate cannot be checked here", file=sys.stderr)

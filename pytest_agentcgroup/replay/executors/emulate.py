@@ -2,19 +2,53 @@
 first use by replay/emulator_build.py) with the step's recorded profile, durations scaled by the time scale. A step's memory curve (a recorded
 profile's) goes to the emulator as a small file in the executor's workdir, thinned to the points
 where it moved by CURVE_STEP_MB or more (and always its highest one, raised to the recorded peak), so a long step sampled at
-100 Hz does not reach the command line or cost the emulator a long read."""
+100 Hz does not reach the command line or cost the emulator a long read.
+
+A recorded duration runs from the spawn to the reap, so it holds the real command's own exit. An
+emulation timed from the same spawn (T0_ENV) that works to that end adds its own exit and reap on
+top. `exit_tail_ms` takes that off a curve step's end: measure_exit_tail_ms() measures it (the
+fidelity comparison does, right before its replays, and reports it); the experiments leave it 0
+(every arm replays with the same overhead, and they compare arms, not recordings)."""
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 from pathlib import Path
 
+from ...errors import ExecutorUnavailable
+from ...proc import SpawnError, run
 from ...traces.ir import Step, Trace
 from ..emulator_build import emulator_binary
 from .base import DEFAULT_TIMEOUT_S, Launch
 
 T0_ENV = "AGENTCGROUP_EMULATE_T0"     # read by emulator.c
 CURVE_STEP_MB = 0.5         # half the emulator's own grain (1 MiB pieces)
+TAIL_PROBES, TAIL_PROBE_MS = 7, 50.0    # the probe outlasts the emulator's start-up (~1 ms) by far
+
+
+def measure_exit_tail_ms() -> float:
+    """The emulator's exit and reap as a step is timed (proc.run, its clock from T0_ENV): the median
+    overshoot of TAIL_PROBES empty emulations of TAIL_PROBE_MS each (0 if it came out early).
+    Raises ExecutorUnavailable when the emulator cannot be built or does not run."""
+    binary = emulator_binary()
+    workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
+    try:
+        curve = Path(workdir) / "probe.txt"
+        curve.write_text("0 0\n")
+        argv = [binary, "0", "0", "0", "0", f"{TAIL_PROBE_MS:.3f}", workdir, f"--curve={curve}"]
+        over = []
+        for _ in range(TAIL_PROBES):
+            r = run(argv, cwd=workdir, timeout_s=10.0, clock_env=T0_ENV)
+            if r.exit_code != 0 or r.timed_out:
+                raise ExecutorUnavailable(f"the emulator {binary} failed an empty emulation (exit {r.exit_code}, "
+                                          f"signal {r.signal}{', timed out' if r.timed_out else ''})")
+            over.append(r.wall_ms - TAIL_PROBE_MS)
+        return max(0.0, statistics.median(over))
+    except SpawnError as exc:
+        raise ExecutorUnavailable(f"the emulator cannot be started: {exc}") from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def thin_curve(t_ms, mb) -> list[tuple[float, float]]:
@@ -47,10 +81,14 @@ class EmulateExecutor:
     """
     name = "emulate"
 
-    def __init__(self, *, time_scale: float = 1.0, step_timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, *, time_scale: float = 1.0, step_timeout_s: float = DEFAULT_TIMEOUT_S,
+                 exit_tail_ms: float = 0.0):
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        if not exit_tail_ms >= 0:
+            raise ValueError(f"exit_tail_ms must be >= 0, got {exit_tail_ms}")
         self.time_scale = time_scale
+        self.exit_tail_ms = exit_tail_ms      # real milliseconds: not scaled with the trace
         self.step_timeout_s = step_timeout_s
         self.workdir: str | None = None
 
@@ -70,9 +108,12 @@ class EmulateExecutor:
         if self.workdir is None:        # launched without start(): stop() still removes it
             self.workdir = tempfile.mkdtemp(prefix="agentcgroup-emulate-")
         duration = val(step.duration_ms) * s
+        # timed from the spawn, a curve's emulation ends its own exit early (the recorded duration
+        # holds the real command's); without a curve it times itself from its own start
+        end = max(0.0, duration - self.exit_tail_ms) if p.curve is not None else duration
         argv = [emulator_binary(), str(int(val(p.peak_mb) * 1024 * 1024)),
                 f"{val(p.ramp_ms) * s:.3f}", f"{val(p.cpu_ms) * s:.3f}", str(int(val(p.io_bytes))),
-                f"{duration:.3f}", self.workdir]
+                f"{end:.3f}", self.workdir]
         if p.curve is not None:
             path = Path(self.workdir) / f"curve-{step.step_id}.txt"
             points = with_peak(thin_curve(p.curve.t_ms, p.curve.mb), p.peak_mb.value if p.peak_mb else None)
