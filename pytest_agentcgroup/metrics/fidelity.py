@@ -6,7 +6,7 @@ writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py Ar
 unlimited arm) and measured with the counters the recording used: the kernel's per-cgroup peak (v2
 memory.peak | v1 memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system
 over every process of the step) and the wall time from spawn to reap. The emulator's own exit and
-reap are measured right before the replays and taken off each step's end (replay/executors/emulate.py:
+reap are measured right before the replays and taken off each curve step's end (replay/executors/emulate.py:
 the recorded duration holds the real command's exit). With `repeat` > 1 each step's figure is the
 median of its repetitions.
 
@@ -85,11 +85,11 @@ def errors(want: Figures, got: Figures) -> dict:
 
 def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> tuple[list[dict], float]:
     """Emulate every recorded step `repeat` times in a cgroup of its own: one row per step, and the
-    emulator's exit and reap (ms, measured first) taken off each step's end."""
-    tail_ms = measure_exit_tail_ms()
-    tree = RunTree(detect())
+    emulator's exit and reap (ms, measured first) taken off each curve step's end."""
+    tree = RunTree(detect())        # no cgroups: said before the emulator is built and probed
     rows = []
     try:
+        tail_ms = measure_exit_tail_ms()
         for trace in traces:
             steps = tuple(s for s in trace.steps if recorded(s) is not None)
             if not steps:
@@ -212,7 +212,7 @@ def format_report(res: dict) -> str:
            "are load-sensitive)"]
     if res.get("emulator_exit_ms") is not None:
         out.append(f"the emulator's own exit and reap, {res['emulator_exit_ms']:.2f} ms measured before the replays, "
-                   "end each step early (the recorded duration holds the real command's)")
+                   "end each curve step early (the recorded duration holds the real command's)")
     out += _table(res["emulated"])
     if res["original"]:
         out.append("the steps' original (source-derived) figures vs recorded: how wrong the derived profiles were")
