@@ -44,8 +44,9 @@ report: setup
 	@$(PY) -m pytest_agentcgroup.cli report results -o report --config experiments/agentcgroup.toml
 
 # Experiment 1 as a frontier (issue 13): every arm at static limits swept over the paper subset's
-# trace-peak percentiles (experiments/exp1-paper.toml; 1 h 20 min with PYTEST_ARGS="-n 2", see README), then its report with the
-# kills-vs-reserved-memory figure in report-paper/index.html. No baseline gate: a measurement.
+# trace-peak percentiles (experiments/exp1-paper.toml; 1 h 20 min with PYTEST_ARGS="-n 2", see
+# README), then its report with the kills-vs-reserved-memory figure in report-paper/index.html. No
+# baseline gate: a measurement.
 paper: setup
 	@$(PY) -m pytest experiments/test_exp1_domain_mismatch.py -q --benchmark-columns=median \
 	  --agentcgroup-config experiments/exp1-paper.toml --agentcgroup-out results-paper $(PYTEST_ARGS); rc=$$?; \
