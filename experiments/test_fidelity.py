@@ -33,15 +33,18 @@ def test_fidelity_on_the_recorded_here_corpus(capsys):
     traces = [t for f in files for t in read_traces(f)]
     before = os.getloadavg()
     try:
-        rows, tail_ms = fidelity.emulate(traces, repeat=REPEAT)
+        em = fidelity.emulate(traces, repeat=REPEAT)
     except CgroupUnavailable as exc:
         pytest.skip(f"cannot emulate in cgroups: {exc}")
     except ExecutorUnavailable as exc:
         pytest.skip(str(exc))
     after = os.getloadavg()
-    res = fidelity.result(rows, before, after, REPEAT, tail_ms)
+    rows = em.rows
+    res = fidelity.result(rows, before, after, REPEAT, em.exit_tail_ms, em.cpu_wait_pct)
+    waited = "not measured" if em.cpu_wait_pct is None else f"{em.cpu_wait_pct:.1f}% of the time"
     load = (f"load average (1/5/15 min) {'/'.join(f'{x:.2f}' for x in before)} before, "
-            f"{'/'.join(f'{x:.2f}' for x in after)} after, on {len(os.sched_getaffinity(0))} CPU(s)")
+            f"{'/'.join(f'{x:.2f}' for x in after)} after, on {len(os.sched_getaffinity(0))} CPU(s); "
+            f"a task waited for a CPU {waited}")
     with capsys.disabled():
         print(f"\nfidelity of the emulator on {CORPUS} ({len(files)} file(s), recorded here):")
         print(fidelity.format_report(res))

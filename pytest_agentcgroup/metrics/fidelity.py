@@ -3,12 +3,19 @@ kernel counted for the emulation with what it counted for the real command (issu
 
 A step is compared when its trace recorded its duration and its peak (`agentcgroup traces profile`
 writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
-unlimited arm) and measured with the counters the recording used: the kernel's per-cgroup peak (v2
-memory.peak | v1 memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system
-over every process of the step) and the wall time from spawn to reap. The emulator's own exit and
-reap are measured right before the replays and taken off each curve step's end (replay/executors/emulate.py:
-the recorded duration holds the real command's exit). With `repeat` > 1 each step's figure is the
-median of its repetitions.
+unlimited arm) made ahead, with the emulator's launcher already joined to it: pool=True, the spawn
+path the experiments replay through. (A spawn that joins in the forked child took 11 ms here, up to
+~30 ms while the kernel was still tearing down another run's cgroups, a parked one 1.7 ms: the
+emulator's clock would start that much late.) It is measured with the counters the recording used:
+the kernel's per-cgroup peak (v2 memory.peak | v1 memory.max_usage_in_bytes), the cgroup's CPU
+(cpu.stat usage_usec: user + system over every process of the step) and the wall time from spawn
+to reap. The emulator's own exit and reap are measured right before the replays and taken off each
+curve step's end (replay/executors/emulate.py: the recorded duration holds the real command's
+exit). With `repeat` > 1 each step's figure is the median of its repetitions.
+
+Durations are only comparable on a host as idle as the recording's: beside the load average, the
+report gives the share of the replays' wall time in which some task waited for a CPU (the kernel's
+PSI, /proc/pressure/cpu "some"; None without PSI), so a miss under contention says so.
 
 Goals (GOALS): peak within ±5 % or 4 MiB (whichever is larger), duration within ±10 %, CPU within
 ±15 %. The gate: at least 90 % of the compared steps meet both the peak and the duration goal.
@@ -24,8 +31,10 @@ import json
 import os
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..cgroups import CgroupUnavailable, RunTree, detect
 from ..cgroups.arms import Arm, ArmPlacement
@@ -83,13 +92,32 @@ def errors(want: Figures, got: Figures) -> dict:
     return out
 
 
-def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> tuple[list[dict], float]:
-    """Emulate every recorded step `repeat` times in a cgroup of its own: one row per step, and the
-    emulator's exit and reap (ms, measured first) taken off each curve step's end."""
+class Emulated(NamedTuple):
+    rows: list[dict]                # one per compared step
+    exit_tail_ms: float             # the emulator's exit and reap, taken off each curve step's end
+    cpu_wait_pct: float | None      # share of the replays' wall time some task waited for a CPU
+
+
+def cpu_wait_us() -> int | None:
+    """The kernel's running total of time (us) in which some task waited for a CPU, host-wide
+    (/proc/pressure/cpu "some"); None without PSI (CONFIG_PSI off, or psi=0 on the command line)."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            some = f.readline().split()
+        return int(some[-1].removeprefix("total=")) if some and some[0] == "some" else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> Emulated:
+    """Emulate every recorded step `repeat` times in a cgroup of its own: one row per step, the
+    emulator's exit and reap (ms, measured first) taken off each curve step's end, and how much of
+    the time the host's CPUs were contended meanwhile."""
     tree = RunTree(detect())        # no cgroups: said before the emulator is built and probed
     rows = []
     try:
         tail_ms = measure_exit_tail_ms()
+        wait0, t0 = cpu_wait_us(), time.monotonic()
         for trace in traces:
             steps = tuple(s for s in trace.steps if recorded(s) is not None)
             if not steps:
@@ -102,14 +130,18 @@ def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> tuple[list
                 work = tree.workload(f"fidelity-{i}")
                 runs.append(replay(Trace(trace.trace_id, trace.source, steps),
                                    EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s, exit_tail_ms=tail_ms),
-                                   ArmPlacement(Arm("unlimited"), work, tree.controllers)))
+                                   # pooled, as the experiments replay: the joins are off the step's clock
+                                   ArmPlacement(Arm("unlimited"), work, tree.controllers, pool=True)))
             for k, step in enumerate(steps):
                 rows.append(_row(trace, step, [r[k] for r in runs]))
                 if on_step:
                     on_step(rows[-1])
+        wait1, t1 = cpu_wait_us(), time.monotonic()
     finally:
         tree.close()
-    return rows, tail_ms
+    waited = (100.0 * (wait1 - wait0) / ((t1 - t0) * 1e6) if wait0 is not None and wait1 is not None and t1 > t0
+              else None)
+    return Emulated(rows, tail_ms, waited)
 
 
 def _row(trace: Trace, step: Step, results) -> dict:
@@ -185,9 +217,10 @@ def worst(rows: list[dict], n: int = 5) -> list[dict]:
     return sorted(rows, key=badness, reverse=True)[:n]
 
 
-def result(rows: list[dict], load_before, load_after, repeat: int, exit_tail_ms: float | None = None) -> dict:
+def result(rows: list[dict], load_before, load_after, repeat: int, exit_tail_ms: float | None = None,
+           cpu_wait_pct: float | None = None) -> dict:
     return {"goals": {m: {"relative_pct": 100 * rel, "floor": floor} for m, (rel, floor) in GOALS.items()},
-            "repeat": repeat, "emulator_exit_ms": exit_tail_ms,
+            "repeat": repeat, "emulator_exit_ms": exit_tail_ms, "cpu_wait_pct": cpu_wait_pct,
             "load_avg_before": list(load_before), "load_avg_after": list(load_after),
             "cpus": os.cpu_count(), "emulated": distribution(rows, "emulated"),
             "original": distribution(rows, "original"), "gate": gate(rows), "worst": worst(rows), "steps": rows}
@@ -207,9 +240,12 @@ def _table(dist: dict) -> list[str]:
 
 def format_report(res: dict) -> str:
     lb, la = res["load_avg_before"], res["load_avg_after"]
+    wait = res.get("cpu_wait_pct")
+    contended = ("CPU contention not measured (no /proc/pressure/cpu)" if wait is None else
+                 f"some task waited for a CPU {wait:.1f}% of the time")
     out = [f"emulated vs recorded, {res['gate']['steps']} step(s), median of {res['repeat']} run(s) each; "
-           f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s) (durations and CPU "
-           "are load-sensitive)"]
+           f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s); {contended} "
+           "(durations and CPU are load-sensitive)"]
     if res.get("emulator_exit_ms") is not None:
         out.append(f"the emulator's own exit and reap, {res['emulator_exit_ms']:.2f} ms measured before the replays, "
                    "end each curve step early (the recorded duration holds the real command's)")
@@ -282,14 +318,14 @@ def cmd_fidelity(args) -> int:
         return EXIT_BAD_INPUT
     before = os.getloadavg()
     try:
-        rows, tail_ms = emulate(traces, repeat=args.repeat)
+        em = emulate(traces, repeat=args.repeat)
     except CgroupUnavailable as exc:
         print(f"agentcgroup traces fidelity: cannot emulate in cgroups: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except ExecutorUnavailable as exc:        # the emulator cannot be built here (no compiler, ...)
         print(f"agentcgroup traces fidelity: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    res = result(rows, before, os.getloadavg(), args.repeat, tail_ms)
+    res = result(em.rows, before, os.getloadavg(), args.repeat, em.exit_tail_ms, em.cpu_wait_pct)
     if res["gate"]["unmeasured"]:
         print("agentcgroup traces fidelity: this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+): "
               "peaks are not compared and the gate cannot be checked here", file=sys.stderr)
