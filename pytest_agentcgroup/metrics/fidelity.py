@@ -5,17 +5,18 @@ A step is compared when its trace recorded its duration and its peak (`agentcgro
 writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
 unlimited arm) made ahead, with the emulator's launcher already joined to it: pool=True, the spawn
 path the experiments replay through. (A spawn that joins in the forked child took 11 ms here, up to
-~30 ms while the kernel was still tearing down another run's cgroups, a parked one 1.7 ms: the
-emulator's clock would start that much late.) It is measured with the counters the recording used:
-the kernel's per-cgroup peak (v2 memory.peak | v1 memory.max_usage_in_bytes), the cgroup's CPU
-(cpu.stat usage_usec: user + system over every process of the step) and the wall time from spawn
-to reap. The emulator's own exit and reap are measured right before the replays and taken off each
-curve step's end (replay/executors/emulate.py: the recorded duration holds the real command's
-exit). With `repeat` > 1 each step's figure is the median of its repetitions.
+~30 ms while the kernel was still tearing down another run's cgroups, a parked one 1.7 ms: timed
+from before the spawn, the emulator would start that much later with less of the step left.) It is
+measured with the counters the recording used: the kernel's per-cgroup peak (v2 memory.peak | v1
+memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system over every process
+of the step) and the wall time from spawn to reap. The emulator's own exit and reap are measured
+right before the replays and taken off each curve step's end (replay/executors/emulate.py: the
+recorded duration holds the real command's exit). With `repeat` > 1 each step's figure is the
+median of its repetitions.
 
 Durations are only comparable on a host as idle as the recording's: beside the load average, the
 report gives the share of the replays' wall time in which some task waited for a CPU (the kernel's
-PSI, /proc/pressure/cpu "some"; None without PSI), so a miss under contention says so.
+PSI, /proc/pressure/cpu "some", host-wide; None without PSI), so a miss under contention shows it.
 
 Goals (GOALS): peak within ±5 % or 4 MiB (whichever is larger), duration within ±10 %, CPU within
 ±15 %. The gate: at least 90 % of the compared steps meet both the peak and the duration goal.
@@ -241,7 +242,7 @@ def _table(dist: dict) -> list[str]:
 def format_report(res: dict) -> str:
     lb, la = res["load_avg_before"], res["load_avg_after"]
     wait = res.get("cpu_wait_pct")
-    contended = ("CPU contention not measured (no /proc/pressure/cpu)" if wait is None else
+    contended = ("CPU contention not measured" if wait is None else
                  f"some task waited for a CPU {wait:.1f}% of the time")
     out = [f"emulated vs recorded, {res['gate']['steps']} step(s), median of {res['repeat']} run(s) each; "
            f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s); {contended} "
