@@ -30,8 +30,10 @@ declare -A GROUPS_PKGS=(
   [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine gcc libc6-dev"
   [docker]="docker.io debootstrap"
   [browser]="chromium fonts-liberation"
-  [vm]="${QEMU_PKG:+$QEMU_PKG busybox-static}"
-  [vm-kernels]="${QEMU_PKG:+$QEMU_PKG busybox-static}"
+  # kmod: depmod for the unpacked kernels' modules; udev: without systemd-udevd virtme-ng's init
+  # skips udev, the guest's exit code never reaches the host and vng returns 255 whatever it did
+  [vm]="${QEMU_PKG:+$QEMU_PKG busybox-static kmod udev}"
+  [vm-kernels]="${QEMU_PKG:+$QEMU_PKG busybox-static kmod udev}"
 )
 # kernel series each group boots in tests/kernels/ (newest patch release of each, chosen by apt)
 declare -A GROUPS_KERNELS=(
