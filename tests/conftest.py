@@ -10,7 +10,7 @@ import pytest
 
 from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "background"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -36,7 +36,7 @@ from typing import Sequence
 
 from ..errors import ExecutorUnavailable
 from ..proc import SpawnError, start, start_ticks
-from .apt_sources import NoDebianMirror, debian_mirror
+from .rootfs import DebootstrapFailed, debootstrap
 
 # Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
 # all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
@@ -184,23 +184,12 @@ class DockerEngine:
             return self._build_image(name, mirror)
 
     def _build_image(self, name: str, mirror: str | None) -> str:
-        debootstrap = shutil.which("debootstrap")
-        if not debootstrap:
-            raise ExecutorUnavailable(f"image {name} is missing and building it needs debootstrap "
-                                      "(Debian package debootstrap; `make setup` installs it)")
-        if mirror is None:
-            try:
-                mirror = debian_mirror("bookworm")
-            except NoDebianMirror as exc:
-                raise ExecutorUnavailable(f"image {name} is missing and cannot be built: {exc}") from None
         with tempfile.TemporaryDirectory(prefix="agentcgroup-rootfs-") as tmp:
-            rootfs, log = Path(tmp) / "rootfs", Path(tmp) / "debootstrap.log"
-            with open(log, "w") as fh:
-                rc = subprocess.run([debootstrap, "--variant=minbase", "--include=python3", "bookworm",
-                                     str(rootfs), mirror], stdout=fh, stderr=subprocess.STDOUT).returncode
-            if rc != 0:
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
-                raise ExecutorUnavailable(f"debootstrap of bookworm from {mirror} failed (exit {rc}):\n{tail}")
+            rootfs = Path(tmp) / "rootfs"
+            try:
+                debootstrap(rootfs, suite="bookworm", include=["python3"], mirror=mirror)
+            except DebootstrapFailed as exc:
+                raise ExecutorUnavailable(f"image {name} is missing and cannot be built: {exc}") from None
             tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
             try:
                 # the low-level API: the SDK's high-level `images` collection has no import

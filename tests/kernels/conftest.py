@@ -1,13 +1,17 @@
 """Parametrizes the kernel tests over the series chosen with --agentcgroup-kernels (the option is
 registered in tests/conftest.py, which pytest loads before it parses the command line) and prints
-one verdict line per booted kernel at the end of the session."""
+one verdict line per booted kernel at the end of the session. The boots run in the background
+(tests/background.py, lane "vm": one VM at a time); a session that ends first kills them.
+"""
 from __future__ import annotations
 
 import pytest
+from background import on_session_end
 
 from . import vmharness
 
 _VERDICTS = pytest.StashKey[list]()
+on_session_end(vmharness.kill_running)
 
 
 def selected_series(config: pytest.Config) -> list[str]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from . import vmharness
-from .test_pure_cgroup2 import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
+from .guest_checks import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
     write_vm_config
 
 USER = "nobody"
@@ -35,15 +37,19 @@ def guest_run(out: Path, repo: Path = vmharness.REPO) -> vmharness.PytestRun:
         "--benchmark-json", f"{vmharness.GUEST_TMP}/deleg/out/exp1-benchmark.json"), user=USER)
 
 
-def test_delegated_user_runs_without_root(tmp_path: Path, kernel_verdicts: list[str]):
-    kernel = require_kernel("6.12")
-    out = tmp_path / "guest"
-    out.mkdir()
-    result = vmharness.boot(kernel, out, [guest_run(out)])
+def boot_delegated(out: Path) -> vmharness.GuestResult:
+    """The guest's run (in the background: tests/background.py)."""
+    return vmharness.boot(require_kernel("6.12"), out, [guest_run(out)])
+
+
+@pytest.mark.vm
+@pytest.mark.background(run=boot_delegated, lane="vm")
+def test_delegated_user_runs_without_root(background_result: vmharness.GuestResult, kernel_verdicts: list[str]):
+    result, out = background_result, background_result.out
     problems = result.problems()
     run = result.runs["deleg"]
     if run.rc is not None:
-        problems += exp1_problems(out, kernel, arms=STATIC_ARMS, results="deleg-results")
+        problems += exp1_problems(out, result.kernel, arms=STATIC_ARMS, results="deleg-results")
         log = (out / "deleg.log").read_text(errors="replace") if (out / "deleg.log").exists() else ""
         if "cgroup.procs" in log and "Permission denied" in log:
             problems.append("the delegated user could not move a process (cgroup.procs: Permission denied)")

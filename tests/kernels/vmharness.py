@@ -39,6 +39,8 @@ GUEST_TMP = "/tmp/agentcgroup-vm"
 #: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
 #: 1393 s under software emulation on a shared 2-core host) and ~1300 s to spare for a loaded host
 BOOT_TIMEOUT_S = 2700
+#: the vng processes booting now (each leads its own process group): kill_running() ends them
+_RUNNING: set[subprocess.Popen] = set()
 
 
 class KernelMissing(Exception):
@@ -540,6 +542,7 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     with open(out / "vng.log", "wb") as console:
         proc = subprocess.Popen(argv, cwd=out, env=env, stdin=subprocess.DEVNULL, stdout=console,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+        _RUNNING.add(proc)
         try:
             rc: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -550,9 +553,20 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
+        finally:
+            _RUNNING.discard(proc)
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
                        runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
+
+
+def kill_running() -> None:
+    """End every boot still running (a session that stops before its VM tests have run)."""
+    for proc in list(_RUNNING):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:

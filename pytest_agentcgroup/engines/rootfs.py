@@ -1,0 +1,39 @@
+"""A bare Debian root file system made by `debootstrap --variant=minbase` from the Debian mirror
+this host's apt uses (apt_sources.py): the docker executor's local image is one, and the bare-Debian
+set-up test (tests/setup/) runs the README's set-up in another.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from .apt_sources import NoDebianMirror, debian_mirror
+
+
+class DebootstrapFailed(RuntimeError):
+    """debootstrap is missing, no mirror is known, or it failed; the message says which (and its log's end)."""
+
+
+def debootstrap(root: Path, *, suite: str = "bookworm", include: Sequence[str] = (), mirror: str | None = None,
+                log: Path | None = None) -> str:
+    """Make a minbase `suite` root in `root` (which must not exist or be empty) with the `include`d
+    packages. Returns the mirror it used; `log` keeps debootstrap's output (else beside `root`)."""
+    program = shutil.which("debootstrap")
+    if not program:
+        raise DebootstrapFailed("debootstrap is not installed (Debian package debootstrap; `make setup` installs it)")
+    if mirror is None:
+        try:
+            mirror = debian_mirror(suite)
+        except NoDebianMirror as exc:
+            raise DebootstrapFailed(str(exc)) from None
+    log = log or root.with_name(root.name + ".debootstrap.log")
+    argv = [program, "--variant=minbase", *([f"--include={','.join(include)}"] if include else []),
+            suite, str(root), mirror]
+    with open(log, "w") as fh:
+        rc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    if rc != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
+        raise DebootstrapFailed(f"debootstrap of {suite} from {mirror} failed (exit {rc}; log {log}):\n{tail}")
+    return mirror

@@ -1,0 +1,24 @@
+"""One verdict line per bare-Debian machine at the end of the session; a session that ends before
+its bare-Debian test has run kills what runs in the bare root."""
+from __future__ import annotations
+
+import pytest
+from background import on_session_end
+
+from .bareroot import stop_all
+
+_VERDICTS = pytest.StashKey[list]()
+on_session_end(stop_all)
+
+
+@pytest.fixture
+def bare_debian_verdicts(request: pytest.FixtureRequest) -> list[str]:
+    return request.config.stash.setdefault(_VERDICTS, [])
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    verdicts = config.stash.get(_VERDICTS, [])
+    if verdicts:
+        terminalreporter.section("bare Debian set-up")
+        for line in verdicts:
+            terminalreporter.write_line(line)
