@@ -10,7 +10,9 @@ hybrid host, v2 names in a pure-v2 VM), and the step scripts try both layouts' f
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import pickle
 import secrets
 import shutil
 import socket
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
-from pytest_agentcgroup.replay import SandboxExecutor, replay
+from pytest_agentcgroup.replay import SandboxExecutor, replay, stepguard
 from pytest_agentcgroup.traces.ir import Step, Trace
 
 IS_ROOT = os.geteuid() == 0
@@ -269,6 +271,139 @@ def test_connect_to_a_host_loopback_listener(hostile):
         assert r.executed and r.exit_code == CONTAINED, r
     finally:
         srv.close()
+
+
+# -- kernel keys -----------------------------------------------------------------------------
+
+KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_INVALIDATE = 1, 21
+KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING = -3, -4
+NOT_FOUND = 4       # a key probe reached the key API but found nothing: keys not denied
+SEEN = 43           # ... found the canary key (searched or listed in /proc/keys) without reading it
+
+
+def _keycall(nr: int, *args):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ret = libc.syscall(ctypes.c_long(nr), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return ret
+
+
+def add_canary_key(ring: int) -> tuple[int, str, str]:
+    """A "user" key of a unique name and random payload in `ring` (KEY_SPEC_*): (serial, name, payload)."""
+    name, payload = canary_name(), secrets.token_hex(16)
+    serial = _keycall(stepguard.native_calls().add_key, b"user", name.encode(), payload.encode(), len(payload), ring)
+    return serial, name, payload
+
+
+def invalidate_key(serial: int) -> None:
+    try:
+        _keycall(stepguard.native_calls().keyctl, KEYCTL_INVALIDATE, serial)
+    except OSError:
+        pass
+
+
+def key_probe(name: str, payload: str) -> str:
+    """A step that looks for the canary key in its user and session keyrings (KEYCTL_SEARCH, then
+    KEYCTL_READ) and in /proc/keys: ESCAPED if it read the payload, SEEN if it found the key
+    otherwise, CONTAINED if every key call got EPERM, NOT_FOUND if they went through and found nothing."""
+    nr = stepguard.native_calls()
+    return ("python3 -c '\n"
+            "import ctypes, os, sys\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.syscall.restype = ctypes.c_long\n"
+            "errs = set()\n"
+            "for ring in (-4, -3):\n"
+            f"    key = libc.syscall(ctypes.c_long({nr.keyctl}), ctypes.c_long(10), ctypes.c_long(ring), "
+            f"b\"user\", b\"{name}\", ctypes.c_long(0))\n"
+            "    if key < 0:\n"
+            "        errs.add(ctypes.get_errno()); continue\n"
+            "    buf = ctypes.create_string_buffer(256)\n"
+            f"    n = libc.syscall(ctypes.c_long({nr.keyctl}), ctypes.c_long(11), ctypes.c_long(key), buf, ctypes.c_long(256))\n"
+            f"    sys.exit({ESCAPED} if buf.raw[:max(n, 0)] == b\"{payload}\" else {SEEN})\n"
+            "try:\n"
+            f"    if b\"{name}\" in open(\"/proc/keys\", \"rb\").read(): sys.exit({SEEN})\n"
+            "except OSError: pass\n"
+            f"sys.exit({CONTAINED} if errs == {{1}} else {NOT_FOUND})'")
+
+
+KEY_API = ("python3 -c '\n"
+           "import ctypes, sys\n"
+           "libc = ctypes.CDLL(None, use_errno=True)\n"
+           "libc.syscall.restype = ctypes.c_long\n"
+           "L = ctypes.c_long\n"
+           "calls = [({keyctl}, L(0), L(-3), L(0)),\n"                                  # KEYCTL_GET_KEYRING_ID
+           "         ({add_key}, b\"user\", b\"agentcgroup-probe\", b\"x\", L(1), L(-3)),\n"
+           "         ({request_key}, b\"user\", b\"agentcgroup-probe\", None, L(0))]\n"
+           "errs = []\n"
+           "for nr, *args in calls:\n"
+           "    if libc.syscall(L(nr), *args) >= 0: sys.exit(42)\n"
+           "    errs.append(ctypes.get_errno())\n"
+           "print(errs)\n"
+           "sys.exit(3 if errs == [1, 1, 1] else 5)'")
+
+
+def test_the_key_api_is_denied_with_eperm(hostile):
+    # as under Docker's default seccomp profile: keyctl, add_key, request_key fail with EPERM
+    nr = stepguard.native_calls()
+    (r,) = hostile.run("keyapi", [bash(0, KEY_API.format(keyctl=nr.keyctl, add_key=nr.add_key,
+                                                         request_key=nr.request_key))])
+    assert r.executed and r.exit_code == CONTAINED, r
+
+
+def test_cannot_read_a_key_in_the_user_keyring_of_pytests_uid(hostile):
+    # under docker the step is uid 0 of the host's user namespace: root's user keyring is its own
+    serial, name, payload = add_canary_key(KEY_SPEC_USER_KEYRING)
+    try:
+        (r,) = hostile.run("userkey", [bash(0, key_probe(name, payload))])
+    finally:
+        invalidate_key(serial)
+    assert r.executed and r.exit_code == CONTAINED, r
+
+
+def replay_in_a_session_keyring(run):
+    """run() in a forked child of pytest whose session keyring is an explicit named one (as a login
+    or ssh session has) holding a canary key; returns what run(name, payload) returned. The child
+    joins the keyring, so pytest's own session keyring is untouched."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                            # the child: never returns into pytest
+        try:
+            os.close(rfd)
+            _keycall(stepguard.native_calls().keyctl, KEYCTL_JOIN_SESSION_KEYRING, canary_name().encode())
+            serial, name, payload = add_canary_key(KEY_SPEC_SESSION_KEYRING)
+            try:
+                out = ("ok", run(name, payload))
+            finally:
+                invalidate_key(serial)
+        except BaseException as exc:
+            out = ("error", f"{type(exc).__name__}: {exc}")
+        try:
+            with os.fdopen(wfd, "wb") as f:
+                f.write(pickle.dumps(out))
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    kind, value = pickle.loads(data)
+    assert kind == "ok", value
+    return value
+
+
+def test_cannot_read_a_key_in_the_session_keyring_pytest_was_started_in(hostile):
+    if hostile.engine is not None:
+        # the docker client's pooled connections are the parent's too: the child opens its own
+        hostile.engine.client.api.close()
+
+    def run(name, payload):
+        (r,) = hostile.run("sessionkey", [bash(0, key_probe(name, payload))])
+        return r.executed, r.exit_code, repr(r)
+    executed, exit_code, record = replay_in_a_session_keyring(run)
+    assert executed and exit_code == CONTAINED, record
 
 
 # -- processes: fork bomb, daemons, endless loops, killing its parent --------------------------

@@ -9,14 +9,35 @@ nothing) and keeps the per-trace state an agent's runtime keeps between tool cal
 from __future__ import annotations
 
 import os
+import platform
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...errors import ExecutorUnavailable
 from ...traces.ir import Step, Trace
+from .. import stepguard
 
 EXECUTING_TOOLS = ("bash", "python")
 DEFAULT_TIMEOUT_S = 120.0
+
+
+# the steps' wrapper (stepguard.py, run as a script): a new session keyring, then a seccomp filter
+STEPGUARD = str(Path(stepguard.__file__).resolve())
+
+
+def guarded(argv: list[str], *, allow_userns: bool = False) -> list[str]:
+    """argv run under the steps' seccomp guard (stepguard.py)."""
+    return [sys.executable, "-I", "-S", STEPGUARD, *(["--allow-userns"] if allow_userns else []), *argv]
+
+
+def require_stepguard(executor: str) -> None:
+    """ExecutorUnavailable where the guard knows no system-call numbers (it would refuse every step)."""
+    if platform.machine() not in stepguard.MACHINES:
+        raise ExecutorUnavailable(f"the {executor} executor guards steps with a seccomp filter that knows no "
+                                  f"system-call numbers for {platform.machine()!r} "
+                                  f"(known: {', '.join(sorted(stepguard.MACHINES))})")
 
 
 class StepRefused(ValueError):

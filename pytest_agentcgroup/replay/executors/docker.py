@@ -31,25 +31,25 @@ is removed when the trace ends, and the engine removes every container of the se
 
 Not as strict as `docker run`/`docker exec`: a step entered with nsenter gets no Docker seccomp
 profile (Docker applies it only to what runc starts), and it runs as root of the host's user
-namespace, with the capabilities above. Of that profile it gets the part that matters most: no
-user namespaces (nouserns.py, a seccomp filter installed before nsenter, as the profile denies
-unshare/clone(CLONE_NEWUSER) without CAP_SYS_ADMIN); it costs each step a Python start (~30 ms
-here, ~10 MB charged to the step's cgroup until it execs nsenter: a tiny step's peak is that). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
+namespace, with the capabilities above. Of that profile it gets the parts that matter most, from
+the steps' seccomp guard (stepguard.py, installed before nsenter): no user namespaces (the profile
+denies unshare/clone(CLONE_NEWUSER) without CAP_SYS_ADMIN) and no kernel keys (keyctl, add_key,
+request_key fail with EPERM; the step starts in a new, empty session keyring, so neither the
+session keyring pytest was started in nor host root's user keyring is reachable). It costs each
+step a Python start (~30-80 ms here, ~10 MB charged to the step's cgroup until it execs nsenter: a
+tiny step's peak is that). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
 all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations
 
-import platform
 import shutil
-import sys
 from pathlib import Path
 
 from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from ...errors import ExecutorUnavailable
 from ...traces.ir import Step, Trace
-from .. import nouserns
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
-                   step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, guarded, read_cwd, require_stepguard,
+                   step_cwd, step_script, step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
@@ -70,8 +70,6 @@ INIT = ["/bin/sh", "-c", "trap '' HUP INT TERM; while :; do sleep 2147483647 & w
 # permitted capabilities are a subset of its own, so no step can take INIT over — INIT lives in the
 # container's cgroup, outside every step's limits, and outlives them. Harmless in INIT's hands.
 INIT_CAP = "AUDIT_WRITE"
-# the step's wrapper: a seccomp filter against user namespaces (nouserns.py), run as a script
-NOUSERNS = str(Path(nouserns.__file__).resolve())
 
 
 def instance_id(trace: Trace) -> str | None:
@@ -105,10 +103,7 @@ class DockerExecutor:
         self.nsenter = shutil.which("nsenter")
         if not self.nsenter:
             raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
-        if platform.machine() not in nouserns.MACHINES:
-            raise ExecutorUnavailable(f"the docker executor denies steps user namespaces with a seccomp filter "
-                                      f"that knows no system-call numbers for {platform.machine()!r} "
-                                      f"(known: {', '.join(sorted(nouserns.MACHINES))})")
+        require_stepguard("docker")
         self.engine, self.image, self.cgroup_parent = engine, image, cgroup_parent
         self.step_timeout_s, self.pids_limit = step_timeout_s, pids_limit
         self.tmpfs_mb = TMPFS_MB | (tmpfs_mb or {})      # keys as in TMPFS_MB
@@ -170,8 +165,8 @@ class DockerExecutor:
         check_command(step)
         if step.args.get("cwd"):
             self.cwd = step_cwd(step)
-        argv = [sys.executable, "-I", "-S", NOUSERNS, self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
-                "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
-                "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]
+        argv = guarded([self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
+                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
+                        "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command])
         timeout = step_timeout(step, self.step_timeout_s)
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": CONTAINER_PATH, "HOME": self.home})

@@ -12,8 +12,8 @@ from pathlib import Path
 from ...errors import ExecutorUnavailable
 from ...proc import start_ticks
 from ...traces.ir import Step, Trace
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
-                   step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, guarded, read_cwd, require_stepguard,
+                   step_cwd, step_script, step_timeout, trace_home)
 
 
 SANDBOX_TMPFS = "agentcgroup-ws"           # the source name of the sandbox's per-trace tmpfs
@@ -74,7 +74,12 @@ class SandboxExecutor:
       cgroup of the step that wrote them. /tmp is a fresh tmpfs of `tmp_mb` (default 256 MiB);
     - no network (own network namespace with loopback only), own PID namespace (`kill -9 -1`
       reaches only the step's own processes), the session's own process group, killed with its
-      parent, and a per-step timeout.
+      parent, and a per-step timeout;
+    - no kernel keys: the steps' seccomp guard (stepguard.py, wrapping setpriv and bwrap) starts the
+      step in a new, empty session keyring (the one pytest was started in, a login's or ssh's, is
+      inherited across setpriv and bwrap and possessed whatever the uid) and makes keyctl, add_key
+      and request_key fail with EPERM. It leaves user namespaces to bwrap (which needs one, and
+      denies the step more with --disable-userns). It costs each step a Python start (~30-80 ms).
     The working directory carries across steps as in an agent's persistent shell: each step starts
     where the previous one ended (`cd` included).
     """
@@ -88,6 +93,7 @@ class SandboxExecutor:
 
     def __init__(self, *, step_timeout_s: float = DEFAULT_TIMEOUT_S, bwrap: str | None = None,
                  workspace_mb: int = 1024, tmp_mb: int = 256):
+        require_stepguard("sandbox")
         self.bwrap = bwrap or shutil.which("bwrap")
         if not self.bwrap:
             raise ExecutorUnavailable("the sandbox executor needs bubblewrap (`bwrap`), which is not installed "
@@ -166,14 +172,16 @@ class SandboxExecutor:
         script = step_script(step.tool, f"{self.STATE}/cwd")
         drop = ([self.setpriv, f"--reuid={self.step_uid}", f"--regid={self.step_gid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if self.as_root else [])
-        argv = [*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
-                "--die-with-parent", "--new-session",
-                "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
-                *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
-                "--proc", "/proc", "--dev", "/dev", "--size", str(int(self.tmp_mb) * 1024 * 1024), "--tmpfs", "/tmp",
-                "--bind", self.workspace, self.home, "--bind", self.state, self.STATE,
-                "--chdir", self.home, "--setenv", "HOME", self.home, "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-                "--", "/bin/sh", "-c", script, "sh", self.cwd, step.command]
+        argv = guarded([*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+                        "--die-with-parent", "--new-session",
+                        "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
+                        *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
+                        "--proc", "/proc", "--dev", "/dev",
+                        "--size", str(int(self.tmp_mb) * 1024 * 1024), "--tmpfs", "/tmp",
+                        "--bind", self.workspace, self.home, "--bind", self.state, self.STATE,
+                        "--chdir", self.home, "--setenv", "HOME", self.home,
+                        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+                        "--", "/bin/sh", "-c", script, "sh", self.cwd, step.command], allow_userns=True)
         timeout = step_timeout(step, self.step_timeout_s)
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 
