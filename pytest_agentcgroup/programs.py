@@ -104,14 +104,13 @@ def program(name: str) -> Program:
 
 def which(name: str, path: str | None = None) -> str | None:
     """shutil.which for a program of the table (KeyError if it has no row), also looking in the
-    sbin directories and, for a pip-installed one, beside this interpreter (the venv's bin)."""
+    sbin directories; a pip-installed one beside this interpreter first (the venv's bin). With
+    `path`, only there."""
     row = program(name)
     if path is not None:
         return shutil.which(name, path=path)
-    found = shutil.which(name) or shutil.which(name, path=SBIN)
-    if found is None and row.pip:
-        found = shutil.which(name, path=str(Path(sys.executable).parent))
-    return found
+    venv = shutil.which(name, path=str(Path(sys.executable).parent)) if row.pip else None   # this venv's first
+    return venv or shutil.which(name) or shutil.which(name, path=SBIN)
 
 
 def require(name: str, *, error: type[Exception] = ExecutorUnavailable, needed_by: str = "") -> str:

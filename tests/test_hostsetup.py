@@ -201,7 +201,7 @@ def _flavour_and_qemu() -> tuple[str, str]:
     if arch not in QEMU_BY_ARCH:
         pytest.skip(f"the VM tests support {', '.join(QEMU_BY_ARCH)}; this host is {arch}")
     flavour = {"ppc64el": "powerpc64le"}.get(arch, arch)
-    return flavour, QEMU_BY_ARCH[arch][0]
+    return flavour, QEMU_BY_ARCH[arch]
 
 
 def _check_vm_group(kernels_dir: Path, env: dict) -> None:

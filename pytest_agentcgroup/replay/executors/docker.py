@@ -40,12 +40,12 @@ all) is the stricter one; this one exists to run a task's own image.
 from __future__ import annotations
 
 import platform
-import shutil
 import sys
 from pathlib import Path
 
 from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from ...errors import ExecutorUnavailable
+from ...programs import require
 from ...traces.ir import Step, Trace
 from .. import nouserns
 from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, read_cwd, step_cwd, step_script,
@@ -102,9 +102,7 @@ class DockerExecutor:
         if not cgroup_parent:
             # Docker's default (/docker) would put the container beside this session's cgroup
             raise ValueError("DockerExecutor needs cgroup_parent: cgroups.container.cgroup_parent(tree, workload)")
-        self.nsenter = shutil.which("nsenter")
-        if not self.nsenter:
-            raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
+        self.nsenter = require("nsenter", needed_by="the docker executor")
         if platform.machine() not in nouserns.MACHINES:
             raise ExecutorUnavailable(f"the docker executor denies steps user namespaces with a seccomp filter "
                                       f"that knows no system-call numbers for {platform.machine()!r} "
