@@ -32,6 +32,7 @@ esac
 # is nothing else yet. Groups base (in every Debian) and setup (python3 for the venv) are always
 # installed; systemd is never (there when systemd is the init); pip:* rows are pip's (the venv).
 TABLE=$(dirname "$0")/programs.tsv
+[ -f "$TABLE" ] || TABLE=${AGENTCGROUP_ROOT:-.}/pytest_agentcgroup/programs.tsv    # a copy of this script
 declare -A GROUPS_PKGS=()
 while IFS=$'\t' read -r prog pkg groups arch _; do
   case "$prog" in ''|'#'*) continue ;; esac

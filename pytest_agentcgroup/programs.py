@@ -8,7 +8,7 @@ without its package being installed. A missing program is one message naming it 
     tool = which("bpftool")             # its path, or None (for code that can do without it)
     missing(["core", "docker"])         # every program of those groups that is not installed
 
-    python -m pytest_agentcgroup.programs [GROUP...]     (or `agentcgroup doctor [GROUP...]`)
+    agentcgroup doctor [GROUP...]       # check() on the command line (cli.py)
 
 The table is a TSV file, not Python, because hostsetup.sh reads it on a bare Debian before there
 is any python3 (it installs python3 itself). Imports nothing from the package but errors.py.
@@ -150,23 +150,3 @@ def check(groups=DEFAULT_GROUPS, out=None) -> int:
     for p in lacking:
         print(f"missing: {p.missing_message()}", file=out or sys.stdout)
     return 1 if lacking else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    parser = argparse.ArgumentParser(
-        prog="python -m pytest_agentcgroup.programs",
-        description=f"Check that every program of the given hostsetup.sh groups (and of base and setup) is "
-                    f"installed: one line per missing one, naming its package; exit 1 when any is. "
-                    f"Groups: {', '.join(known_groups())}; default: {' '.join(DEFAULT_GROUPS)}.")
-    parser.add_argument("groups", nargs="*", metavar="GROUP", help="comma- or space-separated groups")
-    args = parser.parse_args(argv)
-    groups = [g for arg in args.groups for g in arg.split(",") if g] or list(DEFAULT_GROUPS)
-    try:
-        return check(groups)
-    except ValueError as exc:
-        parser.error(str(exc))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

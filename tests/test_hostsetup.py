@@ -182,8 +182,9 @@ def test_only_the_links_into_the_kernels_directory_leave_lib_modules(tmp_path):
 
 def test_the_kernel_headers_package_is_this_architectures():
     arch = _arch()
-    text = SCRIPT.read_text()
-    assert "linux-headers-$ARCH" in text and "linux-headers-amd64" not in text
+    from pytest_agentcgroup import programs
+    assert "linux-headers-{arch}" in programs.TABLE.read_text() and "linux-headers-amd64" not in programs.TABLE.read_text()
+    assert f"linux-headers-{arch}" in {p.package for p in programs.read_table(arch=arch)}
     assert subprocess.run(["apt-cache", "show", f"linux-headers-{arch}"], capture_output=True).returncode == 0, \
         f"apt knows no linux-headers-{arch}"
 

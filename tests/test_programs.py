@@ -512,14 +512,15 @@ def test_hostsetup_installs_the_table_packages_of_its_groups(tmp_path):
 
 def test_every_program_of_the_installed_groups_is_there():
     """`make test` sets up core docker browser and vm first: then nothing of theirs is missing
-    (this is `python -m pytest_agentcgroup.programs core docker browser vm`)."""
+    (this is `agentcgroup doctor core docker browser vm`)."""
     lacking = [p.missing_message() for p in programs.missing(["core", "docker", "browser", "vm"])]
     assert lacking == []
 
 
 def test_a_missing_program_is_one_line_naming_its_package(monkeypatch, capsys):
     monkeypatch.setattr(programs, "which", lambda name, path=None: None)
-    assert programs.main(["core"]) == 1
+    from pytest_agentcgroup.cli import main
+    assert main(["doctor", "core"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert "missing: bwrap (Debian package bubblewrap; `make setup` installs it) is not installed" in lines
     assert "missing: setpriv (Debian package util-linux, part of every Debian) is not installed" in lines
