@@ -11,6 +11,7 @@
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: README, "Tolerances")
     agentcgroup images clean [--image NAME]...
+    agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
 
 Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
 0 everything worked; 1 bad input (a file or record that did not convert or validate,
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .reports import commands as report_commands
     report_commands.add_parsers(sub)
     _add_images(sub)
+    _add_doctor(sub)
     return p
 
 
@@ -186,6 +188,28 @@ def _add_images(sub) -> None:
     c.add_argument("--image", action="append", metavar="NAME",
                    help="remove only this image (repeatable), e.g. a throw-away tag")
     c.set_defaults(func=cmd_images_clean)
+
+
+def _add_doctor(sub) -> None:
+    from . import programs
+    d = sub.add_parser(
+        "doctor", help="check that the programs of the set-up groups are installed",
+        description=f"Check that every program of the given hostsetup.sh groups (and of base and setup) is on "
+                    f"PATH: one line per missing program naming its Debian package; exit 1 when any is "
+                    f"missing. Groups: {', '.join(programs.known_groups())}; default: "
+                    f"{' '.join(programs.DEFAULT_GROUPS)}. The table: pytest_agentcgroup/programs.tsv.")
+    d.add_argument("groups", nargs="*", metavar="GROUP", help="comma- or space-separated groups")
+    d.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args) -> int:
+    from . import programs
+    groups = [g for arg in args.groups for g in arg.split(",") if g] or list(programs.DEFAULT_GROUPS)
+    try:
+        return EXIT_BAD_INPUT if programs.check(groups) else EXIT_OK
+    except ValueError as exc:
+        print(f"agentcgroup doctor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def cmd_images_clean(args) -> int:

@@ -13,28 +13,38 @@
 # venv is required; failing to create it (or an apt failure as root) exits 1.
 set -u
 
-# ---- package groups: add a group with one line ------------------------------
+# ---- package groups: from programs.tsv -------------------------------------
 # Debian's architecture name (amd64, arm64, ...): the kernel-header packages and directories carry it.
 ARCH=$(dpkg --print-architecture 2>/dev/null) || ARCH=
-# The VM tests (tests/kernels/) boot a Debian kernel of the host's own architecture: its package
-# flavour (linux-image-<release>-<flavour>) and the qemu package that emulates it. Elsewhere the VM
-# groups install nothing and those tests skip saying so (tests/kernels/vmharness.py).
+# The VM tests (tests/kernels/) boot a Debian kernel of the host's own architecture, of this
+# package flavour (linux-image-<release>-<flavour>); programs.tsv names the qemu that emulates it.
+# Elsewhere no kernel is fetched and those tests skip saying so (tests/kernels/vmharness.py).
 case "$ARCH" in
-  amd64)   KFLAVOUR=amd64;       QEMU_PKG=qemu-system-x86 ;;
-  arm64)   KFLAVOUR=arm64;       QEMU_PKG=qemu-system-arm ;;
-  ppc64el) KFLAVOUR=powerpc64le; QEMU_PKG=qemu-system-ppc ;;
-  riscv64) KFLAVOUR=riscv64;     QEMU_PKG=qemu-system-misc ;;
-  *)       KFLAVOUR=;            QEMU_PKG= ;;
+  amd64)   KFLAVOUR=amd64 ;;
+  arm64)   KFLAVOUR=arm64 ;;
+  ppc64el) KFLAVOUR=powerpc64le ;;
+  riscv64) KFLAVOUR=riscv64 ;;
+  *)       KFLAVOUR= ;;
 esac
-declare -A GROUPS_PKGS=(
-  [core]="bubblewrap bpftool python3-bpfcc ${ARCH:+linux-headers-$ARCH} cgroup-tools stress-ng hyperfine gcc libc6-dev"
-  [docker]="docker.io debootstrap"
-  [browser]="chromium fonts-liberation"
-  # kmod: depmod for the unpacked kernels' modules; udev: without systemd-udevd virtme-ng's init
-  # skips udev, the guest's exit code never reaches the host and vng returns 255 whatever it did
-  [vm]="${QEMU_PKG:+$QEMU_PKG busybox-static kmod udev}"
-  [vm-kernels]="${QEMU_PKG:+$QEMU_PKG busybox-static kmod udev}"
-)
+# programs.tsv (beside this script) is the one list of the programs the project starts and the
+# packages that provide them, plus the packages that provide no program (headers, fonts...): each
+# row's package goes into each of its groups. Read with bash builtins only: on a bare Debian there
+# is nothing else yet. Groups base (in every Debian) and setup (python3 for the venv) are always
+# installed; systemd is never (there when systemd is the init); pip:* rows are pip's (the venv).
+TABLE=$(dirname "$0")/programs.tsv
+[ -f "$TABLE" ] || TABLE=${AGENTCGROUP_ROOT:-.}/pytest_agentcgroup/programs.tsv    # a copy of this script
+declare -A GROUPS_PKGS=()
+while IFS=$'\t' read -r prog pkg groups arch _; do
+  case "$prog" in ''|'#'*) continue ;; esac
+  [ "$arch" = '*' ] || [ "$arch" = "$ARCH" ] || continue
+  case "$pkg" in
+    pip:*) continue ;;
+    *'{arch}'*) [ -n "$ARCH" ] || continue; pkg=${pkg//'{arch}'/$ARCH} ;;
+  esac
+  for g in ${groups//,/ }; do
+    [ "$g" = systemd ] || [[ " ${GROUPS_PKGS[$g]:-} " == *" $pkg "* ]] || GROUPS_PKGS[$g]+=" $pkg"
+  done
+done <"$TABLE" || { printf 'hostsetup: ERROR: cannot read %s\n' "$TABLE" >&2; exit 1; }
 # kernel series each group boots in tests/kernels/ (newest patch release of each, chosen by apt)
 declare -A GROUPS_KERNELS=(
   [vm]="6.12"
@@ -55,11 +65,12 @@ cd "$ROOT" || die "cannot cd to $ROOT"
 [ -f pyproject.toml ] || die "$ROOT has no pyproject.toml (set AGENTCGROUP_ROOT)"
 
 # ---- system packages -------------------------------------------------------
-# whatever the groups: the venv is required, and `python3 -m venv` needs ensurepip, which Debian
-# ships separately
-wanted=(python3-venv)
+# whatever the groups: base and setup (python3 and python3-venv: the venv is required, and
+# `python3 -m venv` needs ensurepip, which Debian ships separately), installed before the venv
+# step below uses them
 kernels=()
-for g in ${*:-${AGENTCGROUP_GROUPS:-core docker browser}}; do
+wanted=()
+for g in base setup ${*:-${AGENTCGROUP_GROUPS:-core docker browser}}; do
   for g2 in ${g//,/ }; do
     [ -n "${GROUPS_PKGS[$g2]+x}" ] || die "unknown package group '$g2' (known: ${!GROUPS_PKGS[*]})"
     wanted+=(${GROUPS_PKGS[$g2]})
@@ -71,7 +82,7 @@ installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${wanted[@]}" 2>/dev/null
             | awk '$NF == "installed" {print $1}')
 missing=()
 for p in "${wanted[@]}"; do
-  grep -qxF "$p" <<<"$installed" || missing+=("$p")
+  grep -qxF "$p" <<<"$installed" || [[ " ${missing[*]} " == *" $p "* ]] || missing+=("$p")
 done
 
 apt_install() {  # apt_install PKG... ; output kept in $apt_log

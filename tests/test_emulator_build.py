@@ -112,8 +112,8 @@ def test_without_a_compiler_the_executor_says_which(fresh, monkeypatch, tmp_path
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ExecutorUnavailable) as got:
         EmulateExecutor().start(None)
-    assert str(got.value) == ("the emulate executor needs a C compiler (cc): apt-get install gcc, "
-                              "or run make setup")
+    assert str(got.value) == ("the emulate executor needs a C compiler, cc (Debian package gcc; `make setup` "
+                              "installs it), which is not installed")
 
 
 @pytest.mark.parametrize("argv, says", [

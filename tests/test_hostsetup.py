@@ -182,8 +182,9 @@ def test_only_the_links_into_the_kernels_directory_leave_lib_modules(tmp_path):
 
 def test_the_kernel_headers_package_is_this_architectures():
     arch = _arch()
-    text = SCRIPT.read_text()
-    assert "linux-headers-$ARCH" in text and "linux-headers-amd64" not in text
+    from pytest_agentcgroup import programs
+    assert "linux-headers-{arch}" in programs.TABLE.read_text() and "linux-headers-amd64" not in programs.TABLE.read_text()
+    assert f"linux-headers-{arch}" in {p.package for p in programs.read_table(arch=arch)}
     assert subprocess.run(["apt-cache", "show", f"linux-headers-{arch}"], capture_output=True).returncode == 0, \
         f"apt knows no linux-headers-{arch}"
 
@@ -201,7 +202,7 @@ def _flavour_and_qemu() -> tuple[str, str]:
     if arch not in QEMU_BY_ARCH:
         pytest.skip(f"the VM tests support {', '.join(QEMU_BY_ARCH)}; this host is {arch}")
     flavour = {"ppc64el": "powerpc64le"}.get(arch, arch)
-    return flavour, QEMU_BY_ARCH[arch][0]
+    return flavour, QEMU_BY_ARCH[arch]
 
 
 def _check_vm_group(kernels_dir: Path, env: dict) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from ..programs import which
 from .syscall import UnknownArchitecture, bpf
 
 BTF = Path("/sys/kernel/btf/vmlinux")
@@ -46,7 +46,7 @@ def _map_create(map_type: int, key: int, value: int, entries: int) -> tuple[bool
 
 
 def _bpftool() -> str | None:
-    return shutil.which("bpftool") or ("/usr/sbin/bpftool" if os.path.exists("/usr/sbin/bpftool") else None)
+    return which("bpftool")
 
 
 def _btf_has_type(name: str) -> tuple[bool, str]:

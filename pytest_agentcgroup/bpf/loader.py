@@ -25,6 +25,7 @@ import signal
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..programs import require
 from .syscall import bpf
 
 PREFIX = "agcg_"                    # every program function is named agcg_*
@@ -259,11 +260,8 @@ def our_programs(held_by=None) -> list[dict]:
     bpftool lists holders only when built with BPF skeletons (Debian 12's is not), so the holders
     are also read from /proc/PID/fdinfo: a program or link fd there names its `prog_id`."""
     import json
-    import shutil
     import subprocess
-    tool = shutil.which("bpftool") or ("/usr/sbin/bpftool" if os.path.exists("/usr/sbin/bpftool") else None)
-    if tool is None:
-        raise BPFUnavailable("bpftool not found (apt-get install bpftool)")
+    tool = require("bpftool", error=BPFUnavailable, needed_by="listing the loaded BPF programs")
     out = subprocess.run([tool, "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     progs = json.loads(out or "[]")
     ours = [{"id": p.get("id"), "name": p.get("name", ""),

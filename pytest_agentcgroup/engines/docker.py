@@ -26,7 +26,6 @@ import fcntl
 import itertools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -213,7 +212,7 @@ def remove_project_images(names: Sequence[str] | None = None, *, state_dir: Path
     """`remove_images(names)` in an engine acquired for it: dockerd is started when none answers and
     stopped again after (unless another session uses it). Without dockerd installed there can be no
     image to remove: returns []."""
-    if shutil.which("dockerd") is None and _connect_quietly() is None:
+    if which("dockerd") is None and _connect_quietly() is None:
         return []
     engine = DockerEngine.acquire(state_dir=state_dir)     # says so when the Docker SDK is missing
     import docker
@@ -274,10 +273,7 @@ def _connect(docker):
 
 
 def _start_dockerd(docker, state_dir: Path, timeout_s: float, join: Sequence[str]) -> None:
-    dockerd = shutil.which("dockerd")
-    if not dockerd:
-        raise ExecutorUnavailable("no Docker engine is reachable and dockerd is not installed "
-                                  "(Debian package docker.io; `make setup` installs it)")
+    dockerd = require("dockerd", needed_by="no Docker engine is reachable, and starting one")
     if os.geteuid() != 0:
         raise ExecutorUnavailable("no Docker engine is reachable, and starting dockerd needs root")
     log = str(state_dir / "dockerd.log")

@@ -4,11 +4,11 @@ set-up test (tests/setup/) runs the README's set-up in another.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Sequence
 
+from ..programs import require
 from .apt_sources import NoDebianMirror, debian_mirror
 
 
@@ -20,9 +20,7 @@ def debootstrap(root: Path, *, suite: str = "bookworm", include: Sequence[str] =
                 log: Path | None = None) -> str:
     """Make a minbase `suite` root in `root` (which must not exist or be empty) with the `include`d
     packages. Returns the mirror it used; `log` keeps debootstrap's output (else beside `root`)."""
-    program = shutil.which("debootstrap")
-    if not program:
-        raise DebootstrapFailed("debootstrap is not installed (Debian package debootstrap; `make setup` installs it)")
+    program = require("debootstrap", error=DebootstrapFailed, needed_by=f"a {suite} root file system")
     if mirror is None:
         try:
             mirror = debian_mirror(suite)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cgroups.host import detect
+from ..programs import which
 from ..cgroups.tree import RunTree
 from ..replay.executors import make_executor
 from ..replay.replayer import StepResult, replay_step
@@ -274,7 +275,7 @@ def _steps_python(executor: str) -> str:
     /usr/local/bin:/usr/bin:/bin; under docker it is the image's (named by `image`)."""
     if executor != "sandbox":
         return "the image's python3"
-    path = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    path = which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if path is None:
         return "none on the sandbox's PATH"
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
 import stat
 import subprocess
 import tempfile
@@ -27,10 +26,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ExecutorUnavailable
+from ..programs import program, which
 
 SOURCE = Path(__file__).with_name("emulator.c")
 COMPILE = ["-O2", "-o"]             # cc, then OUT SOURCE -lm
-NO_COMPILER = "the emulate executor needs a C compiler (cc): apt-get install gcc, or run make setup"
+NO_COMPILER = f"the emulate executor needs a C compiler, cc ({program('cc').how_to_install()}), which is not installed"
 ROOT_CACHE = Path("/var/cache/agentcgroup")
 
 
@@ -79,7 +79,7 @@ def _ours(path: Path, *, directory: bool) -> bool:
 
 def compiler() -> str:
     """The absolute path of `cc` (as root: root-owned down from /, else ExecutorUnavailable saying why)."""
-    found = shutil.which("cc")
+    found = which("cc")
     if found is None:
         raise ExecutorUnavailable(NO_COMPILER)
     cc = Path(os.path.realpath(found))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pytest_agentcgroup import programs
 
 REPO = Path(__file__).resolve().parents[2]
 KERNELS_DIR = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgroup/kernels"))
@@ -96,14 +97,10 @@ def find_kernel(series: str, index: Path = KERNELS_INDEX) -> Kernel:
     return kernel
 
 
-#: Debian architecture -> (the qemu that emulates it, its Debian package); hostsetup.sh fetches
-#: kernels of the same flavours. vng boots the host's own architecture.
-QEMU_BY_ARCH = {
-    "amd64": ("qemu-system-x86_64", "qemu-system-x86"),
-    "arm64": ("qemu-system-aarch64", "qemu-system-arm"),
-    "ppc64el": ("qemu-system-ppc64", "qemu-system-ppc"),
-    "riscv64": ("qemu-system-riscv64", "qemu-system-misc"),
-}
+#: Debian architecture -> the qemu that emulates it (programs.tsv's qemu-system-* rows, whose
+#: packages hostsetup.sh's vm groups install); hostsetup.sh fetches kernels of the same flavours.
+#: vng boots the host's own architecture.
+QEMU_BY_ARCH = {p.arch: p.name for p in programs.read_table(arch="*") if p.name.startswith("qemu-system-")}
 
 
 def debian_arch() -> str:
@@ -120,17 +117,14 @@ def qemu_for_host(arch: str | None = None) -> str:
     if arch not in QEMU_BY_ARCH:
         raise KernelMissing(f"the VM tests boot Debian kernels on {', '.join(QEMU_BY_ARCH)} only; this host is "
                             f"{arch or 'not Debian (no dpkg --print-architecture)'}")
-    binary, package = QEMU_BY_ARCH[arch]
-    if shutil.which(binary) is None:
-        raise KernelMissing(f"{binary} is not installed: apt-get install {package} "
-                            "(`bash pytest_agentcgroup/hostsetup.sh vm` installs it)")
+    binary = QEMU_BY_ARCH[arch]
+    programs.require(binary, error=KernelMissing)
     return binary
 
 
 def vng_path() -> Path | None:
     """`vng` of this interpreter's environment (pip extra `vm`), else one on PATH."""
-    here = Path(sys.executable).parent / "vng"
-    found = here if here.exists() else shutil.which("vng")
+    found = programs.which("vng")
     return Path(found) if found else None
 
 

@@ -42,11 +42,11 @@ all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from ...errors import ExecutorUnavailable
+from ...programs import require
 from ...traces.ir import Step, Trace
 from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, guarded, read_cwd, require_stepguard,
                    step_cwd, step_script, step_timeout, trace_home)
@@ -100,9 +100,7 @@ class DockerExecutor:
         if not cgroup_parent:
             # Docker's default (/docker) would put the container beside this session's cgroup
             raise ValueError("DockerExecutor needs cgroup_parent: cgroups.container.cgroup_parent(tree, workload)")
-        self.nsenter = shutil.which("nsenter")
-        if not self.nsenter:
-            raise ExecutorUnavailable("the docker executor needs nsenter (Debian package util-linux)")
+        self.nsenter = require("nsenter", needed_by="the docker executor")
         require_stepguard("docker")
         self.engine, self.image, self.cgroup_parent = engine, image, cgroup_parent
         self.step_timeout_s, self.pids_limit = step_timeout_s, pids_limit

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ...errors import ExecutorUnavailable
 from ...proc import start_ticks
+from ...programs import require
 from ...traces.ir import Step, Trace
 from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, guarded, read_cwd, require_stepguard,
                    step_cwd, step_script, step_timeout, trace_home)
@@ -94,18 +95,12 @@ class SandboxExecutor:
     def __init__(self, *, step_timeout_s: float = DEFAULT_TIMEOUT_S, bwrap: str | None = None,
                  workspace_mb: int = 1024, tmp_mb: int = 256):
         require_stepguard("sandbox")
-        self.bwrap = bwrap or shutil.which("bwrap")
-        if not self.bwrap:
-            raise ExecutorUnavailable("the sandbox executor needs bubblewrap (`bwrap`), which is not installed "
-                                      "(Debian package bubblewrap; `make setup` installs it)")
+        self.bwrap = bwrap or require("bwrap", needed_by="the sandbox executor")
         self.step_timeout_s = step_timeout_s
         self.workspace_mb, self.tmp_mb = workspace_mb, tmp_mb
         # as root: drop to STEP_USER (and bound the workspace); as anyone else: bwrap as that user
         self.as_root = os.geteuid() == 0
-        self.setpriv = shutil.which("setpriv") if self.as_root else None
-        if self.as_root and not self.setpriv:
-            raise ExecutorUnavailable("the sandbox executor, run as root, needs setpriv (Debian package "
-                                      "util-linux) to start bwrap as an unprivileged user")
+        self.setpriv = require("setpriv", needed_by="the sandbox executor, run as root,") if self.as_root else None
         try:
             entry = pwd.getpwnam(self.STEP_USER)
             self.step_uid, self.step_gid = entry.pw_uid, entry.pw_gid
