@@ -35,6 +35,7 @@ from typing import Sequence
 
 from ..errors import ExecutorUnavailable
 from ..proc import SpawnError, start, start_ticks
+from ..programs import require, which
 from .rootfs import DebootstrapFailed, debootstrap
 
 # Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
