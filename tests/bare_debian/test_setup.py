@@ -23,7 +23,7 @@ SUITES = [s.strip() for s in os.environ.get("AGENTCGROUP_BARE_SUITES", "bookworm
 STEPS = (
     ("set-up", "make setup-vm", 1800),
     ("CLI on the shipped corpus", ".venv/bin/agentcgroup traces validate traces", 300),
-    ("every program the project starts", ".venv/bin/agentcgroup doctor --groups 'core docker browser vm'", 120),
+    ("every program the project starts", ".venv/bin/agentcgroup doctor core docker browser vm", 120),
     ("quick tests", ".venv/bin/python -m pytest -q -p no:cacheprovider -m 'not root and not docker and not vm' "
                     "tests/test_ir.py tests/test_config.py tests/test_cli.py tests/test_emulator_build.py "
                     "tests/test_apt_sources.py tests/test_programs.py", 900),
