@@ -7,7 +7,7 @@ experiments/agentcgroup.toml, checked at load by metrics/timescale.py; select so
   psi           a PSI trigger on the burst cgroup's memory.pressure (window: what the host allows)
   ebpf_ringbuf  the eBPF program posts a ring-buffer event; user space sends SIGSTOP
   ebpf_kernel   the eBPF program sends SIGSTOP itself (bpf_send_signal)
-Every controller is measured by one observer, bpf/programs/task_stop.bpf.c, to the same endpoints,
+Every controller is measured by one observer, bpf/task_stop.bpf.c, to the same endpoints,
 both kernel clock (bpf_ktime_get_ns, CLOCK_MONOTONIC):
   onset  the first memcg reclaim the burst worker entered
   stop   the worker's first switch-out in a stopped state (sched_switch): the SIGSTOP took effect

@@ -286,7 +286,7 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
 
 
 class _RecordingThrottle:
-    """Stands in for bpf/programs/reclaim_throttle.bpf.c in the fake-cgroupfs test below: that test is about
+    """Stands in for bpf/reclaim_throttle.bpf.c in the fake-cgroupfs test below: that test is about
     the cgroup v2 files the controller writes, which this hybrid host cannot show for real."""
     def __init__(self):
         self.marks, self.rearms = {}, 0

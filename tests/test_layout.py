@@ -6,6 +6,9 @@ The graph is read with ast from the sources (every import, function-local ones i
 import hidden inside a function counts as much as one at the top. Importing `a.b.c` runs
 `a/b/__init__.py` too, so an import of a module is also an edge to each package above it that the
 importing module is not itself inside (those have run before it; so has the top-level package).
+
+The checkout's top level is the design's, the eBPF C sources in its own bpf/ (one program per file,
+each loaded by its loader by name), which the package finds with loader.programs_dir().
 """
 from __future__ import annotations
 
@@ -15,7 +18,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = "pytest_agentcgroup"
-ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+REPO = Path(__file__).resolve().parents[1]
+ROOT = REPO / PACKAGE
+#: the design's top-level entries (README "Layout"); others (README.md, Makefile, setup.py) may sit beside them
+TOP_LEVEL = ("pyproject.toml", PACKAGE, "bpf", "traces", "experiments", "conftest.py", "tests")
+BPF = REPO / "bpf"
 
 HOOK_MODULE_MAX_LINES = 250
 MODULE_MAX_LINES = 450
@@ -150,3 +157,48 @@ def test_no_import_cycle():
 def test_the_runtime_never_imports_the_corpus_tools():
     users = sorted(m for m, ts in GRAPH.items() if _room(m) != "tools" and any(_room(t) == "tools" for t in ts))
     assert not users
+
+
+def test_the_top_level_is_the_designs():
+    missing = [name for name in TOP_LEVEL if not (REPO / name).exists()]
+    assert not missing, f"top-level entries of the design missing from {REPO}: {missing}"
+
+
+def test_the_ebpf_sources_are_the_top_level_bpf_one_program_per_file():
+    files = sorted(p.name for p in BPF.iterdir())
+    assert "common.h" in files and len([f for f in files if f.endswith(".bpf.c")]) >= 4, files
+    stray = [f for f in files if not (f.endswith(".bpf.c") or f.endswith(".h"))]
+    assert not stray, f"bpf/ holds the eBPF C sources only (<name>.bpf.c and shared headers): {stray}"
+    # one copy: the build maps bpf/ into the package (setup.py), the checkout keeps none there
+    assert not (ROOT / "bpf" / "programs").exists(), "the eBPF sources live in the top-level bpf/"
+
+
+def _loaded_programs() -> dict[str, set[str]]:
+    """program name -> the package modules that load it by name (Loaded("x") or load("x"))."""
+    out: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Loaded", "load")
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                out.setdefault(node.args[0].value, set()).add(module)
+    return out
+
+
+def test_every_program_has_its_loader_and_every_loader_its_program():
+    loaded = _loaded_programs()
+    on_disk = {p.name[:-len(".bpf.c")] for p in BPF.glob("*.bpf.c")}
+    assert set(loaded) == on_disk, {"loaded, no source in bpf/": sorted(set(loaded) - on_disk),
+                                    "in bpf/, loaded by no module": sorted(on_disk - set(loaded))}
+    assert all(len(mods) == 1 for mods in loaded.values()), loaded      # one loader per program
+
+
+def test_the_package_finds_the_programs_in_the_checkouts_bpf():
+    """This session's package is the checkout's (an editable install, or the checkout on sys.path):
+    the programs are read from bpf/, the one place programs_dir() names here."""
+    import pytest_agentcgroup
+    from pytest_agentcgroup.bpf import loader
+    if Path(pytest_agentcgroup.__file__).resolve().parent != ROOT:
+        pytest.skip(f"{PACKAGE} is imported from {pytest_agentcgroup.__file__}, not from this checkout")
+    assert loader.programs_dir() == loader.BPF_DIR == BPF
+    for name in _loaded_programs():
+        assert loader.source_path(name) == BPF / f"{name}.bpf.c"

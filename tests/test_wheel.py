@@ -1,7 +1,9 @@
 """A non-editable install works: the wheel built from this tree, installed into a fresh venv (not
 seeing this checkout, nor Debian's dist-packages), carries every file the package reads at run time
 — the eBPF C sources, the emulator script, hostsetup.sh, the report assets — and from there bcc
-compiles and the kernel loads the eBPF programs.
+compiles and the kernel loads the eBPF programs. The eBPF sources live outside the package, in the
+checkout's top-level bpf/: the build maps them to pytest_agentcgroup/bpf/programs/ (setup.py), and
+loader.programs_dir() finds them there in the wheel, and in bpf/ in a fresh editable install.
 
 The wheel is built from a copy of the tree (an in-tree build would leave build/ behind and race a
 concurrent one); pip's cache is the host's, so only the first run downloads anything.
@@ -14,12 +16,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "pytest_agentcgroup"
+BPF_SOURCES = ROOT / "bpf"                  # the checkout's eBPF C sources
+BPF_PACKAGED = Path("bpf", "programs")      # where the wheel has them, inside the package
 SYS_BCC = Path("/usr/lib/python3/dist-packages/bcc")
 _SKIP_DIRS = {".venv", ".git", "build", "dist", "results", "report", "__pycache__", ".pytest_cache",
               ".hypothesis", ".benchmarks"}
@@ -37,20 +42,36 @@ def data_files(package_dir: Path) -> set[str]:
             if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts}
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """(venv python, the installed package directory) of a wheel built from a copy of this tree."""
-    tmp = tmp_path_factory.mktemp("wheel")
+def bpf_sources() -> set[str]:
+    """The checkout's eBPF C sources (bpf/), by name."""
+    return {p.name for p in BPF_SOURCES.iterdir() if p.is_file()}
+
+
+def _copy_of_the_tree(tmp: Path) -> Path:
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=lambda d, names: [n for n in names if n in _SKIP_DIRS or n.endswith(".egg-info")])
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of this tree."""
+    tmp = tmp_path_factory.mktemp("wheel")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
-          "-w", tmp / "dist", src])
+          "-w", tmp / "dist", _copy_of_the_tree(tmp)])
     wheels = list((tmp / "dist").glob("pytest_agentcgroup-*.whl"))
     assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """(venv python, the installed package directory) of the wheel built from a copy of this tree."""
+    tmp = tmp_path_factory.mktemp("installed")
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", venv])          # no --system-site-packages
     py = venv / "bin" / "python"
-    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheels[0]])
+    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel])
     where = _run([py, "-I", "-c", f"import {PACKAGE}, os; print(os.path.dirname({PACKAGE}.__file__))"],
                  cwd=tmp).stdout.strip()
     assert Path(where).is_relative_to(venv), f"{PACKAGE} imported from {where}, not from the venv {venv}"
@@ -59,14 +80,27 @@ def installed(tmp_path_factory):
 
 def test_every_data_file_of_the_package_is_in_the_installed_wheel(installed):
     _, pkg = installed
-    expected = data_files(ROOT / PACKAGE)
+    programs = {str(BPF_PACKAGED / name) for name in bpf_sources()}
+    expected = data_files(ROOT / PACKAGE) | programs
     # the files the code is known to read at run time, so that an empty `expected` cannot pass
     assert {"hostsetup.sh", "reports/assets/report.css", "reports/assets/sortable.js",
             "bpf/programs/common.h", "bpf/programs/memcg_observer.bpf.c",
             "bpf/programs/reclaim_throttle.bpf.c", "bpf/programs/egress_policy.bpf.c",
-            "replay/emulator.c"} <= expected
+            "bpf/programs/task_stop.bpf.c", "replay/emulator.c"} <= expected
     missing = expected - data_files(pkg)
-    assert not missing, f"not in the wheel (pyproject.toml [tool.setuptools.package-data]): {sorted(missing)}"
+    assert not missing, ("not in the wheel (pyproject.toml [tool.setuptools.package-data]; the eBPF "
+                         f"sources: setup.py): {sorted(missing)}")
+    # the sources as they are in the checkout, and nothing else in their directory
+    assert {p for p in data_files(pkg) if Path(p).parent == BPF_PACKAGED} == programs
+    for name in bpf_sources():
+        assert (pkg / BPF_PACKAGED / name).read_bytes() == (BPF_SOURCES / name).read_bytes(), name
+
+
+def test_the_wheel_holds_the_package_and_nothing_beside_it(wheel):
+    """bpf/ is mapped into the package, not installed as a top-level `bpf` of its own."""
+    with zipfile.ZipFile(wheel) as whl:
+        tops = {name.split("/")[0] for name in whl.namelist()}
+    assert tops == {PACKAGE, f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}, tops
 
 
 _RESOLVE = """
@@ -77,7 +111,7 @@ from pytest_agentcgroup.replay import emulator_build
 # reports.html needs the `report` extra (matplotlib) to import: its ASSETS, found as it finds them
 ASSETS = Path(importlib.util.find_spec("pytest_agentcgroup.reports.html").origin).with_name("assets")
 names = sorted(p.name[:-len(".bpf.c")] for p in loader.BPF_DIR.glob("*.bpf.c"))
-print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "names": names,
+print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "programs_dir": str(loader.programs_dir()), "names": names,
                   "paths": [str(loader.source_path(n)) for n in names],
                   "emulator_source": str(emulator_build.SOURCE), "emulator": emulator_build.emulator_binary(),
                   "assets": sorted(os.listdir(ASSETS)),
@@ -90,8 +124,9 @@ print(json.dumps({"bpf_dir": str(loader.BPF_DIR), "names": names,
 def test_the_installed_package_finds_its_programs_and_the_emulator_in_itself(installed, tmp_path):
     py, pkg = installed
     got = json.loads(_run([py, "-I", "-c", _RESOLVE], cwd=tmp_path).stdout)
-    assert Path(got["bpf_dir"]).is_relative_to(pkg)
-    assert got["names"] == sorted(p.name[:-len(".bpf.c")] for p in (ROOT / PACKAGE / "bpf" / "programs").glob("*.bpf.c"))
+    assert Path(got["bpf_dir"]) == Path(got["programs_dir"]) == pkg / BPF_PACKAGED
+    assert got["names"] == sorted(p.name[:-len(".bpf.c")] for p in BPF_SOURCES.glob("*.bpf.c"))
+    assert len(got["names"]) >= 4, got["names"]
     assert all(Path(p).is_file() and Path(p).is_relative_to(pkg) for p in got["paths"]), got["paths"]
     assert Path(got["emulator_source"]).is_relative_to(pkg) and Path(got["emulator_source"]).is_file()
     assert got["assets"] == ["report.css", "sortable.js"]
@@ -135,3 +170,30 @@ def test_the_installed_package_compiles_and_loads_its_ebpf_programs(installed, t
     for name in ("memcg_observer", "reclaim_throttle", "egress_policy"):
         assert got[name] is True, got
         assert Path(got[name + ":path"]).is_relative_to(pkg), got
+
+
+_RESOLVE_BPF = """
+import json
+import pytest_agentcgroup
+from pytest_agentcgroup.bpf import loader
+names = sorted(p.name[:-len(".bpf.c")] for p in loader.BPF_DIR.glob("*.bpf.c"))
+print(json.dumps({"package": pytest_agentcgroup.__path__[0], "bpf_dir": str(loader.BPF_DIR),
+                  "programs_dir": str(loader.programs_dir()), "names": names,
+                  "paths": [str(loader.source_path(n)) for n in names]}))
+"""
+
+
+def test_a_fresh_editable_install_reads_the_checkouts_bpf(tmp_path):
+    """`pip install -e` (what `make setup` runs) imports the package from the checkout, where there is
+    no pytest_agentcgroup/bpf/programs/: programs_dir() is the checkout's top-level bpf/."""
+    src = _copy_of_the_tree(tmp_path)
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", venv])
+    py = venv / "bin" / "python"
+    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "-e", src])
+    assert not (src / PACKAGE / BPF_PACKAGED).exists()     # the install copied nothing into the package
+    got = json.loads(_run([py, "-I", "-c", _RESOLVE_BPF], cwd=tmp_path).stdout)
+    assert Path(got["package"]) == src / PACKAGE
+    assert Path(got["bpf_dir"]) == Path(got["programs_dir"]) == src / "bpf"
+    assert got["names"] == sorted(p.name[:-len(".bpf.c")] for p in BPF_SOURCES.glob("*.bpf.c"))
+    assert all(Path(p).is_file() and Path(p).is_relative_to(src / "bpf") for p in got["paths"]), got["paths"]

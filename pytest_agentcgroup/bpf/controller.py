@@ -31,7 +31,7 @@ What happens, top to bottom (see `Controller.handle` and `Controller.tick`):
 
   1. add_step(cg, kind, time_scale=s): the soft/hard limits and the priority's cpu weight (rules
      `cpu_weight`; the same without eBPF) go on the step's cgroup; its v2 id is registered with
-     bpf/programs/reclaim_throttle.bpf.c — low priority in "stop" mode (the kernel SIGSTOPs the allocating
+     bpf/reclaim_throttle.bpf.c — low priority in "stop" mode (the kernel SIGSTOPs the allocating
      process at the first memcg reclaim), high priority in "notify" mode (when it may grow),
      normal priority in "record" mode (the kernel only stamps and counts).
      On cgroup v1 memcg reclaim happens only at a hard limit, so a low step's soft limit becomes a

@@ -1,4 +1,4 @@
-"""The egress network policy (bpf/programs/egress_policy.bpf.c) on a step's v2 cgroup.
+"""The egress network policy (bpf/egress_policy.bpf.c) on a step's v2 cgroup.
 
     with EgressPolicy(allow=["10.0.0.5"], allow_loopback=False) as pol:
         pol.attach(step_cg.unified)        # every process in that cgroup (and below) is filtered

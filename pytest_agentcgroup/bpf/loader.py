@@ -1,4 +1,4 @@
-"""Load one of our BPF programs (pytest_agentcgroup/bpf/programs/*.bpf.c) with bcc, and always unload it.
+"""Load one of our BPF programs (bpf/*.bpf.c, see programs_dir()) with bcc, and always unload it.
 
     with load("memcg_observer", cflags=["-DAGCG_PGFAULT"]) as prog:
         prog.attach_tracepoint("vmscan:mm_vmscan_memcg_reclaim_begin", "agcg_obs_rcl_beg")
@@ -29,8 +29,25 @@ from ..programs import require
 from .syscall import bpf
 
 PREFIX = "agcg_"                    # every program function is named agcg_*
-# the C sources ship inside the package (package data), so an installed wheel finds them too
-BPF_DIR = Path(__file__).resolve().with_name("programs")
+
+
+def programs_dir() -> Path:
+    """Where the eBPF C sources (<name>.bpf.c, common.h) are. In the checkout they live in the
+    top-level bpf/, which is where a checkout or an editable install (the package imported from the
+    checkout) reads them; the build copies them into the package as pytest_agentcgroup/bpf/programs/
+    (setup.py), which is where an installed wheel reads them. The packaged copy wins, so a
+    site-packages directory named bpf/ is never looked at. Neither there: the packaged path, so that
+    source_path() names it in its FileNotFoundError."""
+    here = Path(__file__).resolve().parent                 # .../pytest_agentcgroup/bpf
+    packaged, checkout = here / "programs", here.parents[1] / "bpf"
+    for candidate in (packaged, checkout):
+        if (candidate / "common.h").is_file():
+            return candidate
+    return packaged
+
+
+# found once; source_path() and the compiler's include path read it (a test may point it elsewhere)
+BPF_DIR = programs_dir()
 
 _BPF_LINK_CREATE = 28
 _ATTACH_TYPES = {"cgroup_inet_egress": 1, "cgroup_inet_ingress": 0}
@@ -71,7 +88,7 @@ def import_bcc():
 
 
 def source_path(name: str | os.PathLike) -> Path:
-    """bpf/<name>.bpf.c of the repository; a path to a .bpf.c file is taken as it is."""
+    """<name>.bpf.c of BPF_DIR (programs_dir()); a path to a .bpf.c file is taken as it is."""
     if os.path.isabs(name):
         path = Path(name)
     else:
@@ -207,7 +224,7 @@ class Loaded:
 
 
 class ProgramSide:
-    """The user-space side of one program of bpf/programs/ (observer, throttle, egress, task_stop):
+    """The user-space side of one program of bpf/ (observer, throttle, egress, task_stop):
     it holds the Loaded `prog`; close() or the end of a with-block detaches and unloads it."""
     prog: Loaded
 

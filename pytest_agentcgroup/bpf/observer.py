@@ -1,4 +1,4 @@
-"""The memcg observer (bpf/programs/memcg_observer.bpf.c): per-cgroup reclaim, OOM, page-fault and
+"""The memcg observer (bpf/memcg_observer.bpf.c): per-cgroup reclaim, OOM, page-fault and
 run-queue-latency counts, and reclaim/OOM events with kernel timestamps.
 
     with MemcgObserver() as obs:

@@ -1,4 +1,4 @@
-"""The task-stop observer (bpf/programs/task_stop.bpf.c): when a watched task actually stopped,
+"""The task-stop observer (bpf/task_stop.bpf.c): when a watched task actually stopped,
 measured from when its memory pressure began, both on the kernel clock.
 
     with TaskStopObserver() as obs:             # probes which prev_state bits mean "stopped"

@@ -1,4 +1,4 @@
-"""The in-kernel reclaim throttle (bpf/programs/reclaim_throttle.bpf.c).
+"""The in-kernel reclaim throttle (bpf/reclaim_throttle.bpf.c).
 
     with ReclaimThrottle() as thr:
         thr.mark(cg.id, mode="stop")      # low priority: SIGSTOP the allocating process on reclaim

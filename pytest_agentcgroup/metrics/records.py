@@ -42,7 +42,7 @@ METRICS = {m.name: m for m in (
     Metric("mem_max_events", "count", "lower", "recorded", "v2 memory.events.local max | v1 memory.failcnt"),
     Metric("oom_kills", "count", "lower", "recorded", _KERNEL_OOM),
     Metric("throttles", "count", "lower", "recorded",
-           "policy arms: in-kernel SIGSTOPs at memcg reclaim (bpf/programs/reclaim_throttle.bpf.c ring-buffer events)"),
+           "policy arms: in-kernel SIGSTOPs at memcg reclaim (bpf/reclaim_throttle.bpf.c ring-buffer events)"),
     Metric("freezes", "count", "lower", "recorded", "policy arms: cgroup.freeze escalations by the controller"),
     Metric("policy_kills", "count", "lower", "recorded", "policy arms: cgroup.kill by the controller (not OOM kills)"),
     Metric("pids_max_events", "count", "lower", "recorded", "pids.events max (v2 | v1 pids): forks refused at pids.max"),
