@@ -101,10 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     profile_command.add_parser(tsub)
     from .metrics import fidelity           # the emulator against recorded traces (issue 15)
     fidelity.add_parser(tsub)
+    from . import machine_commands
     from .reports import commands as report_commands
     report_commands.add_parsers(sub)
-    _add_images(sub)
-    _add_doctor(sub)
+    machine_commands.add_parsers(sub)
     return p
 
 
@@ -171,58 +171,6 @@ def cmd_fetch(args) -> int:
 def _add_select(tsub) -> None:
     from .traces import select as S
     S.add_parser(tsub)
-
-
-def _add_images(sub) -> None:
-    images = sub.add_parser("images", help="the Docker images this project builds",
-                            description="The Docker images this project builds (named agentcgroup/...).")
-    isub = images.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
-    isub.required = True
-    c = isub.add_parser(
-        "clean", help="remove the project's Docker images, so that the next run builds them again",
-        description="Remove the Docker images this project built (every agentcgroup/... tag, and the "
-                    "local image), so that the next run builds them from nothing. dockerd is started "
-                    "for it when no engine answers, and stopped again after. Prints each image "
-                    "removed; silent when there is none. Exit 1 when the engine cannot be reached or "
-                    "started, or an image is still used by a container.")
-    c.add_argument("--image", action="append", metavar="NAME",
-                   help="remove only this image (repeatable), e.g. a throw-away tag")
-    c.set_defaults(func=cmd_images_clean)
-
-
-def _add_doctor(sub) -> None:
-    from . import programs
-    d = sub.add_parser(
-        "doctor", help="check that the programs of the set-up groups are installed",
-        description=f"Check that every program of the given hostsetup.sh groups (and of base and setup) is on "
-                    f"PATH: one line per missing program naming its Debian package; exit 1 when any is "
-                    f"missing. Groups: {', '.join(programs.known_groups())}; default: "
-                    f"{' '.join(programs.DEFAULT_GROUPS)}. The table: pytest_agentcgroup/programs.tsv.")
-    d.add_argument("groups", nargs="*", metavar="GROUP", help="comma- or space-separated groups")
-    d.set_defaults(func=cmd_doctor)
-
-
-def cmd_doctor(args) -> int:
-    from . import programs
-    groups = [g for arg in args.groups for g in arg.split(",") if g] or list(programs.DEFAULT_GROUPS)
-    try:
-        return EXIT_BAD_INPUT if programs.check(groups) else EXIT_OK
-    except ValueError as exc:
-        print(f"agentcgroup doctor: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-
-
-def cmd_images_clean(args) -> int:
-    from .engines.docker import remove_project_images
-    from .errors import ExecutorUnavailable
-    try:
-        removed = remove_project_images(args.image)
-    except ExecutorUnavailable as exc:
-        print(f"agentcgroup images clean: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    for name in removed:
-        print(f"removed image {name}")
-    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,22 +28,23 @@ HOOK_MODULE_MAX_LINES = 250
 MODULE_MAX_LINES = 450
 
 #: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
-#: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (proc, errors)
-#: at the bottom, the Docker engine below the executors that use it, the browser tenant above
+#: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
+#: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant above
 #: replay, the experiment config above metrics (it validates budgets), and the pytest side
 #: (harness/), the corpus tools and the entry points (plugin.py, cli.py) on top.
 RANKS = {
-    "errors": 0, "proc": 0, "traces": 0,
-    "engines": 1,
-    "replay": 2,
-    "tenants": 3,
-    "cgroups": 4,
-    "bpf": 5, "profile": 5,
-    "metrics": 6,
-    "config": 7,
-    "reports": 8,
-    "harness": 9, "tools": 9,
-    "plugin": 10, "cli": 10, "": 10,        # "": the package's own __init__ (its small data API)
+    "errors": 0,
+    "proc": 1, "traces": 1, "programs": 1,
+    "engines": 2,
+    "replay": 3,
+    "tenants": 4,
+    "cgroups": 5,
+    "bpf": 6, "profile": 6,
+    "metrics": 7,
+    "config": 8,
+    "reports": 9,
+    "harness": 10, "tools": 10, "machine_commands": 10,
+    "plugin": 11, "cli": 11, "": 11,        # "": the package's own __init__ (its small data API)
 }
 
 
