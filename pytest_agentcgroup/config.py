@@ -26,12 +26,13 @@ Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenan
 density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
 (kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
-May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims). Read by reports/ and
-the pytest side.
+May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims), traces.ir (its
+memory bound). Read by reports/ and the pytest side.
 """
 from __future__ import annotations
 
 import itertools
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,7 @@ from .metrics import kinds
 from .metrics.budgets import BudgetError, validate
 from .metrics.claims import Claim, ClaimError
 from .metrics.tables import TableError
+from .traces.ir import MAX_MEMORY_MB
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
@@ -51,6 +53,79 @@ EXPERIMENT_KEYS = ("description", "subset", "arms", "budgets", "matrix", "claims
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the file and the key."""
+
+
+EXECUTORS = ("emulate", "sandbox", "docker")          # replay.make_executor's names
+
+
+@dataclass(frozen=True)
+class Number:
+    """What a number of the configuration may be: > least (strict) or >= least, at most `most`."""
+    least: float = 0.0
+    strict: bool = False
+    most: float = math.inf
+    integer: bool = False
+    why: str = ""           # what the key is, said with a value below `least` or not a number
+    cap: str = ""           # why nothing above `most` can be
+
+    def problem(self, val) -> str | None:
+        """What is wrong with `val` (None: nothing)."""
+        why = f" ({self.why})" if self.why else ""
+        if isinstance(val, bool) or not isinstance(val, int if self.integer else (int, float)) \
+                or not (val > self.least if self.strict else val >= self.least):
+            kind = "integer" if self.integer else "number"
+            low = f"a positive {kind}" if self.strict and self.least == 0 else \
+                f"{'an' if self.integer else 'a'} {kind} {'>' if self.strict else '>='} {self.least:g}"
+            return f"expected {low}, got {val!r}{why}"
+        if not math.isfinite(val):
+            return f"{val} cannot be a setting; expected a finite number"
+        if val > self.most:
+            return f"{val!r} is above {self.most:.10g}, the most it can be ({self.cap})"
+        return None
+
+
+_CAP = "MiB: 4 PiB, x86-64's 52-bit physical address limit; no machine has more"
+_MEMORY = Number(0, strict=True, most=MAX_MEMORY_MB, why="MiB", cap=_CAP)
+_ROOM = Number(0, most=MAX_MEMORY_MB, why="MiB", cap=_CAP)
+_HOLD = Number(0, why="ms of recorded time")
+
+#: Every number of the file that has a rule, by its key, wherever the key sits: [defaults], an
+#: experiment, a matrix point's overrides, an arm, an arm's rules, an ablation's arm overrides, an
+#: experiment's own tables. check_numbers() applies them in one pass over the whole file before
+#: anything else reads it, so an impossible value is one ConfigError naming the file and the key's
+#: full path (not a failure in each test's setup); and every number of the file must be finite (TOML
+#: has nan and inf, which no setting means). What a key needs beyond its range (a cpu_max string, a
+#: high limit under the max) the parsers check: cgroups/arms.py, bpf/rules.py, metrics/.
+NUMBERS: dict[str, Number] = {
+    "time_scale": Number(0, strict=True, why="recorded durations are multiplied by it: 0 would replay every step "
+                         "in no time, a negative one before it started"),
+    "step_timeout_s": Number(0, strict=True, why="seconds a step may run before it is killed"),
+    "memory_max_mb": _MEMORY, "memory_high_mb": _MEMORY,
+    "raise_step_mb": _ROOM, "raise_max_mb": _ROOM,
+    "pids_max": Number(1, integer=True, most=4194304, why="processes", cap="the kernel's PID_MAX_LIMIT on 64-bit"),
+    "hold_ms": _HOLD, "freeze_hold_ms": _HOLD,
+    "window_ms": Number(0, strict=True, why="the window throttles are counted in: an empty one counts none, so "
+                        "freeze_after could never be reached"),
+}
+
+
+def check_numbers(raw, where: str = "") -> None:
+    """ConfigError (without the file: load() adds it) for the first number of `raw` (the parsed TOML,
+    walked whole) that is not finite or breaks its key's NUMBERS rule, naming the key's path."""
+    items = raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    for key, val in items:
+        path = (f"{where}.{key}" if where else str(key)) if isinstance(raw, dict) else f"{where}[{key}]"
+        if isinstance(val, (dict, list)):
+            check_numbers(val, path)
+            continue
+        if isinstance(val, float) and not math.isfinite(val):
+            raise ConfigError(f"{path}: {val} cannot be a setting; expected a finite number")
+        rule = NUMBERS.get(key) if isinstance(raw, dict) else None
+        if rule is None:
+            continue
+        problem = rule.problem(val)
+        if problem:
+            raise ConfigError(f"{path}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -123,8 +198,13 @@ def load(path: str | Path) -> Config:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
+        check_numbers(raw)
         return _parse(raw, path)
     except (ArmError, BudgetError, TableError, ClaimError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except ConfigError as exc:
+        if str(exc).startswith(f"{path}: "):
+            raise
         raise ConfigError(f"{path}: {exc}") from None
 
 
@@ -137,6 +217,7 @@ def _parse(raw: dict, path: Path) -> Config:
         if key not in DEFAULTS:
             raise ConfigError(f"{path}: defaults.{key}: unknown; expected one of {', '.join(DEFAULTS)}")
         defaults[key] = val
+    _check_executor(defaults["executor"], f"{path}: defaults.executor")
     arms = {name: Arm.from_dict(name, spec) for name, spec in (raw.get("arms") or {}).items()}
     for arm in arms.values():
         if arm.policy is not None:
@@ -168,6 +249,8 @@ def _parse(raw: dict, path: Path) -> Config:
                 raise ConfigError(f"{path}: {where}.budgets.{arm}: expected a table of counter = budget, got {budget!r}")
             budgets[arm] = validate(budget, f"{where}.budgets.{arm}")
         settings = {k: spec.get(k, defaults[k]) for k in DEFAULTS}
+        if "executor" in spec:
+            _check_executor(spec["executor"], f"{path}: {where}.executor")
         tables = kinds.validate_tables(name, spec, where, arms)
         experiments[name] = Experiment(name=name, description=spec.get("description", ""),
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
@@ -212,6 +295,8 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
             bad = set(entry) - {"name", *OVERRIDE_KEYS}
             if bad:
                 raise ConfigError(f"{here}: unknown override(s) {', '.join(sorted(bad))}; expected {', '.join(OVERRIDE_KEYS)}")
+            if "executor" in entry:
+                _check_executor(entry["executor"], f"{here}.executor")
             for arm, over in (entry.get("arms") or {}).items():
                 if arm not in arms or not isinstance(over, dict):
                     raise ConfigError(f"{here}.arms.{arm}: no arm of that name (or not a table)")
@@ -233,3 +318,8 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
                 swept_arm(arms[a], o, f"{where} point {', '.join(f'{k}={n}' for k, n in params.items())}")
             out.append(Variant(seed, params, overrides))
     return tuple(out)
+
+
+def _check_executor(name, where: str) -> None:
+    if name not in EXECUTORS:
+        raise ConfigError(f"{where}: unknown executor {name!r}; expected one of {', '.join(EXECUTORS)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -101,7 +102,9 @@ def agentcgroup_trace(request: pytest.FixtureRequest, agentcgroup_case: Case) ->
     try:
         return request.config.stash[STATE].load_corpus(request.config).load(agentcgroup_case.trace_id)
     except TraceError as exc:
-        pytest.fail(f"trace {agentcgroup_case.trace_id}: {exc}", pytrace=False)
+        error = str(exc)
+    # outside the except: the message once, not again as "During handling of the above exception"
+    pytest.fail(f"trace {agentcgroup_case.trace_id}: {error}", pytrace=False)
 
 
 @dataclass
@@ -144,6 +147,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     resume = setting(config, "resume")
     if resume and store.complete(case.key, len(steps)):
         pytest.skip(f"resume: {case} is already complete in {store.path}")
+    if executor_name == "emulate":      # the emulator allocates a step's memory: it must fit this host
+        _fits_host(config, case, agentcgroup_trace)
     _arm_policy(config, case.arm)
     docker = {}
     if executor_name == "docker":
@@ -201,6 +206,48 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
                         pytrace=False)
         return Outcome(case, records)
     return run
+
+
+MEMINFO = "/proc/meminfo"
+
+
+def host_memory_mb(meminfo: str = MEMINFO) -> float | None:
+    """This host's memory, MemTotal of /proc/meminfo, in MiB (None where it cannot be read)."""
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024      # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def beyond_host(trace: Trace, total_mb: float) -> tuple[int, str, float] | None:
+    """(step index, field, MiB) of the first step whose memory, its peak or its curve's highest
+    point (what the emulator allocates), is more than `total_mb`; None when every step fits."""
+    for i, st in enumerate(trace.steps):
+        p = st.profile
+        for field_, mb in (("profile.peak_mb.value", p.peak_mb.value if p.peak_mb else None),
+                           ("profile.curve.mb", max(p.curve.mb) if p.curve else None)):
+            if mb is not None and mb > total_mb:
+                return i, field_, mb
+    return None
+
+
+def _fits_host(config: pytest.Config, case: Case, trace: Trace) -> None:
+    """Fail the test at its setup, before anything runs or is recorded (the run's earlier records are
+    kept), when a step of its trace needs more memory than this host has: the emulator would try to
+    allocate it and end in a failure that names neither the step nor the figure."""
+    total = host_memory_mb()
+    big = beyond_host(trace, total) if total else None
+    if big is None:
+        return
+    index, field_, mb = big
+    file = config.stash[STATE].load_corpus(config).files.get(case.trace_id, case.trace_id)
+    step_id = trace.steps[index].step_id
+    pytest.fail(f"{file}, step {index}{f' (step_id {step_id})' if step_id != index else ''}, field '{field_}': "
+                f"the step needs {mb:g} MiB, more than this host's memory (MemTotal {total:.0f} MiB in {MEMINFO}); "
+                f"trace {case.trace_id} is not replayed under arm {case.arm.name} (emulate executor)", pytrace=False)
 
 
 # ---------------------------------------------------------------------------------------------

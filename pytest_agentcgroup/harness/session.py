@@ -20,13 +20,14 @@ from ..reports.table import format_summary
 from .collect import case_of
 from .controller import (REPORT_CASE, REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, WORKEROUTPUT_RUN_TREE,
                          ControllerSettings, MetricsController)
-from .settings import setting
+from .settings import check_numbers, setting
 from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
 
 
 def configure(config: pytest.Config) -> None:
     """plugin.py's pytest_configure: the session state, and on the controller its MetricsController."""
     config.stash[STATE] = State()
+    check_numbers(config)                      # --agentcgroup-time-scale 0: a usage error now, not per test
     if hasattr(config, "workerinput"):         # an xdist worker: the controller does the rest
         return
     try:

@@ -51,6 +51,9 @@ SETTINGS = {
     "save_baseline": ("write this run's results as a baseline file", None, str, None),
 }
 _PATH_SETTINGS = ("config", "out", "traces", "baseline", "save_baseline")
+#: settings that are a number of the config file: the file's rule for that key (config.NUMBERS)
+#: holds whichever source the value comes from
+NUMBER_SETTINGS = {"time_scale": "time_scale", "step_timeout": "step_timeout_s"}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -87,7 +90,18 @@ def setting(config: pytest.Config, name: str, *, marker=None, experiment: cfgmod
         raise pytest.UsageError(f"agentcgroup_{name}: expected {type_.__name__}, got {value!r}") from None
     if name in _PATH_SETTINGS:
         value = str((base / value).resolve())
+    if name in NUMBER_SETTINGS:
+        problem = cfgmod.NUMBERS[NUMBER_SETTINGS[name]].problem(value)
+        if problem:
+            raise pytest.UsageError(f"--agentcgroup-{name.replace('_', '-')} (ini agentcgroup_{name}): {problem}")
     return value
+
+
+def check_numbers(config: pytest.Config) -> None:
+    """The numeric settings given on the command line or in the ini file, checked once when pytest
+    starts (UsageError naming the option); those of the config file are checked when it is loaded."""
+    for name in NUMBER_SETTINGS:
+        setting(config, name)
 
 
 def _boolean(value) -> bool:

@@ -33,12 +33,17 @@ class State:
     policies: dict = field(default_factory=dict)      # Arm -> its session's controller (policy arms only)
     policy_errors: dict = field(default_factory=dict)  # Arm -> why its eBPF program failed to build
 
+    # pytest.fail outside each `except`: the message once, not again after "During handling of the
+    # above exception, another exception occurred"
     def load_config(self, config: pytest.Config) -> cfgmod.Config:
         if self.experiments is None:
             try:
                 self.experiments = cfgmod.load(setting(config, "config"))
             except cfgmod.ConfigError as exc:
-                pytest.fail(str(exc), pytrace=False)
+                error = str(exc)
+            else:
+                return self.experiments
+            pytest.fail(error, pytrace=False)
         return self.experiments
 
     def load_corpus(self, config: pytest.Config) -> Corpus:
@@ -47,7 +52,10 @@ class State:
             try:
                 self.corpus = Corpus.open(root)
             except TraceError as exc:
-                pytest.fail(f"trace corpus: {exc}", pytrace=False)
+                error = str(exc)
+            else:
+                return self.corpus
+            pytest.fail(f"trace corpus: {error}", pytrace=False)
         return self.corpus
 
 

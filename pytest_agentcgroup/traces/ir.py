@@ -36,6 +36,10 @@ Every number a trace carries says where it came from (PROVENANCES): `recorded` w
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
 container samples that fall inside it), `synthetic` was made up by us (a default, a generator).
 
+Every quantity has one rule, by its key (NUMBERS: the range it can take and why nothing beyond it
+can be), applied by check_number() wherever the key sits: a negative, NaN or infinite figure, a
+peak above 4 PiB or a step of more than 11.6 days is a TraceError at load naming file, step and field.
+
 This module imports nothing else from the package: it is the bottom of the data flow.
 """
 from __future__ import annotations
@@ -56,6 +60,81 @@ TOOLS = ("bash", "python", "edit", "read", "search", "browser", "noop")
 PROVENANCES = ("recorded", "derived", "synthetic")
 PROFILE_FIELDS = ("peak_mb", "ramp_ms", "cpu_ms", "io_bytes")          # the Measures of a Profile
 OUTCOMES = ("ok", "failed", "timeout", "oom", "error")   # exit 0 | exit != 0 | killed at its timeout | OOM-killed | did not start
+
+# ---------------------------------------------------------------------------------------------
+# The numbers of the IR: one rule per key, wherever the key sits (a step, its profile, its curve's
+# lists, its `original`, its args, its outcome), checked by check_number() on every path in (parsing
+# JSON and check_trace on objects alike). The upper bounds say what cannot be, so that a trace that
+# validates is one the replay takes: a step's time at most the emulator's own limit (replay/emulator.c
+# MAX_MS), what it writes likewise (MAX_BYTES); its memory at most what any machine can address.
+# Whether a step fits THIS host's memory is asked when a replay starts (harness/fixtures.py).
+
+MIB = 1 << 20
+#: 2^52 bytes (4 PiB) in MiB: x86-64's architectural physical address width is 52 bits (so is
+#: arm64's with LPA), so no machine of either can hold more memory than this; a larger peak is a
+#: corrupt or mis-scaled figure (a byte count read as MiB, say), not a workload.
+MAX_MEMORY_MB = float((1 << 52) // MIB)
+#: 1e9 ms (11.6 days): no tool call runs for days (agents' tool timeouts are minutes; the longest step
+#: of the shipped corpus is under 3 minutes), and the emulator refuses longer times (emulator.c MAX_MS).
+MAX_TIME_MS = 1e9
+#: 2^46 bytes (64 TiB): more than one tool call writes, and the emulator's own limit (emulator.c MAX_BYTES).
+MAX_IO_BYTES = float(1 << 46)
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """What one number of the IR may be: >= least and <= most (with `why` the upper bound holds)."""
+    unit: str
+    most: float = math.inf
+    why: str = ""
+    least: float = 0.0
+    integer: bool = False
+    nullable: bool = False          # null allowed (where the key may be present without a value)
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        unit = f" {self.unit}" if self.unit else ""
+        top = f", at most {self.most:.10g}{unit} ({self.why})" if math.isfinite(self.most) else ""
+        return f"{kind} >= {self.least:g}{top}"
+
+
+_TIME = NumberRule("ms", MAX_TIME_MS, "11.6 days: no tool call lasts that long, and the emulator replays "
+                   "nothing longer")
+_MEMORY = NumberRule("MiB", MAX_MEMORY_MB, "4 PiB, x86-64's 52-bit physical address limit: more than any "
+                     "machine can hold")
+_IO = NumberRule("bytes", MAX_IO_BYTES, "64 TiB: more than a tool call writes, and the emulator's limit")
+
+#: key -> its rule: every quantity of the IR. `t_ms` and `mb` are a curve's lists (each item checked).
+#: (step_id is a name, not a quantity: any int, unique in its trace.)
+NUMBERS: dict[str, NumberRule] = {
+    "duration_ms": _TIME, "ramp_ms": _TIME, "cpu_ms": _TIME, "t_ms": _TIME, "timeout_ms": _TIME,
+    "peak_mb": _MEMORY, "mb": _MEMORY,
+    "io_bytes": _IO,
+    "exit_code": NumberRule("", 255, "an exit status is 8 bits (wait(2)); a signal is 128 + its number, or "
+                            "minus it as Python's subprocess reports it", least=-255, integer=True, nullable=True),
+}
+
+
+def check_number(value: Any, key: str, *, field: str, where: dict, step: int | None = None,
+                 item: int | None = None):
+    """`value` if it follows NUMBERS[key], else a TraceError naming the field (and the list item)."""
+    rule = NUMBERS[key]
+    at = f"item {item}: " if item is not None else ""
+    if value is None and rule.nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int if rule.integer else (int, float)):
+        types = ("int" if rule.integer else "int or float") + (" or null" if rule.nullable else "")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise TraceError(f"{at}expected {types}, got {type(value).__name__} {shown}: {key} is {rule.describe()}",
+                         field=field, step=step, **where)
+    unit = f" {rule.unit}" if rule.unit else ""
+    if not math.isfinite(value) or value < rule.least:
+        raise TraceError(f"{at}{value!r}{unit} cannot be: {key} is {rule.describe()}", field=field, step=step,
+                         **where)
+    if value > rule.most:
+        raise TraceError(f"{at}{value:.6g}{unit} cannot be: {key} is at most {rule.most:.10g}{unit} ({rule.why})",
+                         field=field, step=step, **where)
+    return value
 
 
 class TraceError(ValueError):
@@ -209,9 +288,7 @@ def _typename(types) -> str:
 def _measure(raw: Any, name: str, where: dict, step: int) -> Measure:
     if not isinstance(raw, dict):
         raise TraceError(f"expected {{value, provenance}}, got {type(raw).__name__}", field=name, step=step, **where)
-    value = raw.get("value")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise TraceError(f"value must be a finite number >= 0, got {value!r}", field=f"{name}.value", step=step, **where)
+    value = check_number(raw.get("value"), name.rsplit(".", 1)[-1], field=f"{name}.value", where=where, step=step)
     prov = raw.get("provenance")
     if prov not in PROVENANCES:
         raise TraceError(f"provenance must be one of {', '.join(PROVENANCES)}, got {prov!r}",
@@ -229,10 +306,12 @@ def parse_step(raw: Any, index: int, where: dict) -> Step:
     args = raw.get("args", {})
     if not isinstance(args, dict):
         raise TraceError(f"expected an object, got {type(args).__name__}", field="args", step=index, **where)
-    for key, types in (("command", str), ("cwd", str), ("timeout_ms", (int, float))):
-        if key in args and args[key] is not None and (not isinstance(args[key], types) or isinstance(args[key], bool)):
+    for key, types in (("command", str), ("cwd", str)):
+        if key in args and args[key] is not None and not isinstance(args[key], types):
             raise TraceError(f"expected {_typename(types)}, got {type(args[key]).__name__}",
                              field=f"args.{key}", step=index, **where)
+    if args.get("timeout_ms") is not None:
+        check_number(args["timeout_ms"], "timeout_ms", field="args.timeout_ms", where=where, step=index)
     if tool in ("bash", "python") and not isinstance(args.get("command"), str):
         raise TraceError(f"a {tool} step needs a command", field="args.command", step=index, **where)
     native = raw.get("native_tool")
@@ -273,9 +352,11 @@ def _curve(raw: Any, name: str, where: dict, step: int) -> Curve:
     cols = []
     for key in ("t_ms", "mb"):
         col = raw.get(key)
-        if not isinstance(col, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                and math.isfinite(v) and v >= 0 for v in col):
-            raise TraceError("must be a list of finite numbers >= 0", field=f"{name}.{key}", step=step, **where)
+        if not isinstance(col, list):
+            raise TraceError(f"must be a list of numbers, got {type(col).__name__}", field=f"{name}.{key}",
+                             step=step, **where)
+        for i, v in enumerate(col):
+            check_number(v, key, field=f"{name}.{key}", where=where, step=step, item=i)
         cols.append(tuple(float(v) for v in col))
     curve = Curve(cols[0], cols[1], raw.get("provenance"))
     _check_curve(curve, name, where, step)
@@ -298,10 +379,7 @@ def _outcome(raw: Any, where: dict, step: int) -> Outcome:
         got = raw.get("status") if isinstance(raw, dict) else raw
         raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field="outcome.status",
                          step=step, **where)
-    code = raw.get("exit_code")
-    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
-        raise TraceError(f"expected int or null, got {type(code).__name__}", field="outcome.exit_code", step=step,
-                         **where)
+    code = check_number(raw.get("exit_code"), "exit_code", field="outcome.exit_code", where=where, step=step)
     return Outcome(raw["status"], code)
 
 
@@ -351,9 +429,9 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         args = st.args
         if not isinstance(args, dict):
             raise TraceError(f"expected an object, got {type(args).__name__}", field="args", step=i, **where)
-        for key, types in (("command", str), ("cwd", str), ("timeout_ms", (int, float))):
+        for key, types in (("command", str), ("cwd", str)):
             val = args.get(key)
-            if val is not None and (not isinstance(val, types) or isinstance(val, bool)):
+            if val is not None and not isinstance(val, types):
                 raise TraceError(f"expected {_typename(types)}, got {type(val).__name__}", field=f"args.{key}",
                                  step=i, **where)
         if st.tool in ("bash", "python") and not isinstance(args.get("command"), str):
@@ -361,24 +439,48 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         if st.native_tool is not None and not isinstance(st.native_tool, str):
             raise TraceError(f"expected str, got {type(st.native_tool).__name__}", field="native_tool", step=i,
                              **where)
-        measures = [("duration_ms", st.duration_ms)] + [(f"profile.{k}", getattr(st.profile, k))
-                                                        for k in PROFILE_FIELDS]
+        for key, field_, value, item in _step_numbers(st):
+            check_number(value, key, field=field_, where=where, step=i, item=item)
+        profiles = [("", st.profile)] + ([("original.", st.original.profile)] if st.original is not None else [])
+        measures = [("duration_ms", st.duration_ms)] + [(f"{pre}profile.{k}", getattr(p, k))
+                                                        for pre, p in profiles for k in PROFILE_FIELDS]
+        if st.original is not None:
+            measures.append(("original.duration_ms", st.original.duration_ms))
         for name, m in measures:
-            if m is None:
-                continue
-            v = m.value
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise TraceError(f"value must be a finite number >= 0, got {v!r}", field=f"{name}.value", step=i,
-                                 **where)
-            if m.provenance not in PROVENANCES:
+            if m is not None and m.provenance not in PROVENANCES:
                 raise TraceError(f"provenance must be one of {', '.join(PROVENANCES)}, got {m.provenance!r}",
                                  field=f"{name}.provenance", step=i, **where)
-        if st.profile.curve is not None:
-            _check_curve(st.profile.curve, "profile.curve", where, i)
+        for pre, p in profiles:
+            if p.curve is not None:
+                _check_curve(p.curve, f"{pre}profile.curve", where, i)
         if st.outcome is not None and st.outcome.status not in OUTCOMES:
             raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {st.outcome.status!r}",
                              field="outcome.status", step=i, **where)
     return trace
+
+
+def _step_numbers(st: Step) -> Iterator[tuple[str, str, Any, int | None]]:
+    """(NUMBERS key, field, value, list item or None) of every number a Step object holds: what
+    check_trace checks, by the same rules parse_step applies to the JSON."""
+    if isinstance(st.args, dict) and st.args.get("timeout_ms") is not None:
+        yield "timeout_ms", "args.timeout_ms", st.args["timeout_ms"], None
+    if st.duration_ms is not None:
+        yield "duration_ms", "duration_ms.value", st.duration_ms.value, None
+    profiles = [("profile", st.profile)]
+    if st.original is not None:
+        if st.original.duration_ms is not None:
+            yield "duration_ms", "original.duration_ms.value", st.original.duration_ms.value, None
+        profiles.append(("original.profile", st.original.profile))
+    for name, p in profiles:
+        for k in PROFILE_FIELDS:
+            if getattr(p, k) is not None:
+                yield k, f"{name}.{k}.value", getattr(p, k).value, None
+        if p.curve is not None:
+            for key in ("t_ms", "mb"):
+                for j, v in enumerate(getattr(p.curve, key)):
+                    yield key, f"{name}.curve.{key}", v, j
+    if st.outcome is not None:
+        yield "exit_code", "outcome.exit_code", st.outcome.exit_code, None
 
 
 def read_traces(path: str | Path) -> Iterator[Trace]:
