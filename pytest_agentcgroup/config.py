@@ -43,7 +43,7 @@ from .metrics import kinds
 from .metrics.budgets import BudgetError, validate
 from .metrics.claims import Claim, ClaimError
 from .metrics.tables import TableError
-from .traces.ir import MAX_MEMORY_MB
+from .traces.numbers import MAX_MEMORY_MB
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular

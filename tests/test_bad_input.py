@@ -22,8 +22,8 @@ from pytest_agentcgroup import cli
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.harness.fixtures import beyond_host, host_memory_mb
 from pytest_agentcgroup.traces import ir
-from pytest_agentcgroup.traces.ir import (MAX_IO_BYTES, MAX_MEMORY_MB, MAX_TIME_MS, NUMBERS, TraceError, check_trace,
-                                          parse_trace)
+from pytest_agentcgroup.traces.ir import TraceError, check_trace, parse_trace
+from pytest_agentcgroup.traces.numbers import MAX_IO_BYTES, MAX_MEMORY_MB, MAX_TIME_MS, NUMBERS
 
 REPO = Path(__file__).resolve().parents[1]
 PEAK_FIELD = "profile.peak_mb.value"

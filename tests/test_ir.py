@@ -18,7 +18,7 @@ json_scalar = st.none() | st.booleans() | st.integers(-2**53, 2**53) | text \
     | st.floats(allow_nan=False, allow_infinity=False)
 json_value = st.recursive(json_scalar, lambda inner: st.lists(inner, max_size=3)
                           | st.dictionaries(text, inner, max_size=3), max_leaves=8)
-# up to 1e9: within every measure's bound (ir.NUMBERS: time 1e9 ms, memory 4 PiB, io 64 TiB)
+# up to 1e9: within every measure's bound (traces/numbers.py: time 1e9 ms, memory 4 PiB, io 64 TiB)
 measure = st.builds(Measure, st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False),
                     st.sampled_from(PROVENANCES))
 number = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)

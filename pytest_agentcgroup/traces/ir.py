@@ -36,19 +36,19 @@ Every number a trace carries says where it came from (PROVENANCES): `recorded` w
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
 container samples that fall inside it), `synthetic` was made up by us (a default, a generator).
 
-Every quantity has one rule, by its key (NUMBERS: the range it can take and why nothing beyond it
-can be), applied by check_number() wherever the key sits: a negative, NaN or infinite figure, a
-peak above 4 PiB or a step of more than 11.6 days is a TraceError at load naming file, step and field.
+Every quantity has one rule by its key (numbers.py), applied wherever it sits: a figure that cannot
+be is a TraceError at load naming file, step and field.
 
-This module imports nothing else from the package: it is the bottom of the data flow.
+Imports only numbers.py from the package: it is the bottom of the data flow.
 """
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+from .numbers import PROFILE_FIELDS, number_problem, step_numbers
 
 SCHEMA = "agentcgroup-trace/1"
 
@@ -58,84 +58,7 @@ SCHEMA = "agentcgroup-trace/1"
 #: (think, finish, todo lists) but is kept so step numbering matches the source.
 TOOLS = ("bash", "python", "edit", "read", "search", "browser", "noop")
 PROVENANCES = ("recorded", "derived", "synthetic")
-PROFILE_FIELDS = ("peak_mb", "ramp_ms", "cpu_ms", "io_bytes")          # the Measures of a Profile
 OUTCOMES = ("ok", "failed", "timeout", "oom", "error")   # exit 0 | exit != 0 | killed at its timeout | OOM-killed | did not start
-
-# ---------------------------------------------------------------------------------------------
-# The numbers of the IR: one rule per key, wherever the key sits (a step, its profile, its curve's
-# lists, its `original`, its args, its outcome), checked by check_number() on every path in (parsing
-# JSON and check_trace on objects alike). The upper bounds say what cannot be, so that a trace that
-# validates is one the replay takes: a step's time at most the emulator's own limit (replay/emulator.c
-# MAX_MS), what it writes likewise (MAX_BYTES); its memory at most what any machine can address.
-# Whether a step fits THIS host's memory is asked when a replay starts (harness/fixtures.py).
-
-MIB = 1 << 20
-#: 2^52 bytes (4 PiB) in MiB: x86-64's architectural physical address width is 52 bits (so is
-#: arm64's with LPA), so no machine of either can hold more memory than this; a larger peak is a
-#: corrupt or mis-scaled figure (a byte count read as MiB, say), not a workload.
-MAX_MEMORY_MB = float((1 << 52) // MIB)
-#: 1e9 ms (11.6 days): no tool call runs for days (agents' tool timeouts are minutes; the longest step
-#: of the shipped corpus is under 3 minutes), and the emulator refuses longer times (emulator.c MAX_MS).
-MAX_TIME_MS = 1e9
-#: 2^46 bytes (64 TiB): more than one tool call writes, and the emulator's own limit (emulator.c MAX_BYTES).
-MAX_IO_BYTES = float(1 << 46)
-
-
-@dataclass(frozen=True)
-class NumberRule:
-    """What one number of the IR may be: >= least and <= most (with `why` the upper bound holds)."""
-    unit: str
-    most: float = math.inf
-    why: str = ""
-    least: float = 0.0
-    integer: bool = False
-    nullable: bool = False          # null allowed (where the key may be present without a value)
-
-    def describe(self) -> str:
-        kind = "an integer" if self.integer else "a finite number"
-        unit = f" {self.unit}" if self.unit else ""
-        top = f", at most {self.most:.10g}{unit} ({self.why})" if math.isfinite(self.most) else ""
-        return f"{kind} >= {self.least:g}{top}"
-
-
-_TIME = NumberRule("ms", MAX_TIME_MS, "11.6 days: no tool call lasts that long, and the emulator replays "
-                   "nothing longer")
-_MEMORY = NumberRule("MiB", MAX_MEMORY_MB, "4 PiB, x86-64's 52-bit physical address limit: more than any "
-                     "machine can hold")
-_IO = NumberRule("bytes", MAX_IO_BYTES, "64 TiB: more than a tool call writes, and the emulator's limit")
-
-#: key -> its rule: every quantity of the IR. `t_ms` and `mb` are a curve's lists (each item checked).
-#: (step_id is a name, not a quantity: any int, unique in its trace.)
-NUMBERS: dict[str, NumberRule] = {
-    "duration_ms": _TIME, "ramp_ms": _TIME, "cpu_ms": _TIME, "t_ms": _TIME, "timeout_ms": _TIME,
-    "peak_mb": _MEMORY, "mb": _MEMORY,
-    "io_bytes": _IO,
-    "exit_code": NumberRule("", 255, "an exit status is 8 bits (wait(2)); a signal is 128 + its number, or "
-                            "minus it as Python's subprocess reports it", least=-255, integer=True, nullable=True),
-}
-
-
-def check_number(value: Any, key: str, *, field: str, where: dict, step: int | None = None,
-                 item: int | None = None):
-    """`value` if it follows NUMBERS[key], else a TraceError naming the field (and the list item)."""
-    rule = NUMBERS[key]
-    at = f"item {item}: " if item is not None else ""
-    if value is None and rule.nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int if rule.integer else (int, float)):
-        types = ("int" if rule.integer else "int or float") + (" or null" if rule.nullable else "")
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise TraceError(f"{at}expected {types}, got {type(value).__name__} {shown}: {key} is {rule.describe()}",
-                         field=field, step=step, **where)
-    unit = f" {rule.unit}" if rule.unit else ""
-    if not math.isfinite(value) or value < rule.least:
-        raise TraceError(f"{at}{value!r}{unit} cannot be: {key} is {rule.describe()}", field=field, step=step,
-                         **where)
-    if value > rule.most:
-        raise TraceError(f"{at}{value:.6g}{unit} cannot be: {key} is at most {rule.most:.10g}{unit} ({rule.why})",
-                         field=field, step=step, **where)
-    return value
-
 
 class TraceError(ValueError):
     """A trace that does not follow the schema. `str()` names file, record/step and field."""
@@ -148,6 +71,15 @@ class TraceError(ValueError):
                                       f"step {step}" if step is not None else None,
                                       f"field '{field}'" if field else None) if w)
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def check_number(value: Any, key: str, *, field: str, where: dict, step: int | None = None,
+                 item: int | None = None):
+    """`value` if it follows NUMBERS[key] (numbers.py), else a TraceError naming the field (and the list item)."""
+    problem = number_problem(value, key)
+    if problem is not None:
+        raise TraceError(f"item {item}: {problem}" if item is not None else problem, field=field, step=step, **where)
+    return value
 
 
 @dataclass(frozen=True)
@@ -439,7 +371,7 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         if st.native_tool is not None and not isinstance(st.native_tool, str):
             raise TraceError(f"expected str, got {type(st.native_tool).__name__}", field="native_tool", step=i,
                              **where)
-        for key, field_, value, item in _step_numbers(st):
+        for key, field_, value, item in step_numbers(st):
             check_number(value, key, field=field_, where=where, step=i, item=item)
         profiles = [("", st.profile)] + ([("original.", st.original.profile)] if st.original is not None else [])
         measures = [("duration_ms", st.duration_ms)] + [(f"{pre}profile.{k}", getattr(p, k))
@@ -457,30 +389,6 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
             raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {st.outcome.status!r}",
                              field="outcome.status", step=i, **where)
     return trace
-
-
-def _step_numbers(st: Step) -> Iterator[tuple[str, str, Any, int | None]]:
-    """(NUMBERS key, field, value, list item or None) of every number a Step object holds: what
-    check_trace checks, by the same rules parse_step applies to the JSON."""
-    if isinstance(st.args, dict) and st.args.get("timeout_ms") is not None:
-        yield "timeout_ms", "args.timeout_ms", st.args["timeout_ms"], None
-    if st.duration_ms is not None:
-        yield "duration_ms", "duration_ms.value", st.duration_ms.value, None
-    profiles = [("profile", st.profile)]
-    if st.original is not None:
-        if st.original.duration_ms is not None:
-            yield "duration_ms", "original.duration_ms.value", st.original.duration_ms.value, None
-        profiles.append(("original.profile", st.original.profile))
-    for name, p in profiles:
-        for k in PROFILE_FIELDS:
-            if getattr(p, k) is not None:
-                yield k, f"{name}.{k}.value", getattr(p, k).value, None
-        if p.curve is not None:
-            for key in ("t_ms", "mb"):
-                for j, v in enumerate(getattr(p.curve, key)):
-                    yield key, f"{name}.curve.{key}", v, j
-    if st.outcome is not None:
-        yield "exit_code", "outcome.exit_code", st.outcome.exit_code, None
 
 
 def read_traces(path: str | Path) -> Iterator[Trace]:
