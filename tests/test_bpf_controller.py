@@ -259,7 +259,7 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
     from pytest_agentcgroup.bpf.controller import policy_for
     from pytest_agentcgroup.replay import make_executor, replay
     from pytest_agentcgroup.traces.ir import parse_trace
-    from conftest import synthetic_step
+    from helpers import synthetic_step
     trace = parse_trace({"schema": "agentcgroup-trace/1", "trace_id": "synthetic/burst",
                              "source": {"format": "synthetic"},
                              "steps": [synthetic_step(0, 20, 100, cmd="pytest -x"),

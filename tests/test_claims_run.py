@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cgroups_or_skip
+from helpers import cgroups_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIM = '"static-toolcall.oom_kills > unlimited.oom_kills"'

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pandas", reason="pandas is not installed (the `report` extra)")
 
-from conftest import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
+from helpers import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
 
 from pytest_agentcgroup import cli  # noqa: E402
 from pytest_agentcgroup.reports.comparison import compare  # noqa: E402

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
+from helpers import EXP_MODULE, cgroups_or_skip, run_study, write_study
 from pytest_agentcgroup.metrics import gate
 from pytest_agentcgroup.metrics.records import METRICS, SUMMARY_METRICS, summarize
-from test_plugin import run_study
 
 
 def test_rules_parse_and_follow_each_metrics_better_direction():

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import leaked, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, leaked, run_study, write_study
 
 
 @pytest.fixture

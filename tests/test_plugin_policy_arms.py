@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import _start, our_cgroups, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, our_cgroups, run_study, start_study, write_study
 from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS
 from pytest_agentcgroup.bpf.loader import our_programs
@@ -132,7 +131,7 @@ def test_ctrl_c_during_the_policy_arm_unloads_its_program(pytester, policy_proje
     ebpf_or_skip()
     slow = policy_project.read_text().replace("time_scale = 1.0", "time_scale = 40.0")
     policy_project.write_text(slow)                 # 200 ms steps become 8 s: time to interrupt
-    proc = _start(pytester, "-k", "agentcgroup")
+    proc = start_study(pytester, "-k", "agentcgroup")
     deadline = time.monotonic() + 60
     while not our_programs(held_by={proc.pid}) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)

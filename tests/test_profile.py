@@ -22,7 +22,7 @@ from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
 
-from conftest import EXP_MODULE, cgroups_or_skip
+from helpers import EXP_MODULE, cgroups_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024

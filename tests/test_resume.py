@@ -13,8 +13,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import killed_on_purpose, leaked, our_cgroups, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, killed_on_purpose, leaked, our_cgroups, run_study, write_study
 
 STEPS = 4                                   # write_study: three bash steps and a noop
 ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")

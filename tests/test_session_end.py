@@ -15,10 +15,9 @@ import json
 import types
 from pathlib import Path
 
-from conftest import cgroups_or_skip, step_rec
+from helpers import cgroups_or_skip, leaked, run_study, step_rec
 from pytest_agentcgroup.harness.controller import WORKERINPUT_RUN, ControllerSettings, MetricsController
 from pytest_agentcgroup.metrics import store
-from test_plugin import leaked, project, run_study  # noqa: F401  (project: a fixture)
 
 FAILING_CLOSE = '''
 from pytest_agentcgroup.cgroups.tree import RunTree

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import leaked, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, leaked, run_study, write_study
 
 import xdist  # noqa: E402,F401  (the `test` extra installs it: missing is a broken set-up, not a skip)
 

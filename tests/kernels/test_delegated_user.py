@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import vmharness
-from .test_pure_cgroup2 import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
+from .checks import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
     write_vm_config
 
 USER = "nobody"
