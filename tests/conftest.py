@@ -11,6 +11,33 @@ from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 
 pytest_plugins = ["pytester"]
 
+# The markers of pyproject.toml, applied here from what a test uses (modules whose every test needs
+# one carry it as `pytestmark`; the odd test needing root or the registries some other way, a
+# decorator): a fixture in the test's closure, a helper its body calls, a parameter's value.
+_MARKS_BY_FIXTURE = {
+    "tree": ("root",),                       # a real run tree: cgroups
+    "agentcgroup_tree": ("root",),
+    # dockerd (started as root when none answers); the project's image is built with debootstrap
+    # from the Debian mirror when it is missing (CI removes it first: make clean-images)
+    "agentcgroup_docker": ("docker", "root", "network"),
+    "can_profile": ("root",),                # test_profile.py: cgroups and the sandbox's tmpfs
+}
+_MARKS_BY_CALL = {"cgroups_or_skip": ("root",)}
+_MARKS_BY_PARAM = {("hostile", "docker"): ("docker", "network")}     # tests/hostile: the docker executor
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        code = getattr(getattr(item, "function", None), "__code__", None)
+        called = set(code.co_names) if code is not None else set()
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        marks = {m for f in names & _MARKS_BY_FIXTURE.keys() for m in _MARKS_BY_FIXTURE[f]}
+        marks |= {m for c in called & _MARKS_BY_CALL.keys() for m in _MARKS_BY_CALL[c]}
+        marks |= {m for (k, v), ms in _MARKS_BY_PARAM.items() if params.get(k) == v for m in ms}
+        for m in sorted(marks - {mark.name for mark in item.iter_markers()}):
+            item.add_marker(m)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     # Here rather than in tests/kernels/conftest.py: pytest parses the command line before it

@@ -13,6 +13,8 @@ from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS, Controller, Rules
 from pytest_agentcgroup import proc as spawn
 
+pytestmark = pytest.mark.root   # loads eBPF programs (and makes cgroups)
+
 MB = 1 << 20
 
 # allocate `rounds` bursts over the limit, each backed by a MADV_FREE cushion (no OOM kill)

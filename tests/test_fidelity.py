@@ -149,6 +149,7 @@ def recorded(tmp_path_factory):
     return trace, path
 
 
+@pytest.mark.root
 def test_fidelity_on_real_recordings_follows_their_peaks(recorded, tmp_path, capsys):
     # Not timed: the duration gate is load-sensitive and is checked by experiments/test_fidelity.py
     # (a benchmark printing the distribution and the load); here every step runs, every figure is
@@ -169,6 +170,7 @@ def test_fidelity_on_real_recordings_follows_their_peaks(recorded, tmp_path, cap
     assert all(r["emulated"]["peak_mb"]["met"] for r in res["steps"]), text
 
 
+@pytest.mark.root
 def test_fidelity_fails_a_recording_whose_profile_was_doubled(recorded, tmp_path, capsys):
     # the emulator is fed a curve twice what the kernel recorded: its peaks miss the recorded ones
     trace, _ = recorded

@@ -159,6 +159,7 @@ def test_kill_9_leftovers_are_removed_by_the_next_run(pytester, slow_project):
     assert our_cgroups(host, rerun.pid) == [], out
 
 
+@pytest.mark.root
 def test_without_root_the_run_skips_with_the_reason():
     if os.geteuid() != 0:
         pytest.skip("this test drops root privileges, so it must start as root")

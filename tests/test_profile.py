@@ -283,6 +283,7 @@ def test_usage_sampler_forgets_the_last_windows_readings():
         sampler.close()
 
 
+@pytest.mark.root
 def test_without_privileges_one_message(tmp_path):
     """As an unprivileged user (nobody, via setpriv) the profiler cannot make cgroups: it says so."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
@@ -417,6 +418,7 @@ def test_the_shipped_recorded_here_corpus():
     assert {"ok", "failed", "timeout"} <= statuses
 
 
+@pytest.mark.network
 def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp_path, can_profile):
     """Acceptance: `agentcgroup traces profile` on one command trace of traces/recorded-here/commands,
     in the workspace `make recorded-here` builds (built here the same way when absent)."""

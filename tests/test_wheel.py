@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.network   # pip builds the wheel with build isolation and installs its dependencies
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "pytest_agentcgroup"
 SYS_BCC = Path("/usr/lib/python3/dist-packages/bcc")
@@ -117,6 +119,7 @@ print(json.dumps(loaded))
 """
 
 
+@pytest.mark.root
 def test_the_installed_package_compiles_and_loads_its_ebpf_programs(installed, tmp_path):
     py, pkg = installed
     if os.geteuid() != 0:

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from . import vmharness
 from .checks import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
     write_vm_config
+
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]   # boots a kernel under qemu
 
 USER = "nobody"
 #: the arms a user without root can run: limits and counters only (the policy arms need eBPF: root)

@@ -21,6 +21,9 @@ from . import vmharness
 from .checks import OOM_TRACE, docker_problems, docker_verdict, exp1_problems, require_kernel, write_oom_corpus, \
     write_vm_config
 
+# docker, network: the host's engine docker-saves the project image (built by debootstrap when missing)
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow, pytest.mark.docker, pytest.mark.network]
+
 #: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
 SUBSET = ("tests/test_cgroups.py", "tests/test_cgroups_refused.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
           "tests/test_bpf_features.py", "tests/hostile")
