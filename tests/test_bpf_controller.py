@@ -58,6 +58,7 @@ def drive(ctl, procs, timeout_s=120):
         p.wait()
 
 
+@pytest.mark.slow
 def test_low_priority_step_is_throttled_then_resumed(run_tree):
     rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "hold_ms": 50, "freeze_after": 100,
                              "priorities": {"test": "low", "default": "normal"}})
@@ -88,6 +89,7 @@ def test_escalates_to_freeze_then_kill(run_tree):
         assert kinds[-1] == "kill" and p.returncode == -9
 
 
+@pytest.mark.slow
 def test_hold_time_follows_the_replay_time_scale(run_tree):
     """One time rule: hold_ms is recorded time. A step replayed at time_scale 0.1 is held ~1/10 as
     long as one at 1.0, measured between the controller's own throttle and resume (same run)."""

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_agentcgroup.bpf import features
 
-pytestmark = pytest.mark.root   # loads eBPF programs (and makes cgroups)
+pytestmark = [pytest.mark.root, pytest.mark.slow]   # loads eBPF programs (and makes cgroups)
 
 WORKER = r"""
 import mmap, os, sys, time

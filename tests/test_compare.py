@@ -116,6 +116,7 @@ def test_json_output(tmp_path, capsys):
     assert {(d["unit"], d["provenance"]) for d in report["differences"]} == {("MiB", "derived")}
 
 
+@pytest.mark.slow
 def test_two_real_runs_of_one_study_reproduce(pytester):
     """The seed's reproducibility check on real cgroups: the synthetic study, run twice, counts the
     same kernel events (the OOM kill of step 1 both times). Latency and CPU time are compared too but

@@ -61,6 +61,7 @@ def converted_study(pytester: pytest.Pytester):
     return traces
 
 
+@pytest.mark.slow
 def test_converted_traces_replay_in_exp1_under_every_arm(pytester, converted_study):
     cgroups_or_skip()
     traces = converted_study

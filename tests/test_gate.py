@@ -106,6 +106,7 @@ def project(pytester):
     pytester.makepyfile(test_exp1=EXP_MODULE)
 
 
+@pytest.mark.slow
 def test_halving_the_per_step_limit_fails_the_gate_and_the_unchanged_config_passes(pytester, project):
     cgroups_or_skip()
     made = run_study(pytester, "--agentcgroup-save-baseline", "baseline.json")

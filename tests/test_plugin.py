@@ -25,6 +25,7 @@ def test_every_trace_and_arm_is_a_test_with_stable_ids(pytester, project):
                          for arm in ("unlimited", "static-env", "static-toolcall", "static-high"))
 
 
+@pytest.mark.slow
 def test_marker_expression_and_keyword_select_the_experiment(pytester, project):
     pytester.makepyfile(test_other='import pytest\n@pytest.mark.experiment(name="exp10")\ndef test_exp10():\n    pass\n')
     by_marker = run_study(pytester, "--collect-only", "-q", "-m", "experiment(name='exp1')")
@@ -34,6 +35,7 @@ def test_marker_expression_and_keyword_select_the_experiment(pytester, project):
     assert [line for line in by_arm.outlines if "::" in line] == ["test_exp1.py::test_exp1[static-toolcall:oom-once]"]
 
 
+@pytest.mark.slow
 def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester, project, monkeypatch):
     host = cgroups_or_skip()
     # Under `-n N` this runs in an xdist worker, whose PYTEST_XDIST_WORKER the pytest below inherits;
@@ -192,6 +194,7 @@ def test_without_root_the_run_skips_with_the_reason():
     assert "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_settings_precedence_option_over_marker_over_ini(pytester, project):
     # ini names a subset that does not exist: collection must say so, naming the value
     pytester.makeini("[pytest]\nagentcgroup_subset = no-such-subset\n")

@@ -81,6 +81,7 @@ def left_behind(pytester, host):
     return report["held"] + our_cgroups(host, report["pid"])
 
 
+@pytest.mark.slow
 def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy_project):
     host = cgroups_or_skip()
     ebpf_or_skip()
@@ -159,6 +160,7 @@ def test_without_ebpf_the_arm_skips_naming_the_feature(pytester, policy_project)
     result.stdout.fnmatch_lines(["*arm agentcgroup needs eBPF: ringbuf: BPF_MAP_TYPE_RINGBUF: EINVAL (test)*"])
 
 
+@pytest.mark.slow
 def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, policy_project):
     """A resumed run decides to skip before it drops anything: on a host (here: a probe made to
     say so) without eBPF the arm skips, and the lines an earlier run recorded for it stay."""
@@ -202,6 +204,7 @@ def test_two_tenants(agentcgroup_placement, agentcgroup_tree):
 '''
 
 
+@pytest.mark.slow
 def test_placements_built_by_a_test_share_the_arms_controller(pytester, policy_project):
     """The API other experiments use (several tenants under one arm, concurrently)."""
     host = cgroups_or_skip()

@@ -469,6 +469,7 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
                        Settings(executor="docker", workspace=ws), engine=agentcgroup_docker)
 
 
+@pytest.mark.slow
 def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester):
     """Acceptance: exp1 runs on the profiled corpus like on any other, and what the emulator replays
     is the recorded profile (every step record says `recorded`)."""

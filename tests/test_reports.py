@@ -201,6 +201,7 @@ def test_report_of_a_real_run(pytester):
     assert "limits from the config file (MiB)" in page
 
 
+@pytest.mark.slow
 def test_a_real_xdist_run_is_read_whole(pytester):
     """Under `-n 2` each worker writes its own gw*/metrics.jsonl; the report reads them all."""
     cgroups_or_skip()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.network   # pip builds the wheel with build isolation and installs its dependencies
+pytestmark = [pytest.mark.network, pytest.mark.slow]   # pip builds the wheel (build isolation), installs its dependencies
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "pytest_agentcgroup"

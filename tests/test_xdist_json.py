@@ -25,6 +25,7 @@ def project(pytester):
     pytester.makepyfile(test_exp1=EXP_MODULE)
 
 
+@pytest.mark.slow
 def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pytester, project):
     host = cgroups_or_skip()
     serial = run_study(pytester, "--benchmark-json", "serial.json")
@@ -101,6 +102,7 @@ def test_where_too(agentcgroup_tree, worker_id):
 '''
 
 
+@pytest.mark.slow
 def test_isolate_gives_each_worker_a_disjoint_cpuset_and_a_memory_share(pytester, project):
     host = cgroups_or_skip()
     if len(os.sched_getaffinity(0)) < 2:
