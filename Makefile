@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup setup-vm setup-kernels test test-kernels run baseline report paper clean clean-images clean-emulator recorded-here
+.PHONY: setup setup-vm setup-kernels test test-quick test-kernels run baseline report paper clean clean-images clean-emulator recorded-here
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -23,6 +23,13 @@ setup-kernels: setup
 # tests/kernels/ runs its subset on kernel 6.12 here (--agentcgroup-kernels default).
 test: setup-vm
 	@$(PY) -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
+
+# the edit-test loop: the host tests without a VM, docker, the slow ones or the package registries
+# (markers in pyproject.toml; any other subset: PYTEST_ARGS='-m "..."', the last -m wins)
+QUICK        := not vm and not docker and not slow and not network
+test-quick: setup
+	@$(PY) -m pytest tests -q -m "$(QUICK)" $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 # the pure cgroup v2 subset on every kernel series, one verdict line per kernel at the end

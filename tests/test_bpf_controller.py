@@ -13,6 +13,8 @@ from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS, Controller, Rules
 from pytest_agentcgroup import proc as spawn
 
+pytestmark = pytest.mark.root   # loads eBPF programs (and makes cgroups)
+
 MB = 1 << 20
 
 # allocate `rounds` bursts over the limit, each backed by a MADV_FREE cushion (no OOM kill)
@@ -56,6 +58,7 @@ def drive(ctl, procs, timeout_s=120):
         p.wait()
 
 
+@pytest.mark.slow
 def test_low_priority_step_is_throttled_then_resumed(run_tree):
     rules = Rules.from_dict({"memory_max_mb": 64, "memory_high_mb": 48, "hold_ms": 50, "freeze_after": 100,
                              "priorities": {"test": "low", "default": "normal"}})
@@ -86,6 +89,7 @@ def test_escalates_to_freeze_then_kill(run_tree):
         assert kinds[-1] == "kill" and p.returncode == -9
 
 
+@pytest.mark.slow
 def test_hold_time_follows_the_replay_time_scale(run_tree):
     """One time rule: hold_ms is recorded time. A step replayed at time_scale 0.1 is held ~1/10 as
     long as one at 1.0, measured between the controller's own throttle and resume (same run)."""
@@ -259,7 +263,7 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
     from pytest_agentcgroup.bpf.controller import policy_for
     from pytest_agentcgroup.replay import make_executor, replay
     from pytest_agentcgroup.traces.ir import parse_trace
-    from conftest import synthetic_step
+    from helpers import synthetic_step
     trace = parse_trace({"schema": "agentcgroup-trace/1", "trace_id": "synthetic/burst",
                              "source": {"format": "synthetic"},
                              "steps": [synthetic_step(0, 20, 100, cmd="pytest -x"),

@@ -42,6 +42,7 @@ def test_the_bpf_syscall_number_is_the_one_the_hosts_c_library_gives():
     assert nr_bpf() == expected, f"{platform.machine()}: NR_BPF says {nr_bpf()}, <sys/syscall.h> {expected}"
 
 
+@pytest.mark.root
 def test_the_bpf_syscall_is_really_bpf_on_this_kernel():
     """An unknown bpf command is EINVAL from bpf() itself; a wrong syscall number would be ENOSYS or
     some other call's answer."""

@@ -14,6 +14,8 @@ import pytest
 
 from pytest_agentcgroup.bpf import features
 
+pytestmark = [pytest.mark.root, pytest.mark.slow]   # loads eBPF programs (and makes cgroups)
+
 WORKER = r"""
 import mmap, os, sys, time
 MB = 1 << 20

@@ -19,6 +19,8 @@ import pytest
 from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.proc import run
 
+pytestmark = pytest.mark.root   # loads eBPF programs (and makes cgroups)
+
 MB = 1 << 20
 
 

@@ -102,6 +102,7 @@ def _live(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_shipped_browser_traces_replay_in_the_tenant_cgroup(tree):
     _need_browser()
     traces = _browser_traces()

@@ -15,6 +15,8 @@ from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.cgroups.tree import PREFIX, sweep_stale
 from pytest_agentcgroup.proc import run
 
+pytestmark = pytest.mark.root   # real cgroups throughout
+
 ALLOC = "import sys\nb = bytearray(int(sys.argv[1]) * 1048576)\nb[::4096] = b'x' * (len(b) // 4096)"
 
 

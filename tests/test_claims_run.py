@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cgroups_or_skip
+from helpers import cgroups_or_skip
+
+pytestmark = pytest.mark.slow   # every test runs pytest subprocesses of exp1 or an exp3 stand-in
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIM = '"static-toolcall.oom_kills > unlimited.oom_kills"'

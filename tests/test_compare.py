@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pandas", reason="pandas is not installed (the `report` extra)")
 
-from conftest import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
+from helpers import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
 
 from pytest_agentcgroup import cli  # noqa: E402
 from pytest_agentcgroup.reports.comparison import compare  # noqa: E402
@@ -116,6 +116,7 @@ def test_json_output(tmp_path, capsys):
     assert {(d["unit"], d["provenance"]) for d in report["differences"]} == {("MiB", "derived")}
 
 
+@pytest.mark.slow
 def test_two_real_runs_of_one_study_reproduce(pytester):
     """The seed's reproducibility check on real cgroups: the synthetic study, run twice, counts the
     same kernel events (the OOM kill of step 1 both times). Latency and CPU time are compared too but

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import step_rec, write_results
+from helpers import step_rec, write_results
 
 from pytest_agentcgroup import cli
 from pytest_agentcgroup.metrics import compare as core

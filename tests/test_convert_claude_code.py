@@ -525,6 +525,7 @@ _value = json_values(
      "traces", "tool_calls", "resource_samples"], width=3, max_leaves=12)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=80)
 @given(data=st.data())
 def test_fuzz_mutated_task(tmp_path_factory, data):

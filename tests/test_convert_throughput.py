@@ -182,6 +182,7 @@ def test_peak_rss_is_the_childs_own():
           f"{_own_rss_mb():.1f} MiB")
 
 
+@pytest.mark.slow
 def test_openhands_rows_throughput(rows_file, capsys, request):
     path, steps_per_row = rows_file
     load0 = os.getloadavg()

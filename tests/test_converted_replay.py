@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE
+from helpers import EXP_MODULE, cgroups_or_skip
 from pytest_agentcgroup.traces.convert import claude_code, openhands_rows, swe_agent_traj
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import write_trace
-from conftest import cgroups_or_skip
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")
@@ -62,6 +61,7 @@ def converted_study(pytester: pytest.Pytester):
     return traces
 
 
+@pytest.mark.slow
 def test_converted_traces_replay_in_exp1_under_every_arm(pytester, converted_study):
     cgroups_or_skip()
     traces = converted_study

@@ -23,7 +23,7 @@ from pytest_agentcgroup.replay import DockerExecutor, ExecutorUnavailable, repla
 from pytest_agentcgroup.engines.docker import SESSION_LABEL, image_lock_file, swerebench_image
 from pytest_agentcgroup.traces.ir import Step, Trace
 
-from conftest import EXP_MODULE
+from helpers import EXP_MODULE
 
 
 def bash(i: int, cmd: str, **args) -> Step:

@@ -94,6 +94,7 @@ def test_an_empty_cached_binary_is_rebuilt(fresh):
     assert subprocess.run([path, "0", "0", "0", "0", "5", str(fresh)]).returncode == 0
 
 
+@pytest.mark.root
 def test_a_read_only_cache_is_passed_over(fresh, monkeypatch, tmp_path):
     fresh.mkdir(parents=True, mode=0o700)
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,mode=0700", "none", str(fresh)],

@@ -69,6 +69,7 @@ def test_a_step_whose_workers_cannot_fork_still_gets_its_cpu(tree):
     assert r.counters["cpu_usec"] / 1000 >= 600 * 0.9, r.counters
 
 
+@pytest.mark.slow
 def test_a_multi_core_step_gets_its_cpu_within_its_duration(tree):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip(f"{len(os.sched_getaffinity(0))} CPU available to this process: a two-core step needs 2")
@@ -149,6 +150,8 @@ def recorded(tmp_path_factory):
     return trace, path
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_fidelity_on_real_recordings_follows_their_peaks(recorded, tmp_path, capsys):
     # Not timed: the duration gate is load-sensitive and is checked by experiments/test_fidelity.py
     # (a benchmark printing the distribution and the load); here every step runs, every figure is
@@ -169,6 +172,8 @@ def test_fidelity_on_real_recordings_follows_their_peaks(recorded, tmp_path, cap
     assert all(r["emulated"]["peak_mb"]["met"] for r in res["steps"]), text
 
 
+@pytest.mark.slow
+@pytest.mark.root
 def test_fidelity_fails_a_recording_whose_profile_was_doubled(recorded, tmp_path, capsys):
     # the emulator is fed a curve twice what the kernel recorded: its peaks miss the recorded ones
     trace, _ = recorded

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
+from helpers import EXP_MODULE, cgroups_or_skip, run_study, write_study
 from pytest_agentcgroup.metrics import gate
 from pytest_agentcgroup.metrics.records import METRICS, SUMMARY_METRICS, summarize
-from test_plugin import run_study
 
 
 def test_rules_parse_and_follow_each_metrics_better_direction():
@@ -107,6 +106,7 @@ def project(pytester):
     pytester.makepyfile(test_exp1=EXP_MODULE)
 
 
+@pytest.mark.slow
 def test_halving_the_per_step_limit_fails_the_gate_and_the_unchanged_config_passes(pytester, project):
     cgroups_or_skip()
     made = run_study(pytester, "--agentcgroup-save-baseline", "baseline.json")

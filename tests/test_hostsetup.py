@@ -22,6 +22,7 @@ def _run_setup() -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.root
 def test_hostsetup_second_run_is_quiet_and_succeeds():
     first = _run_setup()  # normally already done by `make setup`
     assert first.returncode == 0, first.stderr
@@ -73,6 +74,7 @@ def _prog_ids() -> set[int]:
     return {p["id"] for p in json.loads(out.stdout or "[]")}
 
 
+@pytest.mark.root
 def test_bcc_tracepoint_attaches_and_detaches():
     _require_bcc()
     if os.geteuid() != 0:
@@ -123,6 +125,7 @@ def _run_header_links(tmp: Path, src: Path) -> tuple[subprocess.CompletedProcess
     return out, moddir
 
 
+@pytest.mark.root
 def test_header_links_take_the_newest_plain_flavour_of_this_architecture(tmp_path):
     arch = _arch()
     src = tmp_path / "src"
@@ -136,6 +139,7 @@ def test_header_links_take_the_newest_plain_flavour_of_this_architecture(tmp_pat
     assert os.readlink(moddir / "source") == str(src / "linux-headers-6.1.0-12-common")
 
 
+@pytest.mark.root
 def test_header_links_prefer_the_running_kernels_own_headers(tmp_path):
     arch = _arch()
     src = tmp_path / "src"
@@ -147,6 +151,7 @@ def test_header_links_prefer_the_running_kernels_own_headers(tmp_path):
     assert os.readlink(moddir / "source") == str(src / "linux-headers-own-common")
 
 
+@pytest.mark.root
 def test_only_the_links_into_the_kernels_directory_leave_lib_modules(tmp_path):
     """Earlier versions linked /lib/modules/<release> to the unpacked VM kernels: set-up removes
     exactly those (a stand-in /lib/modules here), keeps everything else, and says so once."""
@@ -234,6 +239,9 @@ def _check_vm_group(kernels_dir: Path, env: dict) -> None:
         assert shutil.which(tool), f"{tool} is not installed"
 
 
+@pytest.mark.root
+@pytest.mark.network
+@pytest.mark.slow
 def test_vm_group_records_a_bootable_612_kernel_with_headers_and_is_quiet():
     """Group `vm` (make test): qemu, busybox-static and the newest 6.12 kernel with its headers,
     unpacked under the kernels directory (never installed: the host's kernels and /boot stay as
@@ -244,6 +252,9 @@ def test_vm_group_records_a_bootable_612_kernel_with_headers_and_is_quiet():
     _check_vm_group(kernels_dir, dict(os.environ))
 
 
+@pytest.mark.root
+@pytest.mark.network
+@pytest.mark.slow
 def test_vm_group_fetches_into_an_empty_kernels_directory_without_installing(tmp_path):
     """The fetch itself (what a fresh machine does): apt-get download + dpkg-deb -x into a new
     kernels directory, the host's packages and /boot untouched (about 60 MB from the Debian mirror)."""

@@ -55,6 +55,7 @@ def traces(draw) -> Trace:
                  steps=tuple(draw(steps(i)) for i in ids))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces())
 def test_round_trip(trace):

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import leaked, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, leaked, run_study, write_study
 
 
 @pytest.fixture
@@ -50,6 +49,7 @@ def _records(pytester):
     return [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault, says, kept", [
     ("exit", ["*exp1 under arm unlimited: 1 step(s) did not run as replayed (emulate executor*",
               "*synthetic/oom-once step 1 (bash: *): the emulator ended with exit code 3, and no OOM kill, "
@@ -77,6 +77,7 @@ def test_a_step_that_did_not_run_as_asked_fails_its_test(pytester, project, faul
     assert leaked(host) == []
 
 
+@pytest.mark.slow
 def test_an_oom_killed_emulated_step_is_expected_not_a_failure(pytester, project):
     """The counted OOM kill explains step 1's SIGKILL under the per-step limit: the test passes."""
     cgroups_or_skip()
@@ -105,6 +106,7 @@ def _same(after: dict, before: dict, args) -> bool:
     return after == before
 
 
+@pytest.mark.slow
 def test_a_session_without_experiments_leaves_the_results_directory_untouched(pytester, project):
     out = pytester.path / "out"
     earlier = out / "0001_20260101T000000"            # an earlier, unfinished run (resume would continue it)
@@ -127,6 +129,7 @@ def test_a_session_without_experiments_leaves_the_results_directory_untouched(py
         assert not (pytester.path / "fresh").exists(), args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_two_runs_into_one_results_directory_keep_both(pytester, project, workers):
     cgroups_or_skip()

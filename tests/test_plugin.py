@@ -15,48 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from pytest_agentcgroup.cgroups.tree import PREFIX, live_run_roots
-
-
-# The run roots of pytests that tests SIGKILLed on purpose (tests/test_resume.py): they stay until a
-# later run clears them, and under xdist a test running beside it must not count them as its leak.
-# Names carry the maker's start time, so an entry never matches a later process's root. One file
-# per user: another user's (root's) would not be ours to append to.
-KILLED_ON_PURPOSE = Path(tempfile.gettempdir()) / f"agentcgroup-tests-killed-on-purpose-{os.getuid()}"
-
-
-def killed_on_purpose(host, pid: int) -> None:
-    """Note the run roots of `pid`, about to be SIGKILLed, before the kill (so no neighbour sees them unnoted)."""
-    with KILLED_ON_PURPOSE.open("a") as f:
-        f.writelines(f"{p.name}\n" for p in our_cgroups(host, pid))
-
-
-def leaked(host) -> list[Path]:
-    """Run roots whose maker has exited: what a finished run left behind (runs of other live
-    processes, e.g. a parallel session, are not ours to judge, nor runs killed on purpose)."""
-    spared = set(KILLED_ON_PURPOSE.read_text().split()) if KILLED_ON_PURPOSE.exists() else set()
-    ours = our_cgroups(host)        # listed first: a root made after it is not judged, not flagged
-    live = {p for d in (host.unified, *host.v1.values()) for p in live_run_roots(d)}   # maker's pid and start
-    return [p for p in ours if p.name not in spared and p not in live and p.exists()]
-
-
-def our_cgroups(host, pid: int | None = None) -> list[Path]:
-    dirs = [host.unified, *host.v1.values()]
-    return [p for d in dirs for p in d.iterdir()
-            if p.name.startswith(PREFIX) and (pid is None or p.name.startswith(f"{PREFIX}{pid}-"))]
-
-
-@pytest.fixture
-def project(pytester: pytest.Pytester, tmp_path):
-    config = write_study(pytester.path)
-    pytester.makepyfile(test_exp1=EXP_MODULE)
-    return config
-
-
-def run_study(pytester, *args):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
-                                         "--agentcgroup-out", "out", *args)
+from helpers import EXP_MODULE, cgroups_or_skip, leaked, our_cgroups, run_study, start_study, write_study
 
 
 def test_every_trace_and_arm_is_a_test_with_stable_ids(pytester, project):
@@ -66,6 +25,7 @@ def test_every_trace_and_arm_is_a_test_with_stable_ids(pytester, project):
                          for arm in ("unlimited", "static-env", "static-toolcall", "static-high"))
 
 
+@pytest.mark.slow
 def test_marker_expression_and_keyword_select_the_experiment(pytester, project):
     pytester.makepyfile(test_other='import pytest\n@pytest.mark.experiment(name="exp10")\ndef test_exp10():\n    pass\n')
     by_marker = run_study(pytester, "--collect-only", "-q", "-m", "experiment(name='exp1')")
@@ -75,6 +35,7 @@ def test_marker_expression_and_keyword_select_the_experiment(pytester, project):
     assert [line for line in by_arm.outlines if "::" in line] == ["test_exp1.py::test_exp1[static-toolcall:oom-once]"]
 
 
+@pytest.mark.slow
 def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester, project, monkeypatch):
     host = cgroups_or_skip()
     # Under `-n N` this runs in an xdist worker, whose PYTEST_XDIST_WORKER the pytest below inherits;
@@ -153,15 +114,6 @@ def test_failing_run_leaves_no_cgroup(pytester, project):
     assert leaked(host) == []
 
 
-def _start(pytester, *args):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--agentcgroup-config",
-                             "study.toml", "--agentcgroup-out", "out", *args], cwd=pytester.path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            # a shell that started us in the background ignores SIGINT; undo that
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
 def _wait_for_cgroup(host, pid, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -181,7 +133,7 @@ def slow_project(pytester):
 
 def test_ctrl_c_leaves_no_cgroup(pytester, slow_project):
     host = cgroups_or_skip()
-    proc = _start(pytester, "-k", "unlimited")
+    proc = start_study(pytester, "-k", "unlimited")
     _wait_for_cgroup(host, proc.pid)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
@@ -194,7 +146,7 @@ def test_ctrl_c_leaves_no_cgroup(pytester, slow_project):
 
 def test_kill_9_leftovers_are_removed_by_the_next_run(pytester, slow_project):
     host = cgroups_or_skip()
-    proc = _start(pytester, "-k", "unlimited")
+    proc = start_study(pytester, "-k", "unlimited")
     _wait_for_cgroup(host, proc.pid)
     time.sleep(0.5)
     proc.kill()
@@ -202,13 +154,14 @@ def test_kill_9_leftovers_are_removed_by_the_next_run(pytester, slow_project):
     assert our_cgroups(host, proc.pid), "kill -9 cannot clean up: the run root must still be there"
     text = (pytester.path / "study.toml").read_text().replace("time_scale = 40.0", "time_scale = 0.01")
     (pytester.path / "study.toml").write_text(text)
-    rerun = _start(pytester, "-k", "unlimited")
+    rerun = start_study(pytester, "-k", "unlimited")
     out, _ = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, out
     assert our_cgroups(host, proc.pid) == [], "the new run did not sweep the killed run's cgroups"
     assert our_cgroups(host, rerun.pid) == [], out
 
 
+@pytest.mark.root
 def test_without_root_the_run_skips_with_the_reason():
     if os.geteuid() != 0:
         pytest.skip("this test drops root privileges, so it must start as root")
@@ -241,6 +194,7 @@ def test_without_root_the_run_skips_with_the_reason():
     assert "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_settings_precedence_option_over_marker_over_ini(pytester, project):
     # ini names a subset that does not exist: collection must say so, naming the value
     pytester.makeini("[pytest]\nagentcgroup_subset = no-such-subset\n")

@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import _start, our_cgroups, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, our_cgroups, run_study, start_study, write_study
 from pytest_agentcgroup.bpf import features
 from pytest_agentcgroup.bpf.controller import NEEDS
 from pytest_agentcgroup.bpf.loader import our_programs
@@ -82,6 +81,7 @@ def left_behind(pytester, host):
     return report["held"] + our_cgroups(host, report["pid"])
 
 
+@pytest.mark.slow
 def test_policy_arms_run_as_arms_and_record_what_the_policy_did(pytester, policy_project):
     host = cgroups_or_skip()
     ebpf_or_skip()
@@ -132,7 +132,7 @@ def test_ctrl_c_during_the_policy_arm_unloads_its_program(pytester, policy_proje
     ebpf_or_skip()
     slow = policy_project.read_text().replace("time_scale = 1.0", "time_scale = 40.0")
     policy_project.write_text(slow)                 # 200 ms steps become 8 s: time to interrupt
-    proc = _start(pytester, "-k", "agentcgroup")
+    proc = start_study(pytester, "-k", "agentcgroup")
     deadline = time.monotonic() + 60
     while not our_programs(held_by={proc.pid}) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
@@ -160,6 +160,7 @@ def test_without_ebpf_the_arm_skips_naming_the_feature(pytester, policy_project)
     result.stdout.fnmatch_lines(["*arm agentcgroup needs eBPF: ringbuf: BPF_MAP_TYPE_RINGBUF: EINVAL (test)*"])
 
 
+@pytest.mark.slow
 def test_resume_where_the_arm_cannot_run_keeps_its_earlier_results(pytester, policy_project):
     """A resumed run decides to skip before it drops anything: on a host (here: a probe made to
     say so) without eBPF the arm skips, and the lines an earlier run recorded for it stay."""
@@ -203,6 +204,7 @@ def test_two_tenants(agentcgroup_placement, agentcgroup_tree):
 '''
 
 
+@pytest.mark.slow
 def test_placements_built_by_a_test_share_the_arms_controller(pytester, policy_project):
     """The API other experiments use (several tenants under one arm, concurrently)."""
     host = cgroups_or_skip()

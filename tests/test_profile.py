@@ -22,7 +22,7 @@ from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
 
-from conftest import EXP_MODULE, cgroups_or_skip
+from helpers import EXP_MODULE, cgroups_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -283,6 +283,7 @@ def test_usage_sampler_forgets_the_last_windows_readings():
         sampler.close()
 
 
+@pytest.mark.root
 def test_without_privileges_one_message(tmp_path):
     """As an unprivileged user (nobody, via setpriv) the profiler cannot make cgroups: it says so."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
@@ -417,6 +418,7 @@ def test_the_shipped_recorded_here_corpus():
     assert {"ok", "failed", "timeout"} <= statuses
 
 
+@pytest.mark.network
 def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp_path, can_profile):
     """Acceptance: `agentcgroup traces profile` on one command trace of traces/recorded-here/commands,
     in the workspace `make recorded-here` builds (built here the same way when absent)."""
@@ -467,6 +469,7 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
                        Settings(executor="docker", workspace=ws), engine=agentcgroup_docker)
 
 
+@pytest.mark.slow
 def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester):
     """Acceptance: exp1 runs on the profiled corpus like on any other, and what the emulator replays
     is the recorded profile (every step record says `recorded`)."""

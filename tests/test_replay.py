@@ -219,6 +219,7 @@ def _mounted(point: str) -> bool:
     return any(line.split()[4] == point for line in open("/proc/self/mountinfo"))
 
 
+@pytest.mark.root
 def test_a_sandbox_tmpfs_left_by_a_killed_run_is_swept_at_the_next_start(tmp_path):
     """A real pytest-like process mounts its per-trace tmpfs and is SIGKILLed (its stop() never
     runs): the next sandbox start unmounts it; a live owner's mount is left alone."""

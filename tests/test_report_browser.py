@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("pandas", reason="pandas is not installed (the `report` extra)")
 
-from conftest import step_rec, write_results  # noqa: E402
+from helpers import step_rec, write_results  # noqa: E402
 
 from pytest_agentcgroup.tenants.browser import CHROMIUM, CHROMIUM_ARGS, missing  # noqa: E402
 from pytest_agentcgroup.reports import build_report  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 pd = pytest.importorskip("pandas", reason="pandas is not installed (the `report` extra)")
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (the `report` extra)")
 
-from conftest import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
+from helpers import EXP_MODULE, cgroups_or_skip, step_rec, write_results, write_study  # noqa: E402
 
 from pytest_agentcgroup import cli  # noqa: E402
 from pytest_agentcgroup.reports import ResultsError, build_report, load  # noqa: E402
@@ -201,6 +201,7 @@ def test_report_of_a_real_run(pytester):
     assert "limits from the config file (MiB)" in page
 
 
+@pytest.mark.slow
 def test_a_real_xdist_run_is_read_whole(pytester):
     """Under `-n 2` each worker writes its own gw*/metrics.jsonl; the report reads them all."""
     cgroups_or_skip()

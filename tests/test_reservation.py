@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import step_rec, write_results
+from helpers import step_rec, write_results
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
 from pytest_agentcgroup.cgroups.usage import integral_mib_ms

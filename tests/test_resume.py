@@ -13,8 +13,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import killed_on_purpose, leaked, our_cgroups, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, killed_on_purpose, leaked, our_cgroups, run_study, write_study
 
 STEPS = 4                                   # write_study: three bash steps and a noop
 ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")
@@ -54,6 +53,7 @@ def slow_project(pytester):
     pytester.makepyfile(test_exp1=EXP_MODULE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_project, workers):
     host = cgroups_or_skip()
@@ -96,6 +96,7 @@ sizes = [{ name = "fast", time_scale = 0.5 }]
 """
 
 
+@pytest.mark.slow
 def test_matrix_axes_are_test_ids_and_record_fields(pytester):
     cgroups_or_skip()
     write_study(pytester.path)
@@ -255,6 +256,7 @@ def test_a_run_another_live_process_writes_is_never_resumed(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == [store.METRICS_FILE], "the lock adds nothing to the run"
 
 
+@pytest.mark.slow
 def test_resume_while_the_run_is_still_written_starts_a_new_run(pytester, slow_project):
     """A session still writing its run (alive, not killed); a second session with resume must not
     take it over: it writes a new run and says so, and the live session's run holds only its own

@@ -15,10 +15,11 @@ import json
 import types
 from pathlib import Path
 
-from conftest import cgroups_or_skip, step_rec
+import pytest
+
+from helpers import cgroups_or_skip, leaked, run_study, step_rec
 from pytest_agentcgroup.harness.controller import WORKERINPUT_RUN, ControllerSettings, MetricsController
 from pytest_agentcgroup.metrics import store
-from test_plugin import leaked, project, run_study  # noqa: F401  (project: a fixture)
 
 FAILING_CLOSE = '''
 from pytest_agentcgroup.cgroups.tree import RunTree
@@ -79,6 +80,7 @@ def test_two_parallel_sessions_get_distinct_run_directories_made_before_the_work
     assert all(Path(r).is_dir() for r in runs)      # made by the controller, not by a first worker
 
 
+@pytest.mark.slow
 def test_xdist_session_selecting_nothing_leaves_no_run_and_rewrites_no_unfinished_run(pytester, project):
     out = pytester.path / "out"
     nothing = run_study(pytester, "-n", "2", "-k", "no-such-arm")

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.network, pytest.mark.slow]   # pip builds the wheel (build isolation), installs its dependencies
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "pytest_agentcgroup"
 BPF_SOURCES = ROOT / "bpf"                  # the checkout's eBPF C sources
@@ -152,6 +154,7 @@ print(json.dumps(loaded))
 """
 
 
+@pytest.mark.root
 def test_the_installed_package_compiles_and_loads_its_ebpf_programs(installed, tmp_path):
     py, pkg = installed
     if os.geteuid() != 0:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXP_MODULE, cgroups_or_skip, write_study
-from test_plugin import leaked, run_study
+from helpers import EXP_MODULE, cgroups_or_skip, leaked, run_study, write_study
 
 import xdist  # noqa: E402,F401  (the `test` extra installs it: missing is a broken set-up, not a skip)
 
@@ -26,6 +25,7 @@ def project(pytester):
     pytester.makepyfile(test_exp1=EXP_MODULE)
 
 
+@pytest.mark.slow
 def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pytester, project):
     host = cgroups_or_skip()
     serial = run_study(pytester, "--benchmark-json", "serial.json")
@@ -102,6 +102,7 @@ def test_where_too(agentcgroup_tree, worker_id):
 '''
 
 
+@pytest.mark.slow
 def test_isolate_gives_each_worker_a_disjoint_cpuset_and_a_memory_share(pytester, project):
     host = cgroups_or_skip()
     if len(os.sched_getaffinity(0)) < 2:

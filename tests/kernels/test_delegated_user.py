@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from . import vmharness
-from .guest_checks import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
+from .checks import EXPECTED_KILLS, OOM_TRACE, exp1_problems, require_kernel, write_oom_corpus, \
     write_vm_config
 
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow]   # boots a kernel under qemu
 USER = "nobody"
 #: the arms a user without root can run: limits and counters only (the policy arms need eBPF: root)
 STATIC_ARMS = ("unlimited", "static-env", "static-toolcall", "static-high")
@@ -42,7 +43,6 @@ def boot_delegated(out: Path) -> vmharness.GuestResult:
     return vmharness.boot(require_kernel("6.12"), out, [guest_run(out)])
 
 
-@pytest.mark.vm
 @pytest.mark.background(run=boot_delegated, lane="vm")
 def test_delegated_user_runs_without_root(background_result: vmharness.GuestResult, kernel_verdicts: list[str]):
     result, out = background_result, background_result.out

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 from . import vmharness
-from .guest_checks import OOM_TRACE, docker_problems, docker_verdict, exp1_problems, require_kernel, write_oom_corpus, write_vm_config
+from .checks import (OOM_TRACE, docker_problems, docker_verdict, exp1_problems, require_kernel, write_oom_corpus,
+                     write_vm_config)
 
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.slow, pytest.mark.docker, pytest.mark.network]
 #: run in the guest: the cgroup and BPF tests, plus the hostile suite where this checkout has it
 SUBSET = ("tests/test_cgroups.py", "tests/test_cgroups_refused.py", "tests/test_bpf_programs.py", "tests/test_bpf_controller.py",
           "tests/test_bpf_features.py", "tests/hostile")
@@ -83,7 +85,6 @@ def boot_subset(out: Path, kernel_series: str) -> SubsetBoot:
     return SubsetBoot(kernel, result, image, what)
 
 
-@pytest.mark.vm
 @pytest.mark.background(run=boot_subset, lane="vm")
 def test_pure_cgroup2_subset(kernel_series: str, background_result: SubsetBoot, kernel_verdicts: list[str]):
     booted = background_result

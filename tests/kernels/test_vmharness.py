@@ -235,7 +235,7 @@ def test_the_modules_are_looked_for_in_the_nearest_lib_modules_only(tmp_path):
 
 
 def test_the_docker_cases_count_only_when_one_passed_and_none_skipped(tmp_path):
-    from .guest_checks import docker_problems, docker_verdict
+    from .checks import docker_problems, docker_verdict
     case = '<testcase classname="tests.hostile.test_x" name="test_a[{ex}]"{body}'
     def run(*cases):
         write_run(tmp_path, "subset", 0, "<testsuites><testsuite>" + "".join(cases) + "</testsuite></testsuites>")

@@ -1,6 +1,6 @@
-"""What the VM tests give their guests and how they judge what came back: the kernel each boots (a
-missing one fails: set-up installs it), Experiment 1's one-trace corpus and config and the check of
-what it counted, and the check of the guest's docker cases."""
+"""What the VM tests share (test_pure_cgroup2.py, test_delegated_user.py, test_vmharness.py): the
+one-trace Experiment 1 corpus and config the guest runs, and the checks of what the guest wrote.
+An ordinary module, so that no test module imports another."""
 from __future__ import annotations
 
 import json
@@ -37,7 +37,7 @@ def write_oom_corpus(root: Path) -> Path:
                           "ramp_ms": {"value": 1000, "provenance": "synthetic"}}}
              for i, (cmd, peak) in enumerate(OOM_STEPS)]
     trace = {"schema": "agentcgroup-trace/1", "trace_id": OOM_TRACE, "steps": steps,
-             "source": {"format": "synthetic", "note": "tests/kernels/test_pure_cgroup2.py: one step above "
+             "source": {"format": "synthetic", "note": "tests/kernels/checks.py: one step above "
                                                        "the static per-step limit"}}
     (root / "vm-oom-once.json").write_text(json.dumps(trace))
     (root / "manifest.json").write_text(json.dumps({
@@ -95,18 +95,6 @@ def exp1_problems(out: Path, kernel: vmharness.Kernel, *, arms=tuple(EXPECTED_KI
     return problems
 
 
-def require_kernel(series: str) -> vmharness.Kernel:
-    """The installed kernel; a skip only where this host cannot install one at all."""
-    if os.geteuid() != 0:
-        pytest.skip("booting kernels for the pure cgroup v2 tests needs root (hostsetup.sh installs them as root)")
-    if shutil.which("apt-get") is None:
-        pytest.skip("no apt-get: hostsetup.sh installs the Debian kernels and qemu through apt")
-    try:
-        return vmharness.find_kernel(series)
-    except vmharness.KernelMissing as exc:
-        pytest.fail(f"set-up did not provide kernel {series}: {exc}", pytrace=False)
-
-
 def docker_problems(run: vmharness.RunOutcome) -> list[str]:
     """With the image loaded, every docker case of the hostile suite must have run in the guest,
     and at least one must have passed there."""
@@ -129,3 +117,15 @@ def docker_verdict(out: Path, image: Path | None, what: str) -> str:
         rc = None
     return f"{what} loaded" if rc is not None and rc.strip() == "0" else \
         f"{what} NOT loaded (docker-load.rc {rc.strip() if rc is not None else 'missing'})"
+
+
+def require_kernel(series: str) -> vmharness.Kernel:
+    """The installed kernel; a skip only where this host cannot install one at all."""
+    if os.geteuid() != 0:
+        pytest.skip("booting kernels for the pure cgroup v2 tests needs root (hostsetup.sh installs them as root)")
+    if shutil.which("apt-get") is None:
+        pytest.skip("no apt-get: hostsetup.sh installs the Debian kernels and qemu through apt")
+    try:
+        return vmharness.find_kernel(series)
+    except vmharness.KernelMissing as exc:
+        pytest.fail(f"set-up did not provide kernel {series}: {exc}", pytrace=False)
