@@ -25,11 +25,12 @@ test: setup-vm
 	@$(PY) -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
-# the edit-test loop: the host tests without a VM, docker, the slow ones or the package registries
-# (markers in pyproject.toml; any other subset: PYTEST_ARGS='-m "..."', the last -m wins)
+# the edit-test loop: the host tests without a VM, docker, the slow ones or the package registries,
+# on two xdist workers (1 min 55 s here; 3 min 32 s serially, PYTEST_ARGS="-n 0"). Markers are in
+# pyproject.toml; any other subset: PYTEST_ARGS='-m "..."' (the last -m wins).
 QUICK        := not vm and not docker and not slow and not network
 test-quick: setup
-	@$(PY) -m pytest tests -q -m "$(QUICK)" $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest tests -q -n 2 -m "$(QUICK)" $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 # the pure cgroup v2 subset on every kernel series, one verdict line per kernel at the end
