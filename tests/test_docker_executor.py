@@ -110,6 +110,7 @@ def test_hostile_step_cannot_escape(agentcgroup_docker, tree):
     work.remove()
 
 
+@pytest.mark.root   # without root acquire() says first that dockerd's state directory needs root
 def test_no_engine_is_a_clear_skip_reason(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(ExecutorUnavailable, match="no Docker engine is reachable"):
