@@ -26,7 +26,7 @@ Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenan
 density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
 (kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
-May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims), traces.ir (its
+May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims), traces.numbers (its
 memory bound). Read by reports/ and the pytest side.
 """
 from __future__ import annotations

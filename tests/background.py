@@ -26,8 +26,9 @@ _STOPPERS: list[Callable[[], None]] = []
 
 
 def on_session_end(stop: Callable[[], None]) -> Callable[[], None]:
-    """Register `stop` (e.g. kill the VMs still running) for the end of the session."""
-    _STOPPERS.append(stop)
+    """Register `stop` (e.g. kill the VMs still running) for the end of the session (once)."""
+    if stop not in _STOPPERS:
+        _STOPPERS.append(stop)
     return stop
 
 
@@ -81,8 +82,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
-    if (config.option.collectonly or hasattr(config, "workerinput")
-            or os.environ.get("AGENTCGROUP_BACKGROUND", "1") == "0"):
+    runs_no_test = any(getattr(config.option, o, False) for o in
+                       ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test"))
+    if runs_no_test or hasattr(config, "workerinput") or os.environ.get("AGENTCGROUP_BACKGROUND", "1") == "0":
         return
     items = [i for i in session.items if _work_of(i)]
     if items:

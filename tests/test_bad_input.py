@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import cgroups_or_skip, run_study
+
 from pytest_agentcgroup import cli
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.harness.fixtures import beyond_host, host_memory_mb
@@ -247,19 +249,6 @@ def write_config(root: Path, defaults: str = "time_scale = 1.0", experiment: str
         {experiment}
         """))
     return config
-
-
-def run_study(pytester, *args):
-    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
-                                         "--agentcgroup-out", "out", *args)
-
-
-def cgroups_or_skip():
-    from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
-    try:
-        RunTree(detect()).close()
-    except (CgroupUnavailable, OSError) as exc:
-        pytest.skip(f"cgroups unavailable: {exc}")
 
 
 def records(pytester) -> list[dict]:

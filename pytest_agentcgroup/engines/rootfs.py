@@ -1,6 +1,6 @@
 """A bare Debian root file system made by `debootstrap --variant=minbase` from the Debian mirror
 this host's apt uses (apt_sources.py): the docker executor's local image is one, and the bare-Debian
-set-up test (tests/setup/) runs the README's set-up in another.
+set-up test (tests/bare_debian/) runs the README's set-up in another.
 """
 from __future__ import annotations
 

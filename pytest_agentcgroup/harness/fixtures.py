@@ -236,10 +236,13 @@ def beyond_host(trace: Trace, total_mb: float) -> tuple[int, str, float] | None:
 
 def _fits_host(config: pytest.Config, case: Case, trace: Trace) -> None:
     """Fail the test at its setup, before anything runs or is recorded (the run's earlier records are
-    kept), when a step of its trace needs more memory than this host has: the emulator would try to
-    allocate it and end in a failure that names neither the step nor the figure."""
+    kept), when a step of its trace needs more memory than this host has and no hard limit of the arm
+    stops it below that: the emulator would try to allocate it and end in a failure that names
+    neither the step nor the figure."""
     total = host_memory_mb()
-    big = beyond_host(trace, total) if total else None
+    if not total or case.arm.memory_max_mb is not None and case.arm.memory_max_mb <= total:
+        return                  # the arm's hard limit (on the step or its trace) stops it first: an OOM kill
+    big = beyond_host(trace, total)
     if big is None:
         return
     index, field_, mb = big

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import errno
 import os
 import struct
 import sys
@@ -135,6 +136,8 @@ def join_new_session_keyring() -> int:
                           ctypes.c_void_p(None))
     if serial <= 0:
         err = ctypes.get_errno()
+        if err == errno.ENOSYS:       # a kernel without keys (CONFIG_KEYS=n): no keyring to reach
+            return 0
         raise OSError(err, f"stepguard: keyctl(KEYCTL_JOIN_SESSION_KEYRING): {os.strerror(err)}")
     return serial
 

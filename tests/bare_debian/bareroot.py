@@ -15,11 +15,11 @@ import hashlib
 import os
 import shutil
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernels.vmharness import run_killable
 from pytest_agentcgroup.engines.apt_sources import debian_mirror, read_sources
 from pytest_agentcgroup.engines.rootfs import debootstrap
 
@@ -31,9 +31,6 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASS_ENV_PREFIXES = ("PIP_",)
 PASS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
             "GIT_SSL_CAINFO", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
-#: the runs in a bare root going on now, and whether the session has ended (stop_all)
-_RUNNING: set[subprocess.Popen] = set()
-_STOPPED = threading.Event()
 POLICY_RC_D = "#!/bin/sh\n# no service starts while packages are installed in this root\nexit 101\n"
 
 
@@ -57,8 +54,8 @@ def bare_tarball(suite: str) -> Path:
     root = CACHE_DIR / f"{suite}.{os.getpid()}.root"
     shutil.rmtree(root, ignore_errors=True)
     try:
-        debootstrap(root, suite=suite, include=["make"], mirror=mirror, log=CACHE_DIR / f"{suite}.debootstrap.log")
-        part = tar.with_suffix(".part")
+        debootstrap(root, suite=suite, include=["make"], mirror=mirror, log=root.with_suffix(".debootstrap.log"))
+        part = tar.with_suffix(f".{os.getpid()}.part")     # another session may be making it too
         subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(part), "."], check=True)
         part.rename(tar)
     finally:
@@ -121,28 +118,15 @@ class BareRoot:
 
     def run(self, script: str, log: Path, timeout_s: float, what: str = "") -> "Ran":
         """`sh -c script` as root in the root, from the checkout; output into `log`."""
-        argv = ["bwrap", "--bind", str(self.root), "/", "--proc", "/proc", "--dev", "/dev",
-                "--ro-bind", "/sys", "/sys", "--tmpfs", "/tmp", "--tmpfs", "/run",
+        argv = ["bwrap", "--bind", str(self.root), "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+                "--dev", "/dev", "--ro-bind", "/sys", "/sys", "--tmpfs", "/tmp", "--tmpfs", "/run",
                 "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", f"bare-{self.suite}",
                 "--die-with-parent", "--new-session", "--clearenv",
                 *(a for k, v in self.env().items() for a in ("--setenv", k, v)),
                 "--chdir", CHECKOUT, "--", "/bin/sh", "-c", script]
         start = time.monotonic()
-        if _STOPPED.is_set():
-            log.write_text("not started: the session ended\n")
-            return Ran(what or script, script, None, 0.0, log)
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            _RUNNING.add(proc)
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                rc = None
-            finally:
-                _RUNNING.discard(proc)
+            rc = run_killable(argv, timeout_s=timeout_s, stdout=fh, stderr=subprocess.STDOUT)
         return Ran(what or script, script, rc, time.monotonic() - start, log)
 
 
@@ -163,13 +147,3 @@ class Ran:
         tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-tail_lines:])
         how = "timed out" if self.rc is None else f"exited {self.rc}"
         return f"{self.what}: `{self.script}` {how} after {self.seconds:.0f} s; end of {self.log}:\n{tail}"
-
-
-def stop_all() -> None:
-    """The session ends: kill what runs in a bare root now, and start nothing more."""
-    _STOPPED.set()
-    for proc in list(_RUNNING):
-        try:
-            os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass

@@ -1,14 +1,13 @@
-"""One verdict line per bare-Debian machine at the end of the session; a session that ends before
-its bare-Debian test has run kills what runs in the bare root."""
+"""One verdict line per bare-Debian machine at the end of the session. What runs in a bare root
+runs through kernels/vmharness.run_killable, which the session's end stops."""
 from __future__ import annotations
 
 import pytest
 from background import on_session_end
-
-from .bareroot import stop_all
+from kernels import vmharness
 
 _VERDICTS = pytest.StashKey[list]()
-on_session_end(stop_all)
+on_session_end(vmharness.kill_running)
 
 
 @pytest.fixture

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentcgroup import programs
+from pytest_agentcgroup.errors import ExecutorUnavailable
+
 from .bareroot import BareRoot, Ran
 
 SUITES = [s.strip() for s in os.environ.get("AGENTCGROUP_BARE_SUITES", "bookworm").split(",") if s.strip()]
@@ -36,9 +39,11 @@ def set_up_bare(out: Path, suite: str) -> list[Ran]:
     """Make the bare machine and run STEPS in it until one fails (in the background: tests/background.py)."""
     if os.geteuid() != 0:
         pytest.skip("the bare-Debian set-up test needs root (it installs packages into a root of its own)")
-    for program, package in (("bwrap", "bubblewrap"), ("debootstrap", "debootstrap")):
-        if shutil.which(program) is None:
-            pytest.fail(f"{program} (Debian package {package}) is missing: `make setup` installs it", pytrace=False)
+    for program in ("bwrap", "debootstrap"):
+        try:
+            programs.require(program, needed_by="the bare-Debian set-up test")
+        except ExecutorUnavailable as exc:
+            pytest.fail(str(exc), pytrace=False)
     machine = BareRoot.make(suite, out / "root")
     done = []
     try:

@@ -14,7 +14,9 @@ import ctypes
 import os
 import pickle
 import secrets
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -386,9 +388,15 @@ def replay_in_a_session_keyring(run):
         finally:
             os._exit(0)
     os.close(wfd)
+    # a bounded wait: the fork is from a pytest that may run threads (tests/background.py), and a
+    # child that inherited a lock held by one of them would wait forever
     with os.fdopen(rfd, "rb") as f:
-        data = f.read()
+        ready, _, _ = select.select([f], [], [], 300)
+        data = f.read() if ready else b""
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+    assert ready, "the forked replay did not finish within 300 s (killed)"
     kind, value = pickle.loads(data)
     assert kind == "ok", value
     return value

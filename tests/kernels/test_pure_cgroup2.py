@@ -13,10 +13,13 @@ kernel. A kernel that set-up should have installed and did not is a failure, not
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from pytest_agentcgroup import programs
 
 from . import vmharness
 from .checks import (OOM_TRACE, docker_problems, docker_verdict, exp1_problems, require_kernel, write_oom_corpus,
@@ -50,6 +53,8 @@ def export_docker_image(out: Path) -> tuple[Path | None, str]:
     try:
         engine = DockerEngine.acquire()
     except ExecutorUnavailable as exc:
+        if os.geteuid() == 0 and programs.which("dockerd"):   # set-up installed it: it must serve
+            pytest.fail(f"the host has dockerd but no engine for the guest's image: {exc}", pytrace=False)
         return None, f"no docker on the host: {exc}"
     tar = out / "docker-image.tar"
     try:

@@ -126,7 +126,10 @@ def test_an_architecture_without_a_vm_kernel_is_named():
         vmharness.qemu_for_host("s390x")
     arch = vmharness.debian_arch()
     if arch in vmharness.QEMU_BY_ARCH:         # this host's own: its qemu is the one hostsetup.sh installs
-        assert vmharness.qemu_for_host(arch) == vmharness.QEMU_BY_ARCH[arch]
+        try:
+            assert vmharness.qemu_for_host(arch) == vmharness.QEMU_BY_ARCH[arch]
+        except vmharness.KernelMissing as exc:  # `make setup` without its vm group: named, with its package
+            assert vmharness.QEMU_BY_ARCH[arch] in str(exc) and "Debian package" in str(exc)
 
 
 def test_a_user_run_gets_a_delegated_cgroup_and_no_root(tmp_path):

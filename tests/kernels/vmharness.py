@@ -23,6 +23,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -40,8 +41,20 @@ GUEST_TMP = "/tmp/agentcgroup-vm"
 #: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
 #: 1393 s under software emulation on a shared 2-core host) and ~1300 s to spare for a loaded host
 BOOT_TIMEOUT_S = 2700
-#: the vng processes booting now (each leads its own process group): kill_running() ends them
+#: the processes run_killable() runs now (each leads its own process group), and whether
+#: kill_running() has been called (nothing starts after it)
 _RUNNING: set[subprocess.Popen] = set()
+_STOPPED = threading.Event()
+_LOCK = threading.Lock()
+
+
+#: the environment when this module was imported (collection): boots run in threads beside tests
+#: that change os.environ for a while (monkeypatch, pytester), which must not reach a VM
+_ENVIRON = dict(os.environ)
+
+
+class Stopped(Exception):
+    """kill_running() was called (the session ended): nothing more is started."""
 
 
 class KernelMissing(Exception):
@@ -539,33 +552,51 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     script = out / "guest.sh"
     script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image))
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
-    env = {**os.environ, "PATH": f"{vng.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    env = {**_ENVIRON, "PATH": f"{vng.parent}:{_ENVIRON.get('PATH', '/usr/bin:/bin')}"}
     argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None)
     start = time.monotonic()
     with open(out / "vng.log", "wb") as console:
-        proc = subprocess.Popen(argv, cwd=out, env=env, stdin=subprocess.DEVNULL, stdout=console,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        _RUNNING.add(proc)
-        try:
-            rc: int | None = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)     # vng, virtme-run and qemu: its own session
-            proc.wait()
-            rc = None
-        except BaseException:                       # Ctrl-C, a killed worker: no VM outlives us
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            _RUNNING.discard(proc)
+        rc = run_killable(argv, timeout_s=timeout_s, cwd=out, env=env, stdout=console, stderr=subprocess.STDOUT)
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
                        runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
 
 
+def run_killable(argv: list[str], *, timeout_s: float, **popen) -> int | None:
+    """Run argv in a session of its own (stdin /dev/null) to its end: its exit status, or None when
+    it was killed at `timeout_s`. kill_running() kills it; after that call nothing starts (Stopped).
+    Ctrl-C or any error while waiting kills it too: nothing outlives us (vng, virtme-run, qemu)."""
+    with _LOCK:
+        if _STOPPED.is_set():
+            raise Stopped(f"not started, the session has ended: {argv[0]}")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **popen)
+        _RUNNING.add(proc)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        return None
+    except BaseException:
+        _kill(proc)
+        raise
+    finally:
+        _RUNNING.discard(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def kill_running() -> None:
-    """End every boot still running (a session that stops before its VM tests have run)."""
-    for proc in list(_RUNNING):
+    """The session ends: kill what run_killable() runs, and start nothing more."""
+    with _LOCK:
+        _STOPPED.set()
+        running = list(_RUNNING)
+    for proc in running:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:

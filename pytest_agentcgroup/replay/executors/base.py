@@ -8,9 +8,11 @@ nothing) and keeps the per-trace state an agent's runtime keeps between tool cal
 """
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +35,25 @@ def guarded(argv: list[str], *, allow_userns: bool = False) -> list[str]:
 
 
 def require_stepguard(executor: str) -> None:
-    """ExecutorUnavailable where the guard knows no system-call numbers (it would refuse every step)."""
+    """ExecutorUnavailable where the guard cannot guard a step here (no system-call numbers for this
+    machine, or a keyring join or filter the kernel refuses): it would refuse every step with 126."""
     if platform.machine() not in stepguard.MACHINES:
         raise ExecutorUnavailable(f"the {executor} executor guards steps with a seccomp filter that knows no "
                                   f"system-call numbers for {platform.machine()!r} "
                                   f"(known: {', '.join(sorted(stepguard.MACHINES))})")
+    problem = _stepguard_problem()
+    if problem:
+        raise ExecutorUnavailable(f"the {executor} executor guards steps with {STEPGUARD}, which fails here: {problem}")
+
+
+@functools.lru_cache(maxsize=1)
+def _stepguard_problem() -> str | None:
+    """The guard run once around /bin/true: None when it works, else what it said."""
+    try:
+        done = subprocess.run(guarded(["/bin/true"]), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
 class StepRefused(ValueError):
