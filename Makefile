@@ -6,7 +6,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup setup-vm setup-kernels test test-quick test-kernels run baseline report paper clean clean-images clean-emulator recorded-here
+.PHONY: setup setup-vm setup-kernels test test-quick test-kernels run baseline report paper docs clean clean-images clean-emulator recorded-here
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -53,7 +53,7 @@ report: setup
 
 # Experiment 1 as a frontier (issue 13): every arm at static limits swept over the paper subset's
 # trace-peak percentiles (experiments/exp1-paper.toml; 1 h 20 min with PYTEST_ARGS="-n 2", see
-# README), then its report with the kills-vs-reserved-memory figure in report-paper/index.html. No
+# docs/experiments/exp1.md), then its report with the kills-vs-reserved-memory figure in report-paper/index.html. No
 # baseline gate: a measurement.
 paper: setup
 	@$(PY) -m pytest experiments/test_exp1_domain_mismatch.py -q --benchmark-columns=median \
@@ -61,8 +61,22 @@ paper: setup
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; \
 	  $(PY) -m pytest_agentcgroup.cli report results-paper -o report-paper --config experiments/exp1-paper.toml || exit 1; exit $$rc
 
+# The documentation (docs/: Sphinx, pages in MyST Markdown) into docs/_build/html, warnings as
+# errors: -n and MyST check every cross-reference and heading anchor, autodoc imports the API modules
+# (bcc mocked: no root needed). No linkcheck: this machine reaches no web site but the package
+# registries, and internal links are already checked here. The `docs` extra is installed once, again
+# when pyproject.toml changes (a stamp, as hostsetup.sh keeps for the `test` extra).
+DOCS_STAMP   := .venv/.docs-pip-stamp
+docs: setup $(DOCS_STAMP)
+	@$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+
+$(DOCS_STAMP): pyproject.toml | setup
+	@echo "docs: pip install -e '.[docs]' into .venv"
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'
+	@touch $@
+
 clean:
-	rm -rf .venv results report results-paper report-paper
+	rm -rf .venv results report results-paper report-paper docs/_build
 
 # The recorded-here corpus (issue 15): its workspace (more-itertools' sdist and a wheel directory,
 # pinned by sha256, from PyPI) and its command traces profiled on this machine into traces/ (subset

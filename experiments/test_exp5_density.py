@@ -182,7 +182,7 @@ class Bench:
                 run = AgentRun(a, trace, arm.name, self.time_scale, log)
                 cg = budget.child(f"a{a.index}", controllers, inner=True)
                 # made here, in the test's thread: a policy arm this host cannot run skips from here
-                # the policy's timers at the replay's pace (README, "one time rule")
+                # the policy's timers at the replay's pace (docs/configuration.md, "One time rule")
                 place = self.placement(arm, cg, pool=True, time_scale=self.time_scale,
                                        kind_of=(lambda step, k=a.kind: k) if prioritized else None)
                 ex = AllocLoggingEmulator(log, time_scale=self.time_scale, step_timeout_s=self.step_timeout_s)

@@ -9,7 +9,7 @@
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG] [--step-timeout S]
     agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed)
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
-    agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: README, "Tolerances")
+    agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: docs/gate.md, "Tolerances")
     agentcgroup images clean [--image NAME]...
     agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
 

@@ -93,7 +93,8 @@ DD = ["sh", "-c", "f=$(mktemp); dd if=/dev/zero of=$f bs=1M count=64 status=none
 COMMANDS = [TWO_PEAKS, TWO_CORES, RAMP, BURN, DD]
 
 #: Tool-call-like commands an agent runs (a test runner's start-up, byte-compiling, an archive, a
-#: sort, a recursive grep, git, a C compile), recorded beside COMMANDS for the README's figures.
+#: sort, a recursive grep, git, a C compile), recorded beside COMMANDS (docs/experiments/fidelity.md,
+#: "a recording of your own").
 SRC = "/usr/lib/python3.11"
 AGENT_LIKE = [
     [sys.executable, "-m", "pytest", "--version"],

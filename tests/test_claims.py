@@ -150,7 +150,7 @@ def test_shipped_config_holds_every_experiment_with_its_claims():
     assert [c.text for c in per_arm] == ["static-high.c_pids_max_events >= 1", "static-high.probe_p99_ms <= 1000"]
     assert len(kinds.claims_of(exp3, arm="agentcgroup")) == 5
     assert not any(len(c.arms) > 1 for c in exp3.claims)          # none compares arms: each test checks its own
-    assert not conf.experiments["exp5"].claims                    # printed, not asserted: README "Experiment 5"
+    assert not conf.experiments["exp5"].claims                    # printed, not asserted: docs/experiments/exp5.md
     assert all(kinds.claim_metrics("exp1")[m] == kinds.SESSION for c in conf.experiments["exp1"].claims
                for m in c.metrics)
     assert not (REPO / "experiments" / "exp2.toml").exists() and not (REPO / "experiments" / "exp3.toml").exists()

@@ -18,7 +18,7 @@ def test_rules_parse_and_follow_each_metrics_better_direction():
     assert lat.limit(200) == 400 and not lat.breaks(200, 400) and lat.breaks(200, 400.5)
     assert steps.breaks(4, 3) and steps.breaks(4, 5) and not steps.breaks(4, 4)
     assert oom.describe_limit(1) == "<= 1" and str(lat) == "latency_p95_ms=+50%+100"
-    # the leading + is optional (README, 'Tolerances'): one syntax for the gate and `compare`
+    # the leading + is optional (docs/gate.md, 'Tolerances'): one syntax for the gate and `compare`
     assert gate.parse_rules("oom_kills=0,latency_p95_ms=50%+100") == [oom, lat]
     for bad, says in (("oom=+0", "METRIC=TOLERANCE"), ("oom_kills=-5", r"tolerance must be N, X% or X%\+N"), ("oom_kills", "METRIC=TOLERANCE"),
                       ("total_steps=+1", "no better direction"), ("", "no gate rules"),

@@ -1,6 +1,6 @@
 """The package's layout holds mechanically (issue 12): the hook module is small, no module holds
 several rooms' worth of code, cgroups/ never imports replay/, the static import graph of the
-package has no cycle, and a room imports only rooms below it (README "Layout").
+package has no cycle, and a room imports only rooms below it (docs/layout.md).
 
 The graph is read with ast from the sources (every import, function-local ones included), so an
 import hidden inside a function counts as much as one at the top. Importing `a.b.c` runs
@@ -20,8 +20,8 @@ import pytest
 PACKAGE = "pytest_agentcgroup"
 REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / PACKAGE
-#: the design's top-level entries (README "Layout"); others (README.md, Makefile, setup.py) may sit beside them
-TOP_LEVEL = ("pyproject.toml", PACKAGE, "bpf", "traces", "experiments", "conftest.py", "tests")
+#: the design's top-level entries (docs/layout.md); others (README.md, Makefile, setup.py) may sit beside them
+TOP_LEVEL = ("pyproject.toml", PACKAGE, "bpf", "traces", "experiments", "conftest.py", "tests", "docs")
 BPF = REPO / "bpf"
 
 HOOK_MODULE_MAX_LINES = 250

@@ -47,7 +47,7 @@ SETTINGS = {
     "baseline": ("regression gate: compare this run with a baseline (file, run directory, or results "
                  "directory = its newest run); "
                  "a regression fails the run", None, str, None),
-    "gate_rules": ("regression gate rules, METRIC=TOLERANCE comma-separated (README, 'Tolerances')", gate.DEFAULT_RULES, str, None),
+    "gate_rules": ("regression gate rules, METRIC=TOLERANCE comma-separated (docs/gate.md, 'Tolerances')", gate.DEFAULT_RULES, str, None),
     "save_baseline": ("write this run's results as a baseline file", None, str, None),
 }
 _PATH_SETTINGS = ("config", "out", "traces", "baseline", "save_baseline")

@@ -18,7 +18,7 @@ what a run measured.
 A verdict is one of: `holds`, `refuted` (the comparison is false), `not measured` (an arm that ran
 has no value for the metric: nothing to compare, which fails like a refutation), `not checked`
 (an arm of the claim did not run: deselected or skipped; neither a pass nor a failure, printed
-with the reason). Where a verdict is given depends on the experiment: see the README ("Claims").
+with the reason). Where a verdict is given depends on the experiment: see docs/configuration.md ("Claims").
 
 May import: nothing of the package (pure).
 """

@@ -2,7 +2,7 @@
 of a new run, metric by metric, within tolerances. The regression gate (gate.py) and `agentcgroup
 compare` (reports/comparison.py) are this core; the gate looks only at the worse direction.
 
-Rules are text, `METRIC=TOLERANCE`, comma- or newline-separated (README, "Tolerances"):
+Rules are text, `METRIC=TOLERANCE`, comma- or newline-separated (docs/gate.md, "Tolerances"):
 
     oom_kills=+0               may not get worse at all
     mem_high_steps=+1          may get worse by 1 (in the metric's unit)
@@ -118,7 +118,7 @@ def parse_rules(text: str | list[str]) -> list[Rule]:
             metric, _, pct = parts[i - 1].partition("=")
             raise RuleError(f"rule {parts[i - 1] + ',' + part!r}: the old `N%,M` tolerance (the larger of the "
                             f"two) is gone; write {metric.strip()}={pct.strip()}+{part} (the two are added) or "
-                            f"{metric.strip()}={pct.strip()} — see README, 'Tolerances'")
+                            f"{metric.strip()}={pct.strip()} — see docs/gate.md, 'Tolerances'")
         rule = Rule.parse(part)
         if any(r.metric == rule.metric for r in rules):
             raise RuleError(f"rule {part!r}: a second rule for {rule.metric}")

@@ -1,6 +1,6 @@
 """The regression gate: compare a run with a baseline per trace × arm (× seed × params) and per
 metric, and fail on what got worse beyond a tolerance. It is the comparison core (compare.py) in
-its worse-only mode: the rules, their syntax (README, "Tolerances"), the metrics (registry.py) and
+its worse-only mode: the rules, their syntax (docs/gate.md, "Tolerances"), the metrics (registry.py) and
 the treatment of a test in one run only are the core's, shared with `agentcgroup compare`.
 
 Rules (`--agentcgroup-gate-rules`, ini `agentcgroup_gate_rules`) default to the registry's
@@ -68,7 +68,7 @@ def load(path: str | Path) -> dict[Key, dict]:
         except NoRun as exc:
             raise GateError(f"baseline {exc}") from None
     if not path.exists():
-        raise GateError(f"baseline {path}: no such file (regenerate it: see README, 'Regression gate')")
+        raise GateError(f"baseline {path}: no such file (regenerate it: see docs/gate.md, 'Regression gate')")
     if path.suffix == ".jsonl":
         return per_test(read_records(path))
     try:

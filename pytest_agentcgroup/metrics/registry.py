@@ -5,7 +5,7 @@ through the comparison core (compare.py).
 Each entry says the metric's unit, which direction is better (`lower`, `higher`, or `none`: any
 change is only a change, compared with `exact`), where the number comes from (`recorded` by the
 kernel or the wall clock in this run, `derived` from recorded numbers, `synthetic`, or `measured`
-by a benchmark), one line of meaning, and its default tolerance (README, "Tolerances"). One
+by a benchmark), one line of meaning, and its default tolerance (docs/gate.md, "Tolerances"). One
 default per metric serves both commands: the same noise gets the same allowance.
 
 `regression` marks the metrics a regression check (the gate, `compare --only-worse`) checks when no

@@ -37,7 +37,7 @@ def add_parsers(sub) -> None:
         "compare", help="compare two runs test by test, within tolerances (the regression gate's core)",
         description="Compare run B against run A (each a run directory, or a results directory = its newest "
                     "run) for every trace × arm × seed (× params) and metric, with the regression gate's rules "
-                    f"(README, 'Tolerances'): METRIC=TOLERANCE, TOLERANCE {SYNTAX}, an allowance in the "
+                    f"(docs/gate.md, 'Tolerances'): METRIC=TOLERANCE, TOLERANCE {SYNTAX}, an allowance in the "
                     "metric's worse direction (either way unless --only-worse). A test in one run only counts "
                     "unless --only-worse. Default rules: " + default_rules(worse_only=False) + "; with "
                     "--only-worse the gate's: " + default_rules(worse_only=True) + ".",

@@ -2,7 +2,7 @@
 tolerance per metric? The reproducibility check of a seed: run twice, compare.
 
 This is the comparison core (metrics/compare.py) on two run directories: the rules, their syntax
-(README, "Tolerances"), the metrics and their directions (metrics/registry.py) and the treatment of
+(docs/gate.md, "Tolerances"), the metrics and their directions (metrics/registry.py) and the treatment of
 a test in one run only are the core's, shared with the regression gate. By default every difference
 beyond tolerance counts, and a test in one run only (a reproducibility check); `only_worse` counts
 only the worse direction, exactly as the gate does (a regression check). Needs no pandas: the runs
@@ -82,7 +82,7 @@ def _num(x, sign: bool = False, prefix: str = "") -> str:
 
 def compare(a: str | Path, b: str | Path, rules: str | list | None = None, only_worse: bool = False) -> Comparison:
     """Compare run B against run A, test by test (either may also be a baseline file, as the gate
-    reads it). `rules` is rule text (README, "Tolerances") or
+    reads it). `rules` is rule text (docs/gate.md, "Tolerances") or
     parsed rules; None takes the core's defaults for the check (every metric with a default
     tolerance; with `only_worse`, the gate's). Raises ResultsError on unreadable input and
     metrics.compare.RuleError (a ValueError) on a bad rule."""
