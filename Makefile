@@ -72,7 +72,8 @@ docs: setup $(DOCS_STAMP)
 
 $(DOCS_STAMP): pyproject.toml | setup
 	@echo "docs: pip install -e '.[docs]' into .venv"
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'
+	@log=$$(mktemp); $(PY) -m pip install -q --disable-pip-version-check -e '.[docs]' >$$log 2>&1 || \
+	  { tail -n 20 $$log; echo "docs: pip install failed (log $$log)"; exit 1; }; rm -f $$log
 	@touch $@
 
 clean:
