@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -56,7 +57,8 @@ class Background:
         run, lane, kwargs = _work_of(item)
         pool = self.lanes.get(lane) or self.lanes.setdefault(
             lane, ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"background-{lane}"))
-        out = self.tmp.mktemp(item.name[:30], numbered=True)
+        # a name as pytest's tmp_path makes it (vng takes no `[` or `=` in --rwdir)
+        out = self.tmp.mktemp(re.sub(r"[\W]", "_", item.name)[:30], numbered=True)
         self.jobs[item.nodeid] = pool.submit(run, out, **kwargs)
 
     def close(self) -> None:

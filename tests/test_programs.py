@@ -344,9 +344,12 @@ def makefile_recipes(text: str) -> str:
 
 def script_uses() -> list[Use]:
     uses = []
-    tracked = subprocess.run(["git", "ls-files", "*.sh", ".ci/*"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
-    for rel in sorted(set(tracked) | {str(HOSTSETUP.relative_to(ROOT)), ".ci/run"}):
+    # the shell scripts of the checkout: its own files, not a virtual environment's or a build's
+    # (found by walking, so a checkout without git, an unpacked tarball, is scanned the same)
+    skip = {".git", ".venv", "build", "results", "report", ".cache", "node_modules", "_build"}
+    scripts = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.sh") if not skip & set(p.relative_to(ROOT).parts)}
+    scripts |= {str(p.relative_to(ROOT)) for p in (ROOT / ".ci").glob("*") if p.is_file()}
+    for rel in sorted(scripts | {str(HOSTSETUP.relative_to(ROOT)), ".ci/run"}):
         uses += shell_uses((ROOT / rel).read_text(), rel)
     uses += shell_uses(makefile_recipes((ROOT / "Makefile").read_text()), "Makefile")
     return uses

@@ -1,7 +1,8 @@
 """Parametrizes the kernel tests over the series chosen with --agentcgroup-kernels (the option is
 registered in tests/conftest.py, which pytest loads before it parses the command line) and prints
 one verdict line per booted kernel at the end of the session. The boots run in the background
-(tests/background.py, lane "vm": one VM at a time); a session that ends first kills them.
+(tests/background.py: the subsets one kernel at a time in lane "vm", the delegated user's boot
+beside them in lane "vm-delegated"); a session that ends first kills them.
 """
 from __future__ import annotations
 

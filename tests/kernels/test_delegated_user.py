@@ -43,7 +43,7 @@ def boot_delegated(out: Path) -> vmharness.GuestResult:
     return vmharness.boot(require_kernel("6.12"), out, [guest_run(out)])
 
 
-@pytest.mark.background(run=boot_delegated, lane="vm")
+@pytest.mark.background(run=boot_delegated, lane="vm-delegated")
 def test_delegated_user_runs_without_root(background_result: vmharness.GuestResult, kernel_verdicts: list[str]):
     result, out = background_result, background_result.out
     problems = result.problems()
