@@ -22,6 +22,7 @@ from typing import Callable
 import pytest
 
 _BACKGROUND = pytest.StashKey["Background"]()
+_VERDICTS = pytest.StashKey[dict]()
 #: called when the session ends, so that nothing a background function started outlives it
 _STOPPERS: list[Callable[[], None]] = []
 
@@ -110,3 +111,16 @@ def background_result(request: pytest.FixtureRequest, tmp_path: Path):
         return job.result()
     run, _, kwargs = _work_of(request.node)
     return run(tmp_path, **kwargs)
+
+
+def verdicts(config: pytest.Config, section: str) -> list[str]:
+    """The verdict lines of `section` (one per VM, per bare machine...), printed at the session's end."""
+    return config.stash.setdefault(_VERDICTS, {}).setdefault(section, [])
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    for section, lines in config.stash.get(_VERDICTS, {}).items():
+        if lines:
+            terminalreporter.section(section)
+            for line in lines:
+                terminalreporter.write_line(line)

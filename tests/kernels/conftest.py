@@ -7,11 +7,10 @@ beside them in lane "vm-delegated"); a session that ends first kills them.
 from __future__ import annotations
 
 import pytest
-from background import on_session_end
+from background import on_session_end, verdicts
 
 from . import vmharness
 
-_VERDICTS = pytest.StashKey[list]()
 on_session_end(vmharness.kill_running)
 
 
@@ -34,12 +33,4 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def kernel_verdicts(request: pytest.FixtureRequest) -> list[str]:
-    return request.config.stash.setdefault(_VERDICTS, [])
-
-
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    verdicts = config.stash.get(_VERDICTS, [])
-    if verdicts:
-        terminalreporter.section("pure cgroup v2 kernels")
-        for line in verdicts:
-            terminalreporter.write_line(line)
+    return verdicts(request.config, "pure cgroup v2 kernels")
