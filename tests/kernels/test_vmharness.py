@@ -3,6 +3,8 @@ a run that did not happen, did not run tests, or ran on anything but pure cgroup
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -169,7 +171,7 @@ def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
     image = tmp_path / "docker-image.tar"
     script = vmharness.guest_script(tmp_path, [], docker_image=image)
     assert "mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker" in script
-    assert "dockerd --data-root /var/lib/docker " in script
+    assert f"dockerd --containerd {vmharness.GUEST_CONTAINERD} --data-root /var/lib/docker " in script
     assert f"docker load -i {image}" in script and script.index("docker load") < script.index("guest.done")
     write_v2_probe(tmp_path)
     (tmp_path / "guest.done").write_text("done\n")
@@ -194,10 +196,31 @@ def test_the_probe_is_written_before_anything_touches_the_guest(tmp_path):
 
 def test_the_guest_dockerd_is_waited_for_and_stopped_within_bounds(tmp_path):
     lines = vmharness.guest_script(tmp_path, [], docker_image=tmp_path / "i.tar").splitlines()
-    wait = next(ln for ln in lines if "docker info" in ln)
-    assert "[ $i -ge 300 ]" in wait and "! kill -0 $dockerd_pid" in wait, "stops waiting when dockerd died"
-    stop = lines.index(next(ln for ln in lines if ln.startswith("kill $dockerd_pid")))
-    assert "[ $i -lt 30 ]" in lines[stop] and lines[stop + 1].startswith("kill -9 $dockerd_pid")
+    start_containerd = next(i for i, ln in enumerate(lines) if ln.startswith("containerd "))
+    start_dockerd = next(i for i, ln in enumerate(lines) if ln.startswith("dockerd "))
+    assert start_containerd < start_dockerd, "containerd is started, and waited for, before dockerd"
+    for name, what in (("containerd", f"[ -S {vmharness.GUEST_CONTAINERD} ]"), ("dockerd", "docker info")):
+        wait = next(ln for ln in lines if what in ln)
+        assert "[ $i -ge 300 ]" in wait and f"! alive ${name}_pid" in wait, f"stops waiting when {name} died"
+    stop = next(ln for ln in lines if ln.startswith("for pid in $dockerd_pid $containerd_pid"))
+    assert "[ $i -lt 30 ]" in stop and "kill -9 $pid" in stop
+
+
+def test_alive_tells_a_zombie_from_a_running_process(tmp_path):
+    # a child that died and was not waited for is a zombie, which kill -0 still finds
+    alive = next(ln for ln in vmharness.guest_script(tmp_path, [], docker_image=tmp_path / "i.tar").splitlines()
+                 if ln.startswith("alive()"))
+    running, dead = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["true"])
+    try:
+        while open(f"/proc/{dead.pid}/status").read().find("State:\tZ") < 0:
+            time.sleep(0.05)
+        probe = f"{alive}\nalive {running.pid} && echo running; alive {dead.pid} || echo zombie; kill -0 {dead.pid} && echo found"
+        out = subprocess.run(["sh", "-c", probe], capture_output=True, text=True, timeout=20).stdout.split()
+    finally:
+        running.kill()
+        running.wait()
+        dead.wait()
+    assert out == ["running", "zombie", "found"], out
 
 
 def test_a_preload_that_left_an_engine_or_changed_the_root_fails_the_boot(tmp_path):

@@ -36,6 +36,8 @@ KERNELS_DIR = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgro
 KERNELS_INDEX = KERNELS_DIR / "index"
 #: every series hostsetup.sh can provide; `vm` installs 6.12, `vm-kernels` all three
 SERIES = ("6.1", "6.12", "7.3")
+#: the socket of the containerd the guest's image preload starts for its dockerd
+GUEST_CONTAINERD = "/run/agentcgroup-containerd/containerd.sock"
 #: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
 GUEST_TMP = "/tmp/agentcgroup-vm"
 #: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
@@ -258,26 +260,28 @@ def _docker_preload(image: Path) -> list[str]:
     return [
         "[ ! -d /etc/docker ] || mount -t tmpfs -o mode=0755,size=1M agentcgroup-etc-docker /etc/docker",
         "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker",
-        # up to 300 s for the engine to answer (software emulation), not a moment after it died; up
-        # to 3 starts: on a busy host dockerd gave up waiting for its own containerd once (its
-        # timeout, not ours), and a second start found it quick
         ": >\"$OUT/docker-load.log\"",
-        "for attempt in 1 2 3; do",
-        '  dockerd --data-root /var/lib/docker --bridge=none --iptables=false --ip-masq=false '
-        '--exec-opt native.cgroupdriver=cgroupfs >>"$OUT/docker-load.log" 2>&1 &',
-        "  dockerd_pid=$!",
-        "  i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ] || ! kill -0 $dockerd_pid 2>/dev/null; do "
+        # alive PID: running, not a zombie (a dead child stays one until it is waited for)
+        "alive() { s=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$1/status 2>/dev/null); "
+        '[ -n "$s" ] && [ "$s" != Z ]; }',
+        # containerd first, waited for by us: a dockerd that starts its own gives up on it after a
+        # few seconds, and a cold containerd under emulation on a busy host took longer than that
+        # (dockerd then exited, and every docker case of the subset failed). Up to 300 s for each
+        # to answer (software emulation), not a moment after it died.
+        f"containerd --root /var/lib/docker/containerd --address {GUEST_CONTAINERD} "
+        '>>"$OUT/docker-load.log" 2>&1 &',
+        "containerd_pid=$!",
+        f"i=0; until [ -S {GUEST_CONTAINERD} ] || [ $i -ge 300 ] || ! alive $containerd_pid; do "
         "sleep 1; i=$((i + 1)); done",
-        "  docker info >/dev/null 2>&1 && break",
-        '  echo "agentcgroup: dockerd start $attempt did not answer" >>"$OUT/docker-load.log"',
-        "  kill -9 $dockerd_pid 2>/dev/null; wait $dockerd_pid",
-        "  for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" != containerd ] || kill -9 ${p#/proc/}; done",
-        "done",
+        f"dockerd --containerd {GUEST_CONTAINERD} --data-root /var/lib/docker --bridge=none --iptables=false "
+        '--ip-masq=false --exec-opt native.cgroupdriver=cgroupfs >>"$OUT/docker-load.log" 2>&1 &',
+        "dockerd_pid=$!",
+        "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ] || ! alive $dockerd_pid; do "
+        "sleep 1; i=$((i + 1)); done",
         f'docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"',
-        # stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
-        "kill $dockerd_pid; i=0; while kill -0 $dockerd_pid 2>/dev/null && [ $i -lt 30 ]; do "
-        "sleep 1; i=$((i + 1)); done",
-        'kill -9 $dockerd_pid 2>/dev/null; wait $dockerd_pid',
+        # each stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
+        "for pid in $dockerd_pid $containerd_pid; do kill $pid; i=0; while alive $pid && [ $i -lt 30 ]; do "
+        "sleep 1; i=$((i + 1)); done; kill -9 $pid 2>/dev/null; wait $pid; done",
         # what it left: an engine still running, or a change to the root's controllers
         ": >\"$OUT/docker-preload.left\"",
         "for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case $c in dockerd|containerd*) "
