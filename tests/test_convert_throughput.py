@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-# ~0.6 GB of JSONL: the naive reference holds more than the 500 MB goal, the streaming one a few MB
+# ~180 MB of JSONL: the naive reference (every row decoded and kept) peaks above the 500 MB goal,
+# the streaming converter at a few MB
 N_ROWS = 12_500
 SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "openhands-swe-rebench-row" / "sample_raw.json"
 
