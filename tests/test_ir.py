@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pytest_agentcgroup.traces.ir import (OUTCOMES, PROFILE_FIELDS, PROVENANCES, SCHEMA, TOOLS, Curve, Measure,
                                           Original, Outcome, Profile, Step, Trace, TraceError, parse_trace,
                                           read_traces, write_trace)
+from pytest_agentcgroup.traces.task import TASK_KEYS, Task, task_of
 
 # Text without lone surrogates (those cannot be written as UTF-8; see test_surrogates_are_not_writable).
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
@@ -26,7 +27,8 @@ curve = st.lists(st.tuples(number, number), min_size=1, max_size=5).flatmap(
     lambda pts: st.builds(Curve, st.just(tuple(sorted(t for t, _ in pts))), st.just(tuple(m for _, m in pts)),
                           st.sampled_from(PROVENANCES)))
 profile = st.builds(Profile, **{k: st.none() | measure for k in PROFILE_FIELDS}, curve=st.none() | curve)
-outcome = st.builds(Outcome, st.sampled_from(OUTCOMES), st.none() | st.integers(-255, 255))
+outcome = st.builds(Outcome, st.sampled_from(OUTCOMES), st.none() | st.integers(-255, 255), st.none() | text)
+task = st.builds(Task, **{k: st.none() | text.filter(lambda s: s.strip() and "\0" not in s) for k in TASK_KEYS})
 
 
 @st.composite
@@ -52,7 +54,7 @@ def traces(draw) -> Trace:
     ids = draw(st.lists(st.integers(-1000, 10**6), min_size=1, max_size=6, unique=True))
     return Trace(trace_id=draw(text.filter(lambda s: s.strip())),
                  source=draw(st.dictionaries(text, json_value, max_size=4)),
-                 steps=tuple(draw(steps(i)) for i in ids))
+                 steps=tuple(draw(steps(i)) for i in ids), task=draw(st.none() | task))
 
 
 @pytest.mark.slow
@@ -99,9 +101,10 @@ def good() -> dict:
                        "duration_ms": {"value": 5, "provenance": "recorded"},
                        "profile": {"peak_mb": {"value": 1.5, "provenance": "derived"},
                                    "curve": {"t_ms": [0, 10], "mb": [1.0, 1.5], "provenance": "recorded"}},
-                       "outcome": {"status": "ok", "exit_code": 0},
+                       "outcome": {"status": "ok", "exit_code": 0, "output_head": "a.py"},
                        "original": {"profile": {"peak_mb": {"value": 9, "provenance": "derived"}}}},
-                      {"step_id": 1, "tool": "noop"}]}
+                      {"step_id": 1, "tool": "noop"}],
+            "task": {"instance_id": "o__r-1", "path": "/testbed"}}
 
 
 def mutated(path: str, value):
@@ -151,6 +154,12 @@ MALFORMED = [
     ("steps/0/profile/curve/provenance", "measured", 0, "profile.curve.provenance", "provenance must be one of"),
     ("steps/0/outcome/status", "killed", 0, "outcome.status", "status must be one of"),
     ("steps/0/outcome/exit_code", "0", 0, "outcome.exit_code", "expected int or null"),
+    ("steps/0/outcome/output_head", 5, 0, "outcome.output_head", "a string of at most 2000 characters"),
+    ("steps/0/outcome/output_head", "x" * 2001, 0, "outcome.output_head", "a string of at most 2000 characters"),
+    ("task", "o__r-1", None, "task", "expected an object, got str"),
+    ("task/colour", "red", None, "task", "unknown key(s) colour"),
+    ("task/image", "", None, "task.image", "expected a non-empty string"),
+    ("task/path", 7, None, "task.path", "expected a non-empty string"),
     ("steps/0/original", 3, 0, "original", "expected an object"),
     ("steps/0/original/profile/peak_mb/value", -2, 0, "original.profile.peak_mb.value", "finite number >= 0"),
 ]
@@ -234,3 +243,18 @@ def test_check_trace_applies_parse_traces_rules_to_objects():
         check_trace(dup)
     with pytest.raises(TraceError, match="at least one step"):
         check_trace(Trace("t", {}, ()))
+
+
+def test_the_task_a_trace_names_is_its_own_or_read_from_its_older_fields():
+    t = parse_trace(good())
+    assert t.task == Task(instance_id="o__r-1", path="/testbed") and task_of(t) is t.task
+    assert t.to_json()["task"] == {"instance_id": "o__r-1", "path": "/testbed"}
+    older = Trace("claude-code/haiku/dask__dask-2205", {"image": "swerebench/sweb.eval.x86_64.dask_1776_dask-2205"},
+                  (Step(0, "bash", {"command": "ls"}),))
+    assert task_of(older) == Task(instance_id="dask__dask-2205", repository="dask/dask",
+                                  image="swerebench/sweb.eval.x86_64.dask_1776_dask-2205")
+    openhands = Trace("x/1", {}, (Step(0, "bash", {"command": "ls", "cwd": "/workspace/PyPSA__linopy__0.0/test"}),))
+    assert task_of(openhands) == Task(repository="PyPSA/linopy", version="0.0", path="/workspace/PyPSA__linopy__0.0")
+    assert task_of(Trace("synthetic/noisy-cpu", {"format": "synthetic"}, (Step(0, "bash", {"command": "ls", "cwd": "/w"}),))) is None
+    assert Task(instance_id="a__b-1", repository="a/b", version="1.0", path="/workspace/a__b__1.0").describe() == \
+        "a__b-1 (repository a/b, version 1.0, at /workspace/a__b__1.0)"

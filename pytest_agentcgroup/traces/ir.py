@@ -20,26 +20,27 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
            "io_bytes": {"value": 0, "provenance": "synthetic"},
            "curve":    {"t_ms": [0, 10, 20], "mb": [2.0, 180.5, 40.1], "provenance": "recorded"}
          },
-         "outcome": {"status": "ok", "exit_code": 0},          # profiled steps: how the run ended
+         "outcome": {"status": "ok", "exit_code": 0, "output_head": "3 passed"},  # how it ended, where known
          "original": {"duration_ms": {...}, "profile": {...}}  # profiled steps: the source's own figures
         }
-      ]
+      ],
+      "task": {"instance_id": "RDFLib__rdflib-1117", "path": "/testbed", ...}   # optional: task.py
     }
 
 `curve` is the memory of the step's own cgroup over the step (MiB at t_ms after its start, t_ms
 increasing), as `agentcgroup traces profile` samples it; `peak_mb` stays the step's peak (the
-kernel's own per-cgroup peak where it has one). `outcome` says how a profiled step ended (OUTCOMES):
-a step that failed or timed out is kept, with what was measured until then. `original` keeps the
-profile the trace had before it was profiled, for comparison.
+kernel's own per-cgroup peak where it has one). `outcome` says how the step ended (OUTCOMES), as its
+source recorded it (exit code, output head) or as `agentcgroup traces profile` measured it (a failed
+or timed-out step is kept); a replay of real commands is compared with it (metrics/faithfulness.py).
+`original` keeps the profile the trace had before it was profiled; `task` names what it ran on (task.py).
 
 Every number a trace carries says where it came from (PROVENANCES): `recorded` was measured by the
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
 container samples that fall inside it), `synthetic` was made up by us (a default, a generator).
-
 Every quantity has one rule by its key (numbers.py), applied wherever it sits: a figure that cannot
 be is a TraceError at load naming file, step and field.
 
-Imports only numbers.py from the package: it is the bottom of the data flow.
+Imports only numbers.py and task.py from the package: it is the bottom of the data flow.
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .numbers import PROFILE_FIELDS, number_problem, step_numbers
+from .task import Task, check_task, parse_task
 
 SCHEMA = "agentcgroup-trace/1"
 
@@ -59,6 +61,7 @@ SCHEMA = "agentcgroup-trace/1"
 TOOLS = ("bash", "python", "edit", "read", "search", "browser", "noop")
 PROVENANCES = ("recorded", "derived", "synthetic")
 OUTCOMES = ("ok", "failed", "timeout", "oom", "error")   # exit 0 | exit != 0 | killed at its timeout | OOM-killed | did not start
+OUTPUT_HEAD_CHARS = 2000        # at most this much of a step's output is kept (its head)
 
 class TraceError(ValueError):
     """A trace that does not follow the schema. `str()` names file, record/step and field."""
@@ -127,12 +130,15 @@ class Profile:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a profiled step ended: status one of OUTCOMES, the exit code where the command exited."""
+    """How a step ended: status one of OUTCOMES, the exit code where the command exited, the head
+    of what it printed (stdout and stderr as they interleaved; at most OUTPUT_HEAD_CHARS) where known."""
     status: str
     exit_code: int | None = None
+    output_head: str | None = None
 
     def to_json(self) -> dict:
-        return {"status": self.status, "exit_code": self.exit_code}
+        head = {} if self.output_head is None else {"output_head": self.output_head}
+        return {"status": self.status, "exit_code": self.exit_code, **head}
 
 
 @dataclass(frozen=True)
@@ -186,10 +192,12 @@ class Trace:
     trace_id: str
     source: dict[str, Any]
     steps: tuple[Step, ...]
+    task: Task | None = None
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "trace_id": self.trace_id, "source": self.source,
-                "steps": [s.to_json() for s in self.steps]}
+        out = {"schema": SCHEMA, "trace_id": self.trace_id, "source": self.source,
+               "steps": [s.to_json() for s in self.steps]}
+        return out if self.task is None else {**out, "task": self.task.to_json()}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), ensure_ascii=False, sort_keys=False)
@@ -312,7 +320,11 @@ def _outcome(raw: Any, where: dict, step: int) -> Outcome:
         raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field="outcome.status",
                          step=step, **where)
     code = check_number(raw.get("exit_code"), "exit_code", field="outcome.exit_code", where=where, step=step)
-    return Outcome(raw["status"], code)
+    head = raw.get("output_head")
+    if head is not None and (not isinstance(head, str) or len(head) > OUTPUT_HEAD_CHARS):
+        raise TraceError(f"expected a string of at most {OUTPUT_HEAD_CHARS} characters",
+                         field="outcome.output_head", step=step, **where)
+    return Outcome(raw["status"], code, head)
 
 
 def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None) -> Trace:
@@ -335,7 +347,10 @@ def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None)
         if s.step_id in seen:
             raise TraceError(f"duplicate step_id {s.step_id}", field="step_id", step=i, **where)
         seen.add(s.step_id)
-    return Trace(trace_id=trace_id, source=source, steps=steps)
+    task, problem, field_ = parse_task(raw.get("task"))
+    if problem:
+        raise TraceError(problem, field=field_, **where)
+    return Trace(trace_id=trace_id, source=source, steps=steps, task=task)
 
 
 def check_trace(trace: Trace, *, file: str | None = None, record: int | None = None) -> Trace:
@@ -348,6 +363,9 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         raise TraceError(f"expected dict, got {type(trace.source).__name__}", field="source", **where)
     if not trace.steps:
         raise TraceError("a trace needs at least one step", field="steps", **where)
+    problem, field_ = check_task(trace.task)
+    if problem:
+        raise TraceError(problem, field=field_, **where)
     seen: set[int] = set()
     for i, st in enumerate(trace.steps):
         if not isinstance(st.step_id, int) or isinstance(st.step_id, bool):
@@ -385,9 +403,8 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         for pre, p in profiles:
             if p.curve is not None:
                 _check_curve(p.curve, f"{pre}profile.curve", where, i)
-        if st.outcome is not None and st.outcome.status not in OUTCOMES:
-            raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {st.outcome.status!r}",
-                             field="outcome.status", step=i, **where)
+        if st.outcome is not None:      # status and output_head by parse_step's rule
+            _outcome(vars(st.outcome) if isinstance(st.outcome, Outcome) else st.outcome, where, i)
     return trace
 
 

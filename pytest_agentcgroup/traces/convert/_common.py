@@ -38,7 +38,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..ir import Measure, Step, Trace, TraceError, check_trace
+from ..ir import OUTPUT_HEAD_CHARS, Measure, Step, Trace, TraceError, check_trace
+from ..task import Task
 
 #: Largest string (UTF-8 bytes) kept in a step's args.
 MAX_ARG_BYTES = 1 << 20
@@ -291,12 +292,18 @@ def make_source(fmt: str, path: Path) -> dict:
             "licence": base["licence"], "origin": base["origin"]}
 
 
-def finish(trace_id: str, source: dict, steps: list[Step], where: Where, *, what: str = "trajectory") -> Trace:
+def finish(trace_id: str, source: dict, steps: list[Step], where: Where, *, what: str = "trajectory",
+           task: Task | None = None) -> Trace:
     """The Trace, checked against the IR schema (so a converter never emits an invalid trace)."""
     if not steps:
         raise fail("empty trajectory: no steps", where, field=what)
-    trace = Trace(trace_id=trace_id, source=source, steps=tuple(steps))
+    trace = Trace(trace_id=trace_id, source=source, steps=tuple(steps), task=task)
     return check_trace(trace, file=where.get("file"), record=where.get("record"))
+
+
+def output_head(text: str) -> str:
+    """What a step's outcome keeps of its recorded output: its head (NULs dropped: never kept text)."""
+    return text.replace("\0", "")[:OUTPUT_HEAD_CHARS]
 
 
 def guard(where: Where, fn: Callable[[], Trace]) -> Trace | TraceError:

@@ -19,17 +19,30 @@ is a JSON *string*. Each tool call is one step, in message order:
 The working directory is the last `[Current working directory: ...]` footer of a tool result seen
 before the call (OpenHands prints the shell's cwd after each command), carried to following steps;
 the first command's cwd is unknown and left out. Rows have no timestamps, so steps have no duration.
+
+What each executing step recorded is its `outcome` (read from its tool result, matched by
+`tool_call_id`): a command's exit code from OpenHands' `[The command completed with exit code N.]`
+/ `[Command finished with exit code N]` footer (-1, a command still running when OpenHands stopped
+waiting, is status `timeout` without an exit code) and the head of its output without those
+footers; an edit's or a view's status (`failed` when the editor answered `ERROR...`) and the head of
+its answer (a view's shows the file's lines as they were: workspaces/choose.py compares them).
+A command sent as input to a running process (`is_input`) gets none: it has no exit of its own.
+The row's `task`: its instance id and repository, the repository directory the user message names
+(`<uploaded_files>`) and the version in its name (`/workspace/<org>__<repo>__<version>`), and the
+interpreter OpenHands reported (`[Python interpreter: ...]`).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..ir import Step, Trace, TraceError
+from ..ir import Outcome, Step, Trace, TraceError
+from ..task import WORKSPACE_PATH, Task
 from ._common import (check_bool, check_number, check_str, check_type, fail, finish, head, id_part,
-                      iter_row_results, loads, make_trace_id, need, parquet_columns, parquet_schema_text,
-                      strict)
+                      iter_row_results, loads, make_trace_id, need, output_head, parquet_columns,
+                      parquet_schema_text, strict)
 
 FORMAT = "openhands-rows"
 COLUMNS = ("trajectory_id", "instance_id", "repo", "trajectory")
@@ -42,6 +55,12 @@ KNOWN_TOOLS = ("execute_bash", "str_replace_editor", "think", "finish", "task_tr
 _CWD_MARK = "[Current working directory: "
 _CWD = re.compile(r"\[Current working directory: ([^\]\n]*)\]")
 _ROLE = re.compile(r'"role"\s*:\s*"(?:assistant|tool)"')
+_EXIT = re.compile(r"\[(?:The command completed with exit code|Command finished with exit code) (-?\d+)\.?\]")
+# the lines OpenHands appends to a command's output (its exit code, cwd and interpreter)
+_FOOTER = re.compile(r"\n?\[(?:The command completed with exit code -?\d+\.|Command finished with exit code -?\d+"
+                     r"|Current working directory: [^\]\n]*|Python interpreter: [^\]\n]*)\]")
+_PYTHON = re.compile(r"\[Python interpreter: ([^\]\n]+)\]")
+_UPLOADED = re.compile(r"<uploaded_files>\s*(/[^\s<]+)\s*</uploaded_files>")
 _OBSERVATION_KEY = re.compile(r'"observation"\s*:')
 
 
@@ -97,15 +116,25 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
         check_type(instance, str, where, field="instance_id")
     steps: list[Step] = []
     cwd: str | None = None
+    waiting: dict[str, int] = {}        # tool_call_id -> index of its step, until its result is seen
+    repo_path = python = None
     for mi, msg in enumerate(traj):
         mf = f"trajectory[{mi}]"
         if not isinstance(msg, dict):
             raise fail(f"expected a message object, got {type(msg).__name__}", where, field=mf)
         role = need(msg, "role", str, where, prefix=f"{mf}.")
+        if role == "user" and repo_path is None:
+            found = _UPLOADED.search(_text(msg.get("content")))
+            repo_path = found.group(1) if found else None
         if role == "tool":
-            found = _last_cwd(_text(msg.get("content")))
+            text = _text(msg.get("content"))
+            found = _last_cwd(text)
             if found:
                 cwd = check_str(found, where, step=len(steps), field=f"{mf}.content")
+            python = python or (m.group(1).strip() if (m := _PYTHON.search(text)) else None)
+            at = waiting.pop(msg.get("tool_call_id"), None) if isinstance(msg.get("tool_call_id"), str) else None
+            if at is not None:
+                steps[at] = _with_outcome(steps[at], text)
             continue
         if role != "assistant":
             continue
@@ -115,9 +144,40 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
         check_type(calls, list, where, step=len(steps), field=f"{mf}.tool_calls")
         for ci, call in enumerate(calls):
             steps.append(_step(call, len(steps), cwd, where, f"{mf}.tool_calls[{ci}]"))
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                waiting[call["id"]] = len(steps) - 1
     if not steps:
         raise fail("empty trajectory: no tool calls", where, field="trajectory")
-    return finish(make_trace_id(FORMAT, id_part(instance, f"row{rec}"), rec), source, steps, where)
+    return finish(make_trace_id(FORMAT, id_part(instance, f"row{rec}"), rec), source, steps, where,
+                  task=_task(row, instance, repo_path, python))
+
+
+def _with_outcome(step: Step, text: str) -> Step:
+    """`step` with what its tool result recorded (module docstring); unchanged for a step that
+    executes nothing or a command sent as input to a running process."""
+    if step.tool in ("bash", "python") and not step.args.get("is_input"):
+        codes = _EXIT.findall(text)
+        if not codes:
+            return step
+        code = int(codes[-1])
+        status = "timeout" if code < 0 else "ok" if code == 0 else "failed"
+        outcome = Outcome(status, code if 0 <= code <= 255 else None, output_head(_FOOTER.sub("", text).rstrip()))
+    elif step.tool in ("edit", "read"):
+        outcome = Outcome("failed" if text.lstrip().startswith("ERROR") else "ok", None, output_head(text))
+    else:
+        return step
+    return dataclasses.replace(step, outcome=outcome)
+
+
+def _task(row: dict, instance: str | None, path: str | None, python: str | None) -> Task | None:
+    repo = row.get("repo") if isinstance(row.get("repo"), str) and row.get("repo").strip() else None
+    m = WORKSPACE_PATH.match(path) if path else None
+    if m and repo is None:
+        repo = f"{m.group(2)}/{m.group(3)}"
+    fields_ = {"instance_id": instance, "repository": repo, "path": m.group(1) if m else path,
+               "version": m.group(4) if m else None, "python": python}
+    kept = {k: v for k, v in fields_.items() if isinstance(v, str) and v.strip() and "\0" not in v and len(v) <= 4096}
+    return Task(**kept) if kept else None
 
 
 def _step(call: Any, index: int, cwd: str | None, where: dict, cf: str) -> Step:
