@@ -36,6 +36,7 @@ class ProcessResult:
     timed_out: bool
     user_ms: float             # rusage of the process and the children it waited for
     sys_ms: float
+    output: bytes | None = None    # the head of its stdout and stderr (run's output_head), where kept
 
 
 def start_ticks(pid: int) -> int | None:
@@ -82,12 +83,12 @@ class Parked:
     """A small shell started ahead of its step, already in the step's cgroups and its own session,
     blocked reading its stdin until `run(argv, join=parked)` sends it the step as a shell script
     (environment, directory, `exec argv`), so that on the critical path there is only a pipe write
-    and an exec from a tiny process. Its output and the step's stdin are /dev/null.
-    `discard()` ends it unused."""
+    and an exec from a tiny process. The step's stdin is /dev/null; its stdout and stderr are one
+    pipe, which `run` reads (keeping the head, discarding the rest). `discard()` ends it unused."""
 
     # join (as the step would: before the step's program starts), say so on stdout, then read and
-    # run the step with its output on /dev/null
-    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; echo; exec >/dev/null; . /dev/stdin'
+    # run the step with its stderr on the same pipe as its stdout
+    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; echo; exec 2>&1; . /dev/stdin'
     READY_S = 10.0              # a shell that has not joined by then is broken, not slow
 
     def __init__(self, join: Sequence[str] = ()):
@@ -105,8 +106,9 @@ class Parked:
         try:
             ready, _, _ = select.select([self.proc.stdout], [], [], self.READY_S)
             said = os.read(self.proc.stdout.fileno(), 1) if ready else b""
-        finally:
+        except BaseException:
             self.proc.stdout.close()
+            raise
         if said != b"\n":
             self.discard()
             self.broken = (f"did not start within {self.READY_S:g} s" if not ready else
@@ -140,6 +142,8 @@ class Parked:
     def discard(self) -> None:
         if not self.proc.stdin.closed:
             self.proc.stdin.close()           # EOF: an empty script, it exits by itself
+        if not self.proc.stdout.closed:
+            self.proc.stdout.close()
         if self.proc.returncode is None:
             self.proc.kill()
             self.proc.wait()
@@ -151,31 +155,33 @@ _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | None = None,
         env: dict | None = None, timeout_s: float | None = None,
         kill: Callable[[], None] | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        clock_env: str | None = None) -> ProcessResult:
+        clock_env: str | None = None, output_head: int = 0) -> ProcessResult:
     """Run argv to completion. On timeout call `kill` (e.g. the step cgroup's cgroup.kill, which
     also reaches children that left the process group) or else SIGKILL the process group.
     `join` is the cgroup.procs files to join before exec, or a Parked child that already has.
     `clock_env`: a variable set in the child's environment to CLOCK_MONOTONIC seconds at the origin
-    of wall_ms, so the child can time itself from the same instant (the emulator does)."""
+    of wall_ms, so the child can time itself from the same instant (the emulator does).
+    `output_head`: keep the first that many bytes of its stdout and stderr (one pipe, read while it
+    runs; the rest is read and dropped, so it never blocks on a full pipe) in the result's
+    `output`. A Parked child's output is that pipe always: it is read whatever output_head says."""
     t0 = time.perf_counter()
     if clock_env:
         env = {**(os.environ if env is None else env), clock_env: f"{time.monotonic():.6f}"}
     if isinstance(join, Parked):
         if stdout is not subprocess.DEVNULL or stderr is not subprocess.DEVNULL:
-            raise ValueError("a Parked child's output goes to /dev/null")
+            raise ValueError("a Parked child's output is the pipe run() reads")
         join.start(argv, cwd, env)
         proc = join.proc
+    elif output_head:
+        proc = start(argv, join=join, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     else:
         proc = start(argv, join=join, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+    out = proc.stdout
+    head = bytearray()
     timed_out = False
     try:
-        pidfd = os.pidfd_open(proc.pid)
-        try:
-            ready, _, _ = select.select([pidfd], [], [], timeout_s)
-        finally:
-            os.close(pidfd)
-        if not ready:
-            timed_out = True
+        timed_out = not _wait(proc.pid, out.fileno() if out is not None else None, timeout_s, head, output_head)
+        if timed_out:
             (kill or (lambda: os.killpg(proc.pid, signal.SIGKILL)))()
         _, status, ru = os.wait4(proc.pid, 0)
     except BaseException:
@@ -188,8 +194,56 @@ def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | 
             kill()
         proc.wait()
         raise
+    finally:
+        if out is not None:
+            out.close()
     wall_ms = (time.perf_counter() - t0) * 1000.0
     proc.returncode = os.waitstatus_to_exitcode(status)   # tell Popen we reaped it
     sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-    return ProcessResult(code, sig, wall_ms, timed_out, ru.ru_utime * 1000.0, ru.ru_stime * 1000.0)
+    return ProcessResult(code, sig, wall_ms, timed_out, ru.ru_utime * 1000.0, ru.ru_stime * 1000.0,
+                         bytes(head) if output_head else None)
+
+
+DRAIN_MAX_BYTES = 1 << 20       # read after the exit: what is already in the pipe, not a daemon's stream
+
+
+def _wait(pid: int, out: int | None, timeout_s: float | None, head: bytearray, keep: int) -> bool:
+    """Wait until `pid` exits (True) or `timeout_s` passes (False), reading the output pipe `out`
+    meanwhile: its first `keep` bytes into `head`, the rest dropped. After the exit, what is still
+    in the pipe is read without blocking (a process the step left behind may hold it open)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pidfd = os.pidfd_open(pid)
+    watch = [pidfd] + ([out] if out is not None else [])
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select(watch, [], [], left)
+            if out in ready and not _take(out, head, keep):
+                watch.remove(out)                    # EOF: every writer is gone
+            if pidfd in ready:
+                break
+            if not ready:
+                return False
+        if out is not None and out in watch:
+            os.set_blocking(out, False)
+            drained = 0
+            while drained < DRAIN_MAX_BYTES:
+                try:
+                    n = _take(out, head, keep)
+                except BlockingIOError:
+                    break
+                if not n:
+                    break
+                drained += n
+        return True
+    finally:
+        os.close(pidfd)
+
+
+def _take(fd: int, head: bytearray, keep: int) -> int:
+    """One read of `fd`, its bytes added to `head` up to `keep`; how many were read (0: EOF)."""
+    chunk = os.read(fd, 65536)
+    if len(head) < keep:
+        head += chunk[:keep - len(head)]
+    return len(chunk)

@@ -28,7 +28,6 @@ import datetime
 import os
 import platform
 import shutil
-import stat
 import statistics
 import subprocess
 import tarfile
@@ -40,6 +39,7 @@ from ..cgroups.host import detect
 from ..programs import which
 from ..cgroups.tree import RunTree
 from ..replay.executors import make_executor
+from ..replay.executors.base import copy_tree
 from ..replay.replayer import StepResult, replay_step
 from ..traces.corpus import MANIFEST
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
@@ -311,27 +311,13 @@ def workspace_on_memory_fs(executor) -> str | None:
 def seed_workspace(executor, src: Path) -> None:
     """Copy `src` into the sandbox's workspace (mounted at the trace's working directory) before the
     first step: regular files, directories and symlinks (as links), nothing else (a FIFO or device
-    is skipped), owned by the step's user."""
-    dst = Path(executor.workspace)
+    is skipped), owned by the step's user (replay/executors/base.py copy_tree)."""
+    owner = {"uid": executor.step_uid, "gid": executor.step_gid} if executor.as_root else {}
     try:
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_special_files)
+        copy_tree(src, Path(executor.workspace), **owner)
     except (OSError, shutil.Error) as exc:       # e.g. ENOSPC: the workspace tmpfs has a size
         raise ProfileError(f"--workspace {src}: cannot copy it into the sandbox's workspace "
                            f"({executor.workspace_mb} MiB): {exc}") from None
-    os.chmod(dst, 0o700)            # copytree gave it the source's mode: the step's user's alone again
-    if executor.as_root:
-        for root, dirs, files in os.walk(dst):
-            for name in [*dirs, *files]:
-                os.lchown(os.path.join(root, name), executor.step_uid, executor.step_gid)
-
-
-def _special_files(directory: str, names: list[str]) -> list[str]:
-    skip = []
-    for name in names:
-        mode = os.lstat(os.path.join(directory, name)).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-            skip.append(name)
-    return skip
 
 
 def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None:

@@ -143,6 +143,40 @@ def emulator_binary() -> str:
     return _verified(_built())
 
 
+def _usable(d: Path, tried: list[str]) -> bool:
+    """`d` (resolved) is, or is now made, a cache directory of ours that only we may change; else
+    why not is appended to `tried`."""
+    if why := _untouchable(d):
+        tried.append(why)
+        return False
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        tried.append(f"{d}: {exc.strerror}")
+        return False
+    if why := _untouchable(d):          # again: the parents just made (a umask of 0 makes them 0777)
+        tried.append(why)
+        return False
+    if not _ours(d, directory=True):
+        tried.append(f"{d}: not a directory owned by uid {os.geteuid()} and writable by it alone")
+        return False
+    if not os.access(d, os.W_OK) or os.statvfs(d).f_flag & os.ST_RDONLY:
+        tried.append(f"{d}: read-only")
+        return False
+    return True
+
+
+def safe_cache_dir() -> Path:
+    """The first usable cache directory (the module docstring's rules), for whatever else the
+    project builds once and keeps (workspaces/build.py); ExecutorUnavailable naming why none is."""
+    tried: list[str] = []
+    for d in cache_dirs():
+        d = Path(os.path.realpath(d))
+        if _usable(d, tried):
+            return d
+    raise ExecutorUnavailable("no cache directory to build in: " + "; ".join(tried))
+
+
 @lru_cache(maxsize=None)
 def _built() -> str:
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join(["cc", *COMPILE]).encode() + platform.machine().encode())
@@ -150,22 +184,7 @@ def _built() -> str:
     tried = []
     for d in cache_dirs():
         d = Path(os.path.realpath(d))
-        if why := _untouchable(d):
-            tried.append(why)
-            continue
-        try:
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            tried.append(f"{d}: {exc.strerror}")
-            continue
-        if why := _untouchable(d):          # again: the parents just made (a umask of 0 makes them 0777)
-            tried.append(why)
-            continue
-        if not _ours(d, directory=True):
-            tried.append(f"{d}: not a directory owned by uid {os.geteuid()} and writable by it alone")
-            continue
-        if not os.access(d, os.W_OK) or os.statvfs(d).f_flag & os.ST_RDONLY:
-            tried.append(f"{d}: read-only")
+        if not _usable(d, tried):
             continue
         out = d / name
         if _ours(out, directory=False) and os.access(out, os.X_OK) and _runs(out):

@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
-from ..traces.ir import Step, Trace
+from ..traces.ir import OUTPUT_HEAD_CHARS, Step, Trace
 from .executors import StepRefused
 from ..proc import SpawnError, run
+
+
+OUTPUT_HEAD_BYTES = 4 * OUTPUT_HEAD_CHARS      # read of a step's output: its head, in UTF-8's widest
 
 
 class Placement(Protocol):
@@ -35,6 +38,7 @@ class StepResult:
     counters: dict[str, float] = field(default_factory=dict)
     error: str | None = None    # why the step could not be started (or, for a browser action, failed)
     measures: dict[str, float] = field(default_factory=dict)   # executor-specific, e.g. page_load_ms
+    output: str | None = None   # the head of what it printed (stdout and stderr), where read
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -78,7 +82,8 @@ def replay_step(trace: Trace, step: Step, executor, placement: Placement) -> Ste
     error = None
     try:
         proc = run(launch.argv, join=join, cwd=launch.cwd, env=launch.env or None,
-                   timeout_s=launch.timeout_s, kill=placement.kill_step, clock_env=launch.clock_env)
+                   timeout_s=launch.timeout_s, kill=placement.kill_step, clock_env=launch.clock_env,
+                   output_head=OUTPUT_HEAD_BYTES)
     except SpawnError as exc:
         error, proc = str(exc), None
     finally:
@@ -89,5 +94,6 @@ def replay_step(trace: Trace, step: Step, executor, placement: Placement) -> Ste
     if proc is None:
         return StepResult(**base, executed=False, latency_ms=None, exit_code=None, signal=None,
                           timed_out=False, counters=counters, error=error)
+    output = proc.output.decode("utf-8", "replace")[:OUTPUT_HEAD_CHARS] if proc.output is not None else None
     return StepResult(**base, executed=True, latency_ms=proc.wall_ms, exit_code=proc.exit_code,
-                      signal=proc.signal, timed_out=proc.timed_out, counters=counters)
+                      signal=proc.signal, timed_out=proc.timed_out, counters=counters, output=output)

@@ -1,7 +1,8 @@
 """What every executor shares: the `Launch` it returns for a step, `StepRefused` for a step that
-cannot run as recorded (the replayer records the message as the step's error), and the rules for
+cannot run as recorded (the replayer records the message as the step's error), the rules for
 running a recorded command (a clean cwd, a command the kernel can pass, the cwd carried from step
-to step) that the sandbox and docker executors both follow.
+to step) that the sandbox and docker executors both follow, the `Seed` a trace's workspace starts
+from, and how a recorded edit is applied (edit_argv: replay/editor.py, run inside the step's place).
 
 An executor turns a step into a process: it returns an argv (or None for a step that executes
 nothing) and keeps the per-trace state an agent's runtime keeps between tool calls.
@@ -9,7 +10,9 @@ nothing) and keeps the per-trace state an agent's runtime keeps between tool cal
 from __future__ import annotations
 
 import functools
+import json
 import os
+import shutil
 import platform
 import stat
 import subprocess
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from ...errors import ExecutorUnavailable
 from ...traces.ir import Step, Trace
-from .. import stepguard
+from .. import editor, stepguard
 
 EXECUTING_TOOLS = ("bash", "python")
 DEFAULT_TIMEOUT_S = 120.0
@@ -54,6 +57,55 @@ def _stepguard_problem() -> str | None:
     except (OSError, subprocess.SubprocessError) as exc:
         return str(exc)
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+@dataclass(frozen=True)
+class Seed:
+    """What a trace's steps find when the trace starts: the directory `source` copied to `path` (the
+    task's repository, where the agent had it) and a Python environment `env_source` copied to
+    `env_path`, whose bin/ leads the steps' PATH. Built outside the sandbox (workspaces/); each
+    replay gets its own copy, writable by the steps (nothing a step does reaches the next replay)."""
+    path: str
+    source: Path | None = None
+    env_path: str | None = None
+    env_source: Path | None = None
+
+
+def copy_tree(src: Path, dst: Path, *, uid: int | None = None, gid: int | None = None) -> None:
+    """Copy `src`'s contents into the directory `dst`: regular files, directories and symlinks (as
+    links), nothing else (a FIFO or device is skipped); owned by uid:gid when given."""
+    def special(directory: str, names: list[str]) -> list[str]:
+        return [n for n in names if not (stat.S_ISREG(m := os.lstat(os.path.join(directory, n)).st_mode)
+                                         or stat.S_ISDIR(m) or stat.S_ISLNK(m))]
+    mode = stat.S_IMODE(os.stat(dst).st_mode)
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=special)
+    os.chmod(dst, mode)             # copytree gave it the source's mode
+    if uid is not None:
+        for root, dirs, files in os.walk(dst):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), uid, gid)
+
+
+EDITOR_SOURCE = Path(editor.__file__).read_text()
+EDIT_OPS = {"create": ("file_text",), "str_replace": ("old_str",), "insert": ("insert_line", "new_str"),
+            "undo_edit": ()}        # op -> what the step must have recorded for it to be applied
+
+
+def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
+    """`python -I -S -c EDITOR EDIT` applying the edit `step` recorded (editor.py), or None when the
+    trace did not record the edit in full (a converter that keeps only its size): then it is not
+    applied, and the step executes nothing, as before."""
+    args = step.args
+    need = EDIT_OPS.get(args.get("op"))
+    if step.tool != "edit" or need is None or not isinstance(args.get("path"), str) \
+            or any(k not in args for k in need):
+        return None
+    spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "insert_line") if k in args}
+    text = json.dumps({**spec, "history": history}, ensure_ascii=False)
+    if len(text.encode("utf-8", "surrogateescape")) + 1 > MAX_ARG_STRLEN or "\0" in text:
+        raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} is too large to pass to the "
+                          f"editor in one argument (MAX_ARG_STRLEN {MAX_ARG_STRLEN} bytes); not applied")
+    return [python, "-I", "-S", "-c", EDITOR_SOURCE, text]
 
 
 class StepRefused(ValueError):

@@ -13,8 +13,8 @@ from ...errors import ExecutorUnavailable
 from ...proc import start_ticks
 from ...programs import require
 from ...traces.ir import Step, Trace
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, guarded, read_cwd, require_stepguard,
-                   step_cwd, step_script, step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, check_command, copy_tree, edit_argv, guarded,
+                   read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
 
 
 SANDBOX_TMPFS = "agentcgroup-ws"           # the source name of the sandbox's per-trace tmpfs
@@ -82,7 +82,10 @@ class SandboxExecutor:
       and request_key fail with EPERM. It leaves user namespaces to bwrap (which needs one, and
       denies the step more with --disable-userns). It costs each step a Python start (~30-80 ms).
     The working directory carries across steps as in an agent's persistent shell: each step starts
-    where the previous one ended (`cd` included).
+    where the previous one ended (`cd` included). A `seed` (base.Seed, set before start) is copied
+    into the workspace, mounted at the task's path, and its Python environment beside it, at the
+    path the agent's interpreter had, first on PATH; a recorded edit is applied by the step's user
+    with editor.py, through the same sandbox.
     """
     name = "sandbox"
     time_scale = 1.0            # real commands at real speed: time_scale is the emulator's only
@@ -110,6 +113,8 @@ class SandboxExecutor:
         self.bounded = False            # True: workspace + state dir are our size-limited tmpfs
         self.home = "/workspace"
         self.cwd = self.home
+        self.seed: Seed | None = None
+        self.mounts: list[tuple[str, str]] = []     # (directory under base, where the steps see it)
 
     def start(self, trace: Trace) -> None:
         self.home = trace_home(trace)
@@ -130,10 +135,28 @@ class SandboxExecutor:
                                           f"(tmpfs, {opts}): {done.stderr.strip() or done.returncode}")
             self.bounded = True
         self.workspace, self.state = os.path.join(self.base, "ws"), os.path.join(self.base, "state")
-        for d in (self.workspace, self.state):
+        seed = self.seed
+        where = seed.path if seed is not None else self.home
+        self.mounts = [(self.workspace, where)]
+        if where != self.home and not self.home.startswith(where.rstrip("/") + "/"):
+            self.mounts.append((os.path.join(self.base, "home"), self.home))
+        if seed is not None and seed.env_path:
+            self.mounts.append((os.path.join(self.base, "env"), seed.env_path))
+        self.mounts.sort(key=lambda m: m[1].count("/"))     # a mount inside another is made after it
+        for d in (self.state, *(m for m, _ in self.mounts)):
             os.mkdir(d, 0o700)
             if self.as_root:
                 os.chown(d, self.step_uid, self.step_gid)
+        owner = {"uid": self.step_uid, "gid": self.step_gid} if self.as_root else {}
+        try:
+            if seed is not None and seed.source is not None:
+                copy_tree(seed.source, Path(self.workspace), **owner)
+            if seed is not None and seed.env_source is not None:
+                copy_tree(seed.env_source, Path(self.base) / "env", **owner)
+        except OSError as exc:      # e.g. ENOSPC: the workspace tmpfs has a size
+            self.stop()
+            raise ExecutorUnavailable(f"the sandbox executor cannot copy the workspace {seed.source} (and its "
+                                      f"environment) into its {self.workspace_mb} MiB tmpfs: {exc}") from None
 
     def stop(self) -> None:
         self._sync_cwd()
@@ -159,24 +182,31 @@ class SandboxExecutor:
 
     def launch(self, step: Step) -> Launch | None:
         self._sync_cwd()
-        if step.tool not in EXECUTING_TOOLS:
+        if step.tool == "edit":
+            program = edit_argv(step, "/usr/bin/python3", f"{self.STATE}/undo")
+            if program is None:
+                return None
+        elif step.tool not in EXECUTING_TOOLS:
             return None
-        check_command(step)
-        if step.args.get("cwd"):
-            self.cwd = step_cwd(step)
-        script = step_script(step.tool, f"{self.STATE}/cwd")
+        else:
+            check_command(step)
+            if step.args.get("cwd"):
+                self.cwd = step_cwd(step)
+            program = ["/bin/sh", "-c", step_script(step.tool, f"{self.STATE}/cwd"), "sh", self.cwd, step.command]
         drop = ([self.setpriv, f"--reuid={self.step_uid}", f"--regid={self.step_gid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"] if self.as_root else [])
+        env_bin = [f"{self.seed.env_path}/bin"] if self.seed is not None and self.seed.env_path else []
         argv = guarded([*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                         "--die-with-parent", "--new-session",
                         "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
                         *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
                         "--proc", "/proc", "--dev", "/dev",
                         "--size", str(int(self.tmp_mb) * 1024 * 1024), "--tmpfs", "/tmp",
-                        "--bind", self.workspace, self.home, "--bind", self.state, self.STATE,
+                        *(a for src, dst in self.mounts for a in ("--bind", src, dst)),
+                        "--bind", self.state, self.STATE,
                         "--chdir", self.home, "--setenv", "HOME", self.home,
-                        "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-                        "--", "/bin/sh", "-c", script, "sh", self.cwd, step.command], allow_userns=True)
+                        "--setenv", "PATH", ":".join([*env_bin, "/usr/local/bin:/usr/bin:/bin"]),
+                        "--", *program], allow_userns=True)
         timeout = step_timeout(step, self.step_timeout_s)
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 

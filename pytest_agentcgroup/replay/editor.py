@@ -1,0 +1,129 @@
+"""The file editor a trace's edit steps are applied with, inside the step's sandbox or container.
+
+An agent's edit tool is not a shell command: the agent runtime writes the file itself. A replay
+applies the recorded edit as that tool would, as the step's own unprivileged user inside the
+step's own sandbox (a previous step may have made any path of the workspace a symlink to anything:
+resolved in there, it reaches only what the step could reach anyway), so this is a script on its
+own: the executors pass its source to the sandbox's `python3 -I -S -c` with one argument, the edit
+as JSON. Standard library only, and Python 3.6 syntax (a task's image may have an old python3).
+
+    {"op": "create" | "str_replace" | "insert" | "undo_edit", "path": "/abs/file",
+     "file_text": ..., "old_str": ..., "new_str": ..., "insert_line": N, "history": "/dir"}
+
+The operations are OpenHands' `str_replace_editor`'s: `create` writes a new file (its directories
+made; an existing file is an error, as there), `str_replace` replaces the one occurrence of
+`old_str` (none or several is an error), `insert` puts `new_str` after line `insert_line` (0: at
+the top), `undo_edit` puts back the file as it was before its last edit (kept in `history`).
+Exit 0 and the tool's message when the edit applied; exit 1 and `ERROR: why` when it did not, which
+a replay counts as a divergence from a trajectory whose edit applied.
+"""
+import hashlib
+import json
+import os
+import sys
+
+MAX_HISTORY = 20            # earlier versions kept per file for undo_edit
+
+
+def _history_file(history, path, n):
+    return os.path.join(history, hashlib.sha1(path.encode("utf-8", "surrogateescape")).hexdigest() + "." + str(n))
+
+
+def _remember(history, path, text):
+    """Keep `text` (the file before an edit) as the newest version of `path` in `history`."""
+    if not history:
+        return
+    os.makedirs(history, exist_ok=True)
+    n = 0
+    while n < MAX_HISTORY and os.path.exists(_history_file(history, path, n)):
+        n += 1
+    if n == MAX_HISTORY:
+        for i in range(1, MAX_HISTORY):
+            os.replace(_history_file(history, path, i), _history_file(history, path, i - 1))
+        n -= 1
+    with open(_history_file(history, path, n), "w", encoding="utf-8", errors="surrogateescape") as f:
+        f.write(text)
+
+
+def _read(path):
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        return f.read()
+
+
+def _write(path, text):
+    with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        f.write(text)
+
+
+def apply(edit):
+    """(exit code, message) of applying `edit` (the JSON object above)."""
+    op, path, history = edit.get("op"), edit.get("path"), edit.get("history")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return 1, "ERROR: Invalid `path` parameter: {!r}. The path should be an absolute path.".format(path)
+    if op == "create":
+        if os.path.lexists(path):
+            return 1, "ERROR: File already exists at: {}. Cannot overwrite files using command `create`.".format(path)
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        _write(path, edit.get("file_text") or "")
+        return 0, "File created successfully at: {}".format(path)
+    if op not in ("str_replace", "insert", "undo_edit"):
+        return 1, "ERROR: unknown edit operation {!r}".format(op)
+    if not os.path.isfile(path):
+        return 1, "ERROR: Invalid `path` parameter: {}. The path {} does not exist.".format(path, path)
+    text = _read(path)
+    if op == "undo_edit":
+        n = 0
+        while history and os.path.exists(_history_file(history, path, n)):
+            n += 1
+        if n == 0:
+            return 1, "ERROR: No edit history found for {}.".format(path)
+        last = _history_file(history, path, n - 1)
+        _write(path, _read(last))
+        os.remove(last)
+        return 0, "Last edit to {} undone successfully.".format(path)
+    if op == "str_replace":
+        old, new = edit.get("old_str"), edit.get("new_str") or ""
+        if not isinstance(old, str) or not old:
+            return 1, "ERROR: Parameter `old_str` is required for command: str_replace."
+        count = text.count(old)
+        if count == 0:
+            return 1, ("ERROR: No replacement was performed, old_str `{}` did not appear verbatim in {}."
+                       .format(old[:200], path))
+        if count > 1:
+            return 1, ("ERROR: No replacement was performed. Multiple occurrences of old_str `{}` in {}."
+                       .format(old[:200], path))
+        _remember(history, path, text)
+        _write(path, text.replace(old, new, 1))
+        return 0, "The file {} has been edited.".format(path)
+    lines = text.split("\n")
+    at, new = edit.get("insert_line"), edit.get("new_str")
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(lines):
+        return 1, ("ERROR: Invalid `insert_line` parameter: {!r}. It should be within the range of lines "
+                   "of the file: [0, {}]".format(at, len(lines)))
+    if not isinstance(new, str):
+        return 1, "ERROR: Parameter `new_str` is required for command: insert."
+    _remember(history, path, text)
+    _write(path, "\n".join(lines[:at] + new.split("\n") + lines[at:]))
+    return 0, "The file {} has been edited.".format(path)
+
+
+def main(argv):
+    try:
+        edit = json.loads(argv[0]) if len(argv) == 1 else None
+    except ValueError:
+        edit = None
+    if not isinstance(edit, dict):
+        print("ERROR: usage: editor.py EDIT_JSON", file=sys.stderr)
+        return 2
+    try:
+        code, message = apply(edit)
+    except OSError as exc:
+        code, message = 1, "ERROR: {}: {}".format(exc.filename or edit.get("path"), exc.strerror or exc)
+    print(message)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
