@@ -2,9 +2,11 @@
 
     traces = "../traces"                 # the corpus, relative to this file
     [defaults]
-    executor = "emulate"                 # emulate | sandbox
+    executor = "emulate"                 # emulate | sandbox | docker
     time_scale = 0.05                    # replay 20x faster than recorded
     step_timeout_s = 120
+    max_divergence = 0.2                 # real commands: share of steps that may end otherwise than recorded
+    workspace = "DIR"                    # real commands: the task's working copy (default: a provider's)
 
     [arms.<name>]                        # see cgroups/arms.py; policy arms: bpf/controller.py
     [experiments.<name>]
@@ -40,12 +42,14 @@ from pathlib import Path
 from .bpf.controller import Rules
 from .cgroups.arms import Arm, ArmError
 from .metrics import kinds
+from .metrics.faithfulness import DEFAULT_MAX_DIVERGENCE
 from .metrics.budgets import BudgetError, validate
 from .metrics.claims import Claim, ClaimError
 from .metrics.tables import TableError
 from .traces.numbers import MAX_MEMORY_MB
 
-DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
+DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0,
+            "max_divergence": DEFAULT_MAX_DIVERGENCE, "workspace": None}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
 OVERRIDE_KEYS = (*DEFAULTS, "subset", "arms")
 EXPERIMENT_KEYS = ("description", "subset", "arms", "budgets", "matrix", "claims", *DEFAULTS)   # trace x arm
@@ -100,6 +104,8 @@ NUMBERS: dict[str, Number] = {
     "time_scale": Number(0, strict=True, why="recorded durations are multiplied by it: 0 would replay every step "
                          "in no time, a negative one before it started"),
     "step_timeout_s": Number(0, strict=True, why="seconds a step may run before it is killed"),
+    "max_divergence": Number(0, most=1, why="the share of a replay's compared steps that may end otherwise than "
+                             "its trace recorded", cap="a share: 1 lets every step diverge"),
     "memory_max_mb": _MEMORY, "memory_high_mb": _MEMORY,
     "raise_step_mb": _ROOM, "raise_max_mb": _ROOM,
     "pids_max": Number(1, integer=True, most=4194304, why="processes", cap="the kernel's PID_MAX_LIMIT on 64-bit"),
@@ -218,6 +224,7 @@ def _parse(raw: dict, path: Path) -> Config:
             raise ConfigError(f"{path}: defaults.{key}: unknown; expected one of {', '.join(DEFAULTS)}")
         defaults[key] = val
     _check_executor(defaults["executor"], f"{path}: defaults.executor")
+    defaults["workspace"] = _workspace(defaults["workspace"], path, f"{path}: defaults.workspace")
     arms = {name: Arm.from_dict(name, spec) for name, spec in (raw.get("arms") or {}).items()}
     for arm in arms.values():
         if arm.policy is not None:
@@ -249,6 +256,8 @@ def _parse(raw: dict, path: Path) -> Config:
                 raise ConfigError(f"{path}: {where}.budgets.{arm}: expected a table of counter = budget, got {budget!r}")
             budgets[arm] = validate(budget, f"{where}.budgets.{arm}")
         settings = {k: spec.get(k, defaults[k]) for k in DEFAULTS}
+        if "workspace" in spec:
+            settings["workspace"] = _workspace(spec["workspace"], path, f"{path}: {where}.workspace")
         if "executor" in spec:
             _check_executor(spec["executor"], f"{path}: {where}.executor")
         tables = kinds.validate_tables(name, spec, where, arms)
@@ -318,6 +327,15 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
                 swept_arm(arms[a], o, f"{where} point {', '.join(f'{k}={n}' for k, n in params.items())}")
             out.append(Variant(seed, params, overrides))
     return tuple(out)
+
+
+def _workspace(value, path: Path, where: str) -> str | None:
+    """A `workspace` setting: "empty", or a directory (relative to the config file), as a string."""
+    if value is None or value == "empty":
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: expected a directory or \"empty\", got {value!r}")
+    return str((path.parent / value).resolve())
 
 
 def _check_executor(name, where: str) -> None:

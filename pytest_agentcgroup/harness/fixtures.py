@@ -24,6 +24,7 @@ from ..metrics import budgets, reservation
 from ..metrics.records import SUMMARY_METRICS, step_record, summarize
 from ..replay import ExecutorUnavailable, make_executor, replay
 from ..traces.ir import Trace, TraceError
+from . import faithful
 from .collect import Case
 from .session import results_store
 from .settings import setting
@@ -163,9 +164,12 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         pytest.skip(str(exc))
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    # real commands: the task's workspace (built on first use), or a failure naming the missing one
+    provided, lacking = faithful.workspace(config, case, agentcgroup_trace, executor, executor_name, marker=marker)
     restart_pending = resume             # a partial earlier attempt's lines go with the first new record
 
     def run() -> Outcome:
+        faithful.missing(lacking)        # a task without its workspace: the test fails, nothing replayed
         records: list[dict] = []
 
         def on_step(result):
@@ -179,7 +183,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
                                  time_scale=executor.time_scale, executor=executor_name),
                    # GiB·s reserved / used (the usage the placement samples: sample_usage below)
                    **reservation.step_fields(result, steps[result.step_id], arm=case.arm,
-                                             trace=agentcgroup_trace, time_scale=executor.time_scale)}
+                                             trace=agentcgroup_trace, time_scale=executor.time_scale),
+                   **faithful.record_fields(provided, first=not records)}
             records.append(rec)
             store.append(rec)
 
@@ -204,6 +209,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             pytest.fail(f"{case.experiment.name} under arm {case.arm.name}: {len(bad)} step(s) did not run "
                         f"as replayed ({executor_name} executor; records kept in {store.path}):\n  {lines}",
                         pytrace=False)
+        faithful.check(config, case, records, marker=marker)     # steps that ended otherwise than recorded
         return Outcome(case, records)
     return run
 

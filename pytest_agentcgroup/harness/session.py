@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .. import config as cfgmod
-from ..metrics import benchjson, gate
+from ..metrics import benchjson, faithfulness, gate
 from ..metrics.store import METRICS_FILE, ResultsStore, read_records
 from ..reports.table import format_summary
 from .collect import case_of
@@ -93,6 +93,9 @@ def finish(session: pytest.Session, state: State) -> None:
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
         state.summaries = controller.finish(session, records, state.summaries)
+        if controller.distributed and controller.run is not None and (controller.run / METRICS_FILE).is_file():
+            records = read_records(controller.run / METRICS_FILE)      # the workers', merged
+    state.faithful = faithfulness.summary_lines(records)
 
 
 def check_claims(session: pytest.Session) -> None:
@@ -130,3 +133,7 @@ def terminal_summary(terminalreporter, config: pytest.Config) -> None:
     controller = config.stash.get(CONTROLLER, None)
     run = controller.run if controller is not None else None
     terminalreporter.write_line(f"results: {run or setting(config, 'out')} (metrics.jsonl, summary.json)")
+    if state.faithful:
+        terminalreporter.write_sep("=", "agentcgroup faithfulness (real commands against what each trace recorded)")
+        for line in state.faithful:
+            terminalreporter.write_line(line, yellow="first divergence" in line)

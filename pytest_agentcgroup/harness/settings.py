@@ -11,6 +11,8 @@ Settings (each is a command-line option, an ini key and, where it makes sense, a
     --agentcgroup-executor NAME    agentcgroup_executor     emulate (emulate | sandbox | docker)
     --agentcgroup-time-scale X     agentcgroup_time_scale   the experiment's time_scale
     --agentcgroup-step-timeout S   agentcgroup_step_timeout the experiment's step_timeout_s
+    --agentcgroup-max-divergence X agentcgroup_max_divergence the experiment's max_divergence (0.2)
+    --agentcgroup-workspace DIR    agentcgroup_workspace    the experiment's workspace (a provider's)
     --agentcgroup-resume           agentcgroup_resume       off: skip tests already complete in the results
     --agentcgroup-isolate          agentcgroup_isolate      off: a disjoint cpuset + memory share per xdist worker
     --agentcgroup-baseline PATH    agentcgroup_baseline     none: the regression gate's baseline
@@ -41,6 +43,11 @@ SETTINGS = {
     "time_scale": ("multiply recorded durations by this factor when replaying (emulate executor only; "
                    "policy timers follow it)", None, float, None),
     "step_timeout": ("per-step timeout in seconds", None, float, None),
+    "max_divergence": ("real commands (sandbox, docker): the share of a trace x arm's steps with a recorded outcome "
+                       "that may end otherwise than recorded before its test fails", cfgmod.DEFAULTS["max_divergence"], float, None),
+    "workspace": ("real commands: the directory copied in as the working copy of every trace's task (a user's own "
+                  "checkout), or 'empty' to replay in an empty directory; default: the trace's image, or the "
+                  "workspace lock of its corpus (workspaces.lock.json)", None, str, None),
     "resume": ("continue the newest run when it did not finish: skip every trace x arm (x seed x params) "
                "already complete in it, redo partial ones (a finished newest run: start a new run)", False, bool, None),
     "isolate": ("under xdist, give each worker a disjoint cpuset and an equal share of the memory", False, bool, None),
@@ -50,10 +57,10 @@ SETTINGS = {
     "gate_rules": ("regression gate rules, METRIC=TOLERANCE comma-separated (docs/gate.md, 'Tolerances')", gate.DEFAULT_RULES, str, None),
     "save_baseline": ("write this run's results as a baseline file", None, str, None),
 }
-_PATH_SETTINGS = ("config", "out", "traces", "baseline", "save_baseline")
+_PATH_SETTINGS = ("config", "out", "traces", "baseline", "save_baseline", "workspace")
 #: settings that are a number of the config file: the file's rule for that key (config.NUMBERS)
 #: holds whichever source the value comes from
-NUMBER_SETTINGS = {"time_scale": "time_scale", "step_timeout": "step_timeout_s"}
+NUMBER_SETTINGS = {"time_scale": "time_scale", "step_timeout": "step_timeout_s", "max_divergence": "max_divergence"}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -77,7 +84,9 @@ def setting(config: pytest.Config, name: str, *, marker=None, experiment: cfgmod
     if value in (None, "", []) and experiment is not None:
         value = {"subset": experiment.subset, "arms": ",".join(experiment.arms),
                  "executor": experiment.settings["executor"], "time_scale": experiment.settings["time_scale"],
-                 "step_timeout": experiment.settings["step_timeout_s"]}.get(name)
+                 "step_timeout": experiment.settings["step_timeout_s"],
+                 "max_divergence": experiment.settings.get("max_divergence"),
+                 "workspace": experiment.settings.get("workspace")}.get(name)
     if value in (None, "", []):
         value, base = default, config.rootpath
     if value is None:
@@ -88,7 +97,7 @@ def setting(config: pytest.Config, name: str, *, marker=None, experiment: cfgmod
         value = _boolean(value) if type_ is bool else type_(value)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"agentcgroup_{name}: expected {type_.__name__}, got {value!r}") from None
-    if name in _PATH_SETTINGS:
+    if name in _PATH_SETTINGS and value != "empty":
         value = str((base / value).resolve())
     if name in NUMBER_SETTINGS:
         problem = cfgmod.NUMBERS[NUMBER_SETTINGS[name]].problem(value)

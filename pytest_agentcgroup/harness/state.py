@@ -29,6 +29,7 @@ class State:
     isolation: WorkerIsolation | None = None
     store: ResultsStore | None = None
     summaries: list = field(default_factory=list)
+    faithful: list = field(default_factory=list)     # per trace: how faithful its real commands' replay was
     failures: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)      # Arm -> its session's controller (policy arms only)
     policy_errors: dict = field(default_factory=dict)  # Arm -> why its eBPF program failed to build

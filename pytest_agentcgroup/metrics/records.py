@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..replay.replayer import StepResult
 from ..traces.ir import Step
-from . import reservation
+from . import faithfulness, reservation
 
 MB = 1024 * 1024
 
@@ -123,6 +123,8 @@ def step_record(result: StepResult, step: Step, *, config: str, time_scale: floa
     rec.update({k: _round(v) for k, v in result.measures.items()})
     if result.error:
         rec["error"] = result.error
+    # real commands: the outcome beside the trace's (recorded_exit, replayed_exit, diverged, ...)
+    rec.update(faithfulness.step_fields(result, step, executor))
     return rec
 
 
