@@ -8,6 +8,7 @@
     agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG] [--step-timeout S]
     agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed)
+    agentcgroup traces lock TRACES... [-o LOCK] [--project P] [--version V] [--again] [--build]
     agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: docs/gate.md, "Tolerances")
     agentcgroup images clean [--image NAME]...
@@ -99,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select(tsub)
     from .profile import command as profile_command     # `traces profile` (issue 15)
     profile_command.add_parser(tsub)
+    from .workspaces import command as workspace_command     # `traces lock`: tasks' PyPI workspaces
+    workspace_command.add_parser(tsub)
     from .metrics import fidelity           # the emulator against recorded traces (issue 15)
     fidelity.add_parser(tsub)
     from . import machine_commands

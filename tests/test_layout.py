@@ -29,7 +29,8 @@ MODULE_MAX_LINES = 450
 
 #: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
 #: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
-#: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant above
+#: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant and
+#: the tasks' workspaces (built outside the sandbox, handed to an executor) above
 #: replay, the experiment config above metrics (it validates budgets), and the pytest side
 #: (harness/), the corpus tools and the entry points (plugin.py, cli.py) on top.
 RANKS = {
@@ -37,7 +38,7 @@ RANKS = {
     "proc": 1, "traces": 1, "programs": 1,
     "engines": 2,
     "replay": 3,
-    "tenants": 4,
+    "tenants": 4, "workspaces": 4,
     "cgroups": 5,
     "bpf": 6, "profile": 6,
     "metrics": 7,

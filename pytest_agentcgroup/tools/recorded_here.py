@@ -10,7 +10,8 @@ own tests) unpacked, plus a `wheels/` directory of pytest and its dependencies a
 package's build backend), for `pip install --no-index --find-links`. Every file comes from PyPI and
 is checked against the sha256 pinned below: the wheels by `pip download --only-binary=:all:
 --require-hashes`, the sdist by its own URL from PyPI's simple index, downloaded as a file (pip
-would build an sdist's metadata, fetching an unpinned build backend into an isolated environment).
+would build an sdist's metadata, fetching an unpinned build backend into an isolated environment)
+by workspaces/pypi.py, which builds the tasks' workspaces of replayed trajectories the same way.
 About 600 KB, so the repository keeps the hashes, not the files; once built, the workspace needs no
 network again. `make recorded-here` builds the workspace into
 .cache/recorded-here/workspace and profiles the traces into traces/ (`agentcgroup traces profile`).
@@ -20,22 +21,20 @@ every number of the profiled traces shipped in traces/recorded-here/ is `recorde
 """
 from __future__ import annotations
 
-import hashlib
-import re
 import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from ..traces.ir import Step, Trace, write_trace
+from ..workspaces import pypi
+from ..workspaces.lock import WorkspaceError
 
 FAMILY = "recorded-here"
 SDIST = ("more-itertools==10.5.0", "5482bfef7849c25dc3c6dd53a6173ae4795da2a41a80faea6700d9f5846c5da6")
 SDIST_FILE = "more-itertools-10.5.0.tar.gz"
-SIMPLE_INDEX = "https://pypi.org/simple"          # PEP 503: each file's link carries #sha256=
+SIMPLE_INDEX = pypi.SIMPLE_INDEX
 PACKAGE_DIR = "more-itertools-10.5.0"
 WHEELS = (("pytest==8.3.3", "a6853c7375b2663155079443d2e45de913a911a11d669df02a50814944db57b2"),
           ("pluggy==1.5.0", "44e1ad92c8ca002de6377e165f3e0f1be63266ab4d554740532335b9d75ea669"),
@@ -138,30 +137,11 @@ def build_workspace(dest: Path) -> Path:
 
 
 def download_sdist(project: str, filename: str, sha256: str, index: str = SIMPLE_INDEX) -> bytes:
-    """The file `filename` of `project`, found on the simple index page and checked against `sha256`
-    (the link's own hash and the bytes'); no build, nothing else fetched. SystemExit with one message
-    when the index cannot be reached or the file is not there or not the pinned one."""
-    page_url = f"{index}/{project}/"
+    """workspaces/pypi.py's download_sdist (the pinned file or one message), as this tool's exit."""
     try:
-        with urllib.request.urlopen(page_url, timeout=60) as r:
-            page = r.read().decode("utf-8", "replace")
-        link = next((u for u in re.findall(r'href="([^"]+)"', page)
-                     if u.split("#")[0].rsplit("/", 1)[-1] == filename), None)
-        if link is None:
-            raise SystemExit(f"recorded_here: {page_url} lists no {filename}")
-        url, _, frag = link.partition("#")
-        if frag and frag != f"sha256={sha256}":
-            raise SystemExit(f"recorded_here: {page_url}: {filename} is listed with {frag}, not the pinned sha256={sha256}")
-        url = urllib.request.urljoin(page_url, url)
-        with urllib.request.urlopen(url, timeout=120) as r:
-            data = r.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise SystemExit(f"recorded_here: cannot download {filename} from {page_url} ({exc}); building the "
-                         "workspace needs PyPI once (an already built workspace is kept)") from None
-    got = hashlib.sha256(data).hexdigest()
-    if got != sha256:
-        raise SystemExit(f"recorded_here: {url}: sha256 {got}, not the pinned {sha256}; not used")
-    return data
+        return pypi.download_sdist(project, filename, sha256, index=index)
+    except WorkspaceError as exc:
+        raise SystemExit(f"recorded_here: {exc}") from None
 
 
 def _pip(args: list[str]) -> None:

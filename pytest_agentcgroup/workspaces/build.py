@@ -1,0 +1,162 @@
+"""A locked PyPI workspace built once into the cache, outside the sandbox, with network.
+
+    <cache>/workspaces/<project>-<version>-<key>/
+        src/       the sdist, unpacked (its top directory stripped): copied to the task's path
+        env/       a virtual environment of the lock's interpreter with the pinned wheels: copied to
+                   env_path, where the agent's interpreter was
+        complete   the lock entry's hash: written last, so a half-built workspace is built again
+
+The environment is made where the cache is and then made to work at env_path: its scripts' `#!`
+lines and its own files name env_path, and its modules are compiled with env_path in their
+tracebacks. The project is made importable as an editable install would (a .pth line naming the
+task's path, and a .dist-info with the sdist's PKG-INFO), without running its build backend.
+Everything is checked against the lock's sha256 pins (pip --require-hashes, download_sdist).
+The cache directory is the emulator's (replay/emulator_build.py: this user's, nobody else may
+write it): its environments' interpreters are run as this user, root included.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import ExecutorUnavailable
+from ..replay.emulator_build import safe_cache_dir
+from ..replay.executors.base import Seed
+from .lock import Locked, WorkspaceError
+from .pypi import SIMPLE_INDEX, download_sdist, pip, unpack_sdist
+
+MARKER = "complete"
+
+
+def entry_key(entry: Locked) -> str:
+    return hashlib.sha256(json.dumps(entry.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """<the emulator's cache directory>/workspaces; WorkspaceError when there is none to use."""
+    try:
+        root = safe_cache_dir() / "workspaces"
+    except ExecutorUnavailable as exc:
+        raise WorkspaceError(str(exc)) from None
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root
+
+
+def seed_of(entry: Locked, built: Path) -> Seed:
+    return Seed(path=entry.path, source=built / "src", env_path=entry.env_path, env_source=built / "env")
+
+
+def built_dir(entry: Locked, root: Path | None = None) -> Path:
+    return (root or cache_root()) / f"{entry.project}-{entry.version}-{entry_key(entry)}"
+
+
+def is_built(entry: Locked, root: Path | None = None) -> bool:
+    d = built_dir(entry, root)
+    try:
+        return (d / MARKER).read_text() == entry_key(entry)
+    except OSError:
+        return False
+
+
+def build(entry: Locked, root: Path | None = None, *, index: str = SIMPLE_INDEX) -> Seed:
+    """The Seed of `entry`'s workspace, built now when the cache does not hold it complete."""
+    out = built_dir(entry, root)
+    if is_built(entry, root):
+        return seed_of(entry, out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index)
+        unpack_sdist(data, entry.sdist["file"], tmp / "src")
+        if entry.eol == "lf":
+            _to_lf(tmp / "src")
+        _environment(entry, tmp / "env", tmp / "src")
+        (tmp / MARKER).write_text(entry_key(entry))
+        if out.exists():                    # an incomplete earlier build (or another process's)
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return seed_of(entry, out)
+
+
+def _environment(entry: Locked, env: Path, src: Path) -> None:
+    what = f"the environment of {entry.project}=={entry.version}"
+    try:
+        done = subprocess.run([entry.interpreter, "-m", "venv", str(env)], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorkspaceError(f"{what}: {entry.interpreter} -m venv: {exc}") from None
+    if done.returncode != 0:
+        raise WorkspaceError(f"{what}: {entry.interpreter} -m venv failed: {done.stderr.strip()[-500:]}")
+    python = str(env / "bin" / "python")
+    if entry.wheels:
+        req = env / ".agentcgroup-requirements.txt"
+        req.write_text("".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in entry.wheels))
+        pip(python, ["install", "--no-deps", "--require-hashes", "--only-binary=:all:", "--no-compile",
+                     "--index-url", SIMPLE_INDEX, "-r", str(req)], what=what)
+        req.unlink()
+    site = _site_packages(python, what)
+    env_site = str(site).replace(str(env), entry.env_path, 1)
+    (site / "_agentcgroup_workspace.pth").write_text(entry.path + "\n")
+    _dist_info(entry, src, site)
+    _relocate(env, entry.env_path)
+    done = subprocess.run([python, "-m", "compileall", "-q", "-f", "-j", "0", "-s", str(site), "-p", env_site, str(site)],
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode not in (0, 1):       # 1: a file that does not compile (a test fixture): kept as it is
+        raise WorkspaceError(f"{what}: compileall failed: {done.stderr.strip()[-500:]}")
+
+
+def _to_lf(src: Path) -> None:
+    """CRLF -> LF in the UTF-8 text files under `src` (binary files, with a NUL or not UTF-8, kept)."""
+    for path in src.rglob("*"):
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\r\n" not in data or b"\0" in data:
+            continue
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        path.write_bytes(data.replace(b"\r\n", b"\n"))
+
+
+def _site_packages(python: str, what: str) -> Path:
+    done = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise WorkspaceError(f"{what}: its python does not run: {done.stderr.strip()[-300:]}")
+    return Path(done.stdout.strip())
+
+
+def _dist_info(entry: Locked, src: Path, site: Path) -> None:
+    """<project>-<version>.dist-info with the sdist's PKG-INFO as METADATA, as an editable install
+    leaves one (importlib.metadata.version(project) answers, pip list shows the project)."""
+    meta = src / "PKG-INFO"
+    name = entry.project.replace("-", "_")
+    info = site / f"{name}-{entry.version}.dist-info"
+    info.mkdir()
+    text = meta.read_text(encoding="utf-8", errors="replace") if meta.is_file() else \
+        f"Metadata-Version: 2.1\nName: {entry.project}\nVersion: {entry.version}\n"
+    (info / "METADATA").write_text(text, encoding="utf-8")
+    (info / "INSTALLER").write_text("agentcgroup-workspace\n")
+    (info / "RECORD").write_text("")
+
+
+def _relocate(env: Path, env_path: str) -> None:
+    """Make the environment built at `env` name `env_path` instead: its scripts' `#!` lines, the
+    activation scripts and pyvenv.cfg (text files of bin/ and the environment's top)."""
+    old, new = str(env).encode(), env_path.encode()
+    for path in [*sorted((env / "bin").iterdir()), env / "pyvenv.cfg"]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data[:4096]:
+            mode = path.stat().st_mode
+            path.write_bytes(data.replace(old, new))
+            os.chmod(path, mode)

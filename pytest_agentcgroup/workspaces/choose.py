@@ -1,0 +1,422 @@
+"""Locking a task's PyPI workspace: which release of the project, and which wheels beside it.
+
+The release (`chosen_by` in the lock says which rule decided, with its figures):
+1. one the trajectory's own outputs name (`pip show` / `pip list` / a `<project>-X.Y.Z` path or a
+   `<project> X.Y.Z` banner) among the releases of the task's version series;
+2. else the one whose sdist agrees best with what the trajectory saw of its files: first the most
+   edits that apply (a `str_replace` applies when its `old_str` occurs exactly once, an `insert`
+   when its line exists; edits are replayed in order in memory, files the agent created included),
+   then the most lines the editor showed (`cat -n` views) or an edit expected (`old_str` lines) that
+   the file has, at that number for a view; the oldest of those that tie (the first release with
+   all the trajectory saw: later ones only add what it did not, the task's fix perhaps), when
+   anything agrees at all;
+3. else the newest release of the series with an sdist.
+Files are compared with LF line ends; where the chosen sdist has CRLF in a file the trajectory
+edited or viewed (its editor saw LF: a git checkout), the lock says `eol: "lf"` and the build
+converts the sdist's text files to LF.
+The series is the task's version label: `0.0` takes 0.0 and 0.0.x, never 0.0x.
+
+The environment: the sdist's own requirements (PKG-INFO's Requires-Dist, setup.cfg, pyproject.toml,
+a setup.py's literal install_requires / tests_require / extras_require, requirements.txt), with
+its `test`/`tests`/`testing` extras, and pytest (the version the trajectory's pytest banner shows,
+when it installs here). pip resolves them for the lock's interpreter, wheels only, and the
+dependencies are held to their era: each one whose chosen release came out after the project's
+next release is capped at its newest release from before then that has a wheel for this
+interpreter (none such: pip's choice stands, and a note says so).
+"""
+from __future__ import annotations
+
+import ast
+import configparser
+import json
+import re
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from ..traces.ir import Trace
+from ..traces.task import Task, task_of
+from .lock import Locked, WorkspaceError, clean_abs, task_key
+from .pypi import SIMPLE_INDEX, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
+
+INTERPRETER = "/usr/bin/python3"      # the sandbox's own (its /usr is the host's, read-only)
+DEFAULT_ENV = "/opt/venv"             # where the environment is when the trace names no interpreter
+TEST_EXTRAS = ("test", "tests", "testing")
+MAX_CANDIDATES = 40                   # sdists downloaded to compare with the edits, newest first
+ERA_ROUNDS = 8
+
+
+def _v(text: str) -> Version | None:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def in_series(version: str, series: str | None) -> bool:
+    return series is None or version == series or version.startswith(series + ".")
+
+
+def _outputs(trace: Trace) -> list[tuple[int, str]]:
+    return [(s.step_id, s.outcome.output_head) for s in trace.steps if s.outcome is not None and s.outcome.output_head]
+
+
+def named_version(trace: Trace, project: str, candidates: list[str]) -> tuple[str, int] | None:
+    """(version, step) where the trajectory's outputs name a candidate release of `project`."""
+    names = "|".join(re.escape(n) for n in {project, project.replace("-", "_"), project.replace("_", "-")})
+    pat = re.compile(rf"(?i)(?:\b(?:{names})(?:==|[-\s]+v?)|Name:\s*(?:{names})\s*\nVersion:\s*)(\d+(?:\.\d+)+)\b")
+    for step_id, text in _outputs(trace):
+        for m in pat.finditer(text):
+            if m.group(1) in candidates:
+                return m.group(1), step_id
+    return None
+
+
+_VIEW_LINE = re.compile(r"^\s*(\d+)\t(.*)$")
+
+
+def _view_lines(head: str, text: str | None) -> int:
+    """How many of a `cat -n` view's numbered lines `text` has at that line number."""
+    lines = text.split("\n") if text is not None else []
+    hits = 0
+    for row in head.splitlines()[1:-1]:         # the first is the editor's title, the last may be cut
+        m = _VIEW_LINE.match(row)
+        if m and m.group(2).strip() and 0 < int(m.group(1)) <= len(lines) \
+                and lines[int(m.group(1)) - 1].expandtabs() == m.group(2).expandtabs():
+            hits += 1
+    return hits
+
+
+def edit_score(trace: Trace, task: Task, files: dict[str, str]) -> tuple[int, int, int]:
+    """(edits applied, edits tried, lines agreeing) of the trajectory's recorded, successful edits
+    and views of files the sdist's tree should have had, replayed in order on `files` (relative
+    path -> text): the lines are the views' numbered lines and the edits' `old_str` lines found."""
+    base = (task.path or "").rstrip("/") + "/"
+    state, created, applied, tried, agree = dict(files), set(), 0, 0, 0
+    for s in trace.steps:
+        a = s.args
+        if s.tool not in ("edit", "read") or (s.outcome is not None and s.outcome.status != "ok") \
+                or not isinstance(a.get("path"), str) or not a["path"].startswith(base):
+            continue
+        rel, op = a["path"][len(base):], a.get("op")
+        if s.tool == "read":
+            if s.outcome is not None and s.outcome.output_head and rel not in created:
+                agree += _view_lines(s.outcome.output_head, state.get(rel))
+            continue
+        if op == "create" and isinstance(a.get("file_text"), str):
+            state[rel] = a["file_text"]
+            created.add(rel)
+            continue
+        if op not in ("str_replace", "insert"):
+            continue
+        if rel not in created:
+            tried += 1
+        text = state.get(rel)
+        if text is None:
+            continue
+        if op == "str_replace" and isinstance(a.get("old_str"), str) and rel not in created:
+            have = set(text.split("\n"))
+            agree += sum(1 for line in a["old_str"].split("\n") if line.strip() and line in have)
+        if op == "str_replace" and isinstance(a.get("old_str"), str) and a["old_str"] and text.count(a["old_str"]) == 1:
+            state[rel] = text.replace(a["old_str"], a.get("new_str") or "", 1)
+        elif op == "insert" and isinstance(a.get("insert_line"), int) and 0 <= a["insert_line"] <= len(text.split("\n")):
+            lines = text.split("\n")
+            state[rel] = "\n".join(lines[:a["insert_line"]] + str(a.get("new_str") or "").split("\n") + lines[a["insert_line"]:])
+        else:
+            continue
+        applied += rel not in created
+    return applied, tried, agree
+
+
+def choose_release(trace: Trace, task: Task, project: str, rels: dict[str, list[dict]],
+                   forced: str | None = None) -> tuple[str, str]:
+    """(version, how it was chosen) of the release whose sdist is the task's source."""
+    with_sdist = {v: f for v, f in rels.items() if sdist_of(f) and _v(v) is not None and not all(x.get("yanked") for x in f)}
+    if forced:
+        if forced not in with_sdist:
+            raise WorkspaceError(f"{project} {forced} has no sdist on PyPI")
+        return forced, "given on the command line (--version)"
+    cands = sorted((v for v in with_sdist if in_series(v, task.version)), key=lambda v: uploaded(with_sdist[v]) or "")
+    if not cands:
+        raise WorkspaceError(f"no release of {project} in the task's version series {task.version!r} has an sdist "
+                             f"on PyPI (releases with one: {', '.join(sorted(with_sdist, key=_v)[-8:]) or 'none'})")
+    named = named_version(trace, project, cands)
+    if named:
+        return named[0], f"the trajectory's output names {project} {named[0]} (step {named[1]})"
+    scores = {}
+    for v in cands[-MAX_CANDIDATES:]:
+        sd = sdist_of(with_sdist[v])
+        data = download_sdist(project, sd["filename"], sd["digests"]["sha256"])
+        scores[v] = edit_score(trace, task, lf(sdist_files(data, sd["filename"])))
+    best = max((a, g) for a, _, g in scores.values())
+    series = f"series {task.version}" if task.version else "releases"
+    if best > (0, 0):
+        top = [v for v in cands if v in scores and (scores[v][0], scores[v][2]) == best]
+        said = ", ".join(f"{v}: {a}/{t} edits, {g} lines" for v, (a, t, g) in scores.items())
+        return top[0], (f"its sdist agrees best with the files the trajectory edited and viewed: {best[0]} of its "
+                         f"{scores[top[0]][1]} edits of existing files apply and {best[1]} lines it saw are there "
+                         f"(the {series} with an sdist: {said}); the oldest of {len(top)} that tie")
+    newest = cands[-1]
+    return newest, (f"the newest release of the {series} with an sdist (uploaded {(uploaded(with_sdist[newest]) or '?')[:10]});"
+                    " the trajectory names no version, and no sdist applies any of its edits")
+
+
+def lf(files: dict[str, str]) -> dict[str, str]:
+    return {k: v.replace("\r\n", "\n") for k, v in files.items()}
+
+
+def crlf_seen(trace: Trace, task: Task, files: dict[str, str]) -> bool:
+    """Whether a file the trajectory edited or viewed has CRLF line ends in the sdist."""
+    base = (task.path or "").rstrip("/") + "/"
+    seen = {s.args["path"][len(base):] for s in trace.steps if s.tool in ("edit", "read")
+            and isinstance(s.args.get("path"), str) and s.args["path"].startswith(base)}
+    return any("\r\n" in files.get(rel, "") for rel in seen)
+
+
+def requirements(files: dict[str, str], project: str) -> list[str]:
+    """The sdist's requirements with its test extras (module docstring), as PEP 508 strings."""
+    found: list[str] = []
+    for line in files.get("PKG-INFO", "").splitlines():
+        if line.startswith("Requires-Dist:"):
+            found.append(line.split(":", 1)[1].strip())
+    cfg = configparser.ConfigParser(interpolation=None)
+    try:
+        cfg.read_string(files.get("setup.cfg", ""))
+        found += cfg.get("options", "install_requires", fallback="").splitlines()
+        found += [x for k in TEST_EXTRAS for x in cfg.get("options.extras_require", k, fallback="").splitlines()]
+        found += cfg.get("options", "tests_require", fallback="").splitlines()
+    except configparser.Error:
+        pass
+    try:
+        proj = tomllib.loads(files.get("pyproject.toml", "")).get("project", {})
+        found += list(proj.get("dependencies") or [])
+        found += [x for k in TEST_EXTRAS for x in (proj.get("optional-dependencies") or {}).get(k, [])]
+    except (tomllib.TOMLDecodeError, AttributeError, TypeError):
+        pass
+    found += _setup_py(files.get("setup.py", ""))
+    if not any(x.strip() for x in found):
+        found += [x for x in files.get("requirements.txt", "").splitlines() if x.strip() and not x.startswith(("-", "#"))]
+    out, me = [], canonicalize_name(project)
+    for raw in found:
+        req = _requirement(raw.split("#", 1)[0].strip())
+        if req is None:
+            continue
+        marker = str(req.marker) if req.marker else ""
+        extra = re.search(r'extra == "([^"]+)"', marker)
+        if canonicalize_name(req.name) == me or (extra and extra.group(1) not in TEST_EXTRAS):
+            continue
+        req.marker = None if extra else req.marker
+        if str(req) not in out:
+            out.append(str(req))
+    return out
+
+
+def _requirement(text: str) -> Requirement | None:
+    """`text` as a requirement; one today's parser refuses but the tools of its time took (a version
+    ending in a dot: `xarray<=2022.03.`) with that dot dropped, else its bare name; None for none."""
+    for attempt in (text, re.sub(r"(\d)\.(?=\s*(?:,|;|$))", r"\1", text)):
+        try:
+            return Requirement(attempt)
+        except InvalidRequirement:
+            pass
+    name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", text)
+    return Requirement(name.group(0)) if name else None
+
+
+def _setup_py(text: str) -> list[str]:
+    """The literal install_requires, tests_require and test extras of a setup.py (names bound at
+    its top level to literals are followed); its code is never run."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    names = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+    def literal(node):
+        node = names.get(node.id, node) if isinstance(node, ast.Name) else node
+        try:
+            return ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+    out: list[str] = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        for kw in call.keywords:
+            val = literal(kw.value) if kw.arg in ("install_requires", "tests_require", "extras_require") else None
+            if kw.arg == "extras_require" and isinstance(val, dict):
+                val = [x for k in TEST_EXTRAS for x in (val.get(k) or [])]
+            if isinstance(val, (list, tuple)):
+                out += [x for x in val if isinstance(x, str)]
+            elif isinstance(val, str):
+                out += val.splitlines()
+    return out
+
+
+def _compatible(filename: str, tags: set[str]) -> bool:
+    try:
+        _, _, _, wheel_tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        return False
+    return any(str(t) in tags for t in wheel_tags)
+
+
+def era_release(name: str, cutoff: str, tags: set[str], python: str) -> str | None:
+    """The newest release of `name` uploaded before `cutoff` with a wheel for these tags."""
+    best = None
+    for v, files in releases(name).items():
+        when, ver = uploaded(files), _v(v)
+        if when is None or when > cutoff or ver is None or ver.is_prerelease:
+            continue
+        ok = any(f.get("packagetype") == "bdist_wheel" and not f.get("yanked") and _compatible(f["filename"], tags)
+                 and _python_ok(f.get("requires_python"), python) for f in files)
+        if ok and (best is None or ver > best):
+            best = ver
+    return str(best) if best else None
+
+
+def _python_ok(spec, python: str) -> bool:
+    try:
+        return not spec or Version(python) in SpecifierSet(spec)
+    except (InvalidSpecifier, InvalidVersion):
+        return True
+
+
+def resolve(reqs: list[str], cutoff: str | None, interpreter: str = INTERPRETER) -> tuple[list[dict], str, list[str]]:
+    """(wheels, the interpreter's version, notes): what pip installs for `reqs` on `interpreter`,
+    wheels only, dependencies held to `cutoff` (module docstring)."""
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="agentcgroup-lock-") as tmp:
+        tmp = Path(tmp)
+        done = subprocess.run([interpreter, "-m", "venv", str(tmp / "env")], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise WorkspaceError(f"{interpreter} -m venv failed: {done.stderr.strip()[-400:]}")
+        py = str(tmp / "env" / "bin" / "python")
+        probe = subprocess.run([py, "-c", "import json, platform; from pip._vendor.packaging.tags import sys_tags; "
+                                "print(json.dumps([platform.python_version(), [str(t) for t in sys_tags()]]))"],
+                               capture_output=True, text=True, timeout=60)
+        version, tags = json.loads(probe.stdout)
+        tags = set(tags)
+        (tmp / "req.txt").write_text("\n".join(reqs) + "\n")
+        # a requirement pinned with == (the trajectory's pytest) is kept as it is
+        pinned = {canonicalize_name(r.name) for r in map(Requirement, reqs) if any(sp.operator == "==" for sp in r.specifier)}
+        caps: dict[str, str] = {n: "" for n in pinned}
+        items = _dry_run(py, tmp, caps)
+        late: list[str] = []
+        for _ in range(ERA_ROUNDS if cutoff else 0):
+            new = {}
+            for it in items:
+                name, ver = canonicalize_name(it["metadata"]["name"]), it["metadata"]["version"]
+                if name in caps or (uploaded(releases(name).get(ver, [])) or "") <= cutoff:
+                    continue
+                era = era_release(name, cutoff, tags, version)
+                clash = _clash(name, era, items, pinned) if era else None
+                if era is None or clash:
+                    late.append(f"{name} {ver}" + (f" (its era's {era} does not satisfy {clash})" if clash else ""))
+                    caps[name] = ""
+                elif era != ver:
+                    new[name] = f"{name}<={era}"
+            if not new:
+                break
+            items = _cap(py, tmp, caps, sorted(new.items()), items, late)
+        if late:
+            notes.append(f"newer than {cutoff[:10]}, the project's next release, for want of an older release that "
+                         f"installs on Python {version}: {', '.join(late)}")
+    wheels = []
+    for it in items:
+        info = it.get("download_info") or {}
+        sha = ((info.get("archive_info") or {}).get("hashes") or {}).get("sha256")
+        if not sha:
+            raise WorkspaceError(f"pip resolved {it['metadata']['name']} without a sha256 to pin ({info.get('url')})")
+        wheels.append({"name": it["metadata"]["name"], "version": it["metadata"]["version"],
+                       "file": info["url"].rsplit("/", 1)[-1], "sha256": sha})
+    return sorted(wheels, key=lambda w: canonicalize_name(w["name"])), version, notes
+
+
+def _clash(name: str, era: str, items: list[dict], pinned: set[str]) -> str | None:
+    """The requirement of a pinned package (kept as it is) that `name`'s era release breaks, if any."""
+    for it in items:
+        if canonicalize_name(it["metadata"]["name"]) not in pinned:
+            continue
+        for raw in it["metadata"].get("requires_dist") or []:
+            try:
+                req = Requirement(raw)
+            except InvalidRequirement:
+                continue
+            if canonicalize_name(req.name) == name and not (req.marker and "extra" in str(req.marker)) \
+                    and not req.specifier.contains(era, prereleases=True):
+                return f"{it['metadata']['name']}'s {raw}"
+    return None
+
+
+def _cap(py: str, tmp: Path, caps: dict[str, str], new: list[tuple[str, str]], items: list[dict],
+         late: list[str]) -> list[dict]:
+    """Add the caps `new` to `caps`: all at once, else each half on its own (a cap that conflicts
+    with the others' requirements is dropped, said in `late`); the resolution with those kept."""
+    try:
+        items = _dry_run(py, tmp, {**caps, **dict(new)})
+        caps.update(dict(new))
+        return items
+    except WorkspaceError:
+        if len(new) == 1:
+            caps[new[0][0]] = ""
+            late.append(f"{new[0][0]} (its era's {new[0][1]} conflicts with the other requirements)")
+            return items
+    half = len(new) // 2
+    items = _cap(py, tmp, caps, new[:half], items, late)
+    return _cap(py, tmp, caps, new[half:], items, late)
+
+
+def _dry_run(py: str, tmp: Path, caps: dict[str, str]) -> list[dict]:
+    (tmp / "caps.txt").write_text("\n".join(c for c in caps.values() if c) + "\n")
+    report = tmp / "report.json"
+    pip(py, ["install", "--dry-run", "--ignore-installed", "--only-binary=:all:", "--index-url", SIMPLE_INDEX,
+             "--report", str(report), "-r", str(tmp / "req.txt"), "-c", str(tmp / "caps.txt")],
+        what="resolving the workspace's requirements")
+    return json.loads(report.read_text()).get("install", [])
+
+
+def lock(trace: Trace, *, project: str | None = None, version: str | None = None,
+         interpreter: str = INTERPRETER) -> Locked:
+    """The lock entry of `trace`'s task (network: PyPI). WorkspaceError saying why there is none."""
+    task = task_of(trace)
+    key = task_key(task) if task else None
+    if task is None or key is None:
+        raise WorkspaceError(f"trace {trace.trace_id} names no task (instance id, or repository and version) to lock")
+    if not clean_abs(task.path):
+        raise WorkspaceError(f"trace {trace.trace_id}: task {key} names no repository path the agent used (task.path)")
+    project = project or (task.repository or "").rsplit("/", 1)[-1]
+    if not project:
+        raise WorkspaceError(f"trace {trace.trace_id}: task {key} names no repository; say the project (--project)")
+    rels = releases(project)
+    chosen, how = choose_release(trace, task, project, rels, forced=version)
+    sd = sdist_of(rels[chosen])
+    files = sdist_files(download_sdist(project, sd["filename"], sd["digests"]["sha256"]), sd["filename"])
+    later = sorted(t for v, f in rels.items() if (t := uploaded(f)) and t > (uploaded(rels[chosen]) or ""))
+    reqs = requirements(lf(files), project)
+    eol = "lf" if crlf_seen(trace, task, files) else None
+    banner = next((m.group(1) for _, t in _outputs(trace) if (m := re.search(r"\bpytest-(\d+(?:\.\d+)+)", t))), None)
+    notes = []
+    try:
+        wheels, py_version, notes = resolve([*reqs, f"pytest=={banner}" if banner else "pytest"],
+                                            later[0] if later else None, interpreter)
+    except WorkspaceError as exc:
+        if not banner:
+            raise
+        notes.append(f"pytest=={banner} (the trajectory's) does not resolve here: {str(exc).splitlines()[-1][:160]}")
+        wheels, py_version, more = resolve([*reqs, "pytest"], later[0] if later else None, interpreter)
+        notes += more
+    recorded_py = next((m.group(1) for _, t in _outputs(trace) if (m := re.search(r"\bPython (\d+\.\d+\.\d+)", t))), None)
+    if recorded_py and recorded_py.rsplit(".", 1)[0] != py_version.rsplit(".", 1)[0]:
+        notes.insert(0, f"the trajectory ran Python {recorded_py}; this environment has {py_version}")
+    env = task.python.rsplit("/bin/", 1)[0] if task.python and "/bin/" in task.python else DEFAULT_ENV
+    return Locked(key=key, project=project, version=chosen, chosen_by=how, path=task.path,
+                  env_path=env if clean_abs(env) else DEFAULT_ENV, interpreter=interpreter,
+                  interpreter_version=py_version, sdist={"file": sd["filename"], "sha256": sd["digests"]["sha256"]},
+                  wheels=tuple(wheels), notes=tuple(notes) + ((
+                      "the sdist's CRLF line ends are made LF, as the trajectory's editor saw its files",) if eol else ()),
+                  eol=eol)

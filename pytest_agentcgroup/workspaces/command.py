@@ -1,0 +1,80 @@
+"""`agentcgroup traces lock`: pin the PyPI workspace of each trace's task in a corpus's lock file
+(choose.py picks the release and resolves the environment; network: PyPI), and with --build build
+them into the cache now (build.py) so that replays need no network at all."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..traces.ir import TraceError, read_traces
+from ..traces.task import task_of
+from .build import build, built_dir
+from .choose import lock
+from .lock import LOCK_FILE, LockFile, WorkspaceError, task_key
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 1
+
+
+def add_parser(tsub) -> argparse.ArgumentParser:
+    p = tsub.add_parser(
+        "lock", help="pin each trace's task workspace (a PyPI sdist and its environment) in a lock file",
+        description="For each trace that names a task (instance id, repository, version, the path the agent "
+                    "used), choose the release of the project on PyPI whose sdist is the task's source (a "
+                    "version the trajectory's outputs name; else the one whose sdist applies the most of its "
+                    "edits; else the newest of the task's version series), resolve the environment its "
+                    "commands need (the sdist's requirements with their test extras, and pytest; wheels only, "
+                    "held to the project's era) for the sandbox's python3, and write every file's sha256 to "
+                    f"the lock (default: {LOCK_FILE} in the traces' directory). A replay builds the locked "
+                    "workspace once into the cache, and copies it in for every trace x arm. Needs PyPI.",
+        epilog=f"Example: agentcgroup traces lock traces/real -o traces/real/{LOCK_FILE} --build. Exit codes: 0 "
+               "ok, 1 a trace that could not be locked (named on stderr; the others are written), 2 usage error.")
+    p.add_argument("files", nargs="+", metavar="TRACES", type=Path, help="IR trace files or directories of them")
+    p.add_argument("-o", "--output", type=Path, metavar="LOCK", help=f"the lock file (default: <dir>/{LOCK_FILE})")
+    p.add_argument("--project", help="the PyPI project (default: the task repository's name)")
+    p.add_argument("--version", help="the release to use (default: chosen as described)")
+    p.add_argument("--again", action="store_true", help="lock tasks the lock already has again")
+    p.add_argument("--build", action="store_true", help="also build each locked workspace into the cache now")
+    p.set_defaults(func=cmd_lock)
+    return p
+
+
+def _traces(paths: list[Path]):
+    for path in paths:
+        files = sorted(f for f in path.rglob("*") if f.suffix in (".json", ".jsonl") and f.name not in
+                       ("manifest.json", LOCK_FILE)) if path.is_dir() else [path]
+        for f in files:
+            yield from read_traces(f)
+
+
+def cmd_lock(args) -> int:
+    out = args.output or ((args.files[0] if args.files[0].is_dir() else args.files[0].parent) / LOCK_FILE)
+    bad = 0
+    try:
+        lockfile = LockFile.read(out)
+        traces = list(_traces(args.files))
+    except (WorkspaceError, TraceError) as exc:
+        print(f"agentcgroup traces lock: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for trace in traces:
+        task = task_of(trace)
+        key = task_key(task) if task else None
+        if key is None:
+            print(f"{trace.trace_id}: names no task; nothing to lock")
+            continue
+        try:
+            if key not in lockfile.entries or args.again:
+                lockfile.entries[key] = lock(trace, project=args.project, version=args.version)
+                lockfile.write()
+            entry = lockfile.entries[key]
+            print(f"{trace.trace_id}: {key} -> {entry.describe()}: {entry.chosen_by}")
+            for note in entry.notes:
+                print(f"  note: {note}")
+            if args.build:
+                build(entry)
+                print(f"  built: {built_dir(entry)}")
+        except WorkspaceError as exc:
+            bad += 1
+            print(f"agentcgroup traces lock: {trace.trace_id}: {exc}", file=sys.stderr)
+    print(f"lock: {out} ({len(lockfile.entries)} workspace(s))")
+    return EXIT_BAD_INPUT if bad else EXIT_OK
