@@ -1,0 +1,212 @@
+"""Real commands replayed against what their trace recorded (issue 23): each executed step's exit and
+output beside the recorded ones, a diverging step named with both first lines, a step the arm
+kills on purpose not counted, recorded edits applied in the sandbox before the commands that use
+them, a task's workspace copied in (and its environment on PATH), and a trace whose task has no
+workspace failing by name instead of passing in an empty directory."""
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+
+import pytest
+
+from helpers import EXP_MODULE
+from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.metrics import faithfulness
+from pytest_agentcgroup.metrics.records import step_record
+from pytest_agentcgroup.replay import SandboxExecutor, replay
+from pytest_agentcgroup.replay.executors.base import Seed
+from pytest_agentcgroup.traces.ir import Outcome, Step, Trace, write_trace
+from pytest_agentcgroup.traces.task import Task
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+REPO_PATH = "/workspace/acme__widget__1.0"
+TASK = Task(instance_id="acme__widget-7", repository="acme/widget", version="1.0", path=REPO_PATH)
+
+
+def bash(i, cmd, code=None, head=None, **args):
+    outcome = None if code is None else Outcome("ok" if code == 0 else "failed", code, head)
+    return Step(i, "bash", {"command": cmd, "cwd": REPO_PATH, **args}, outcome=outcome)
+
+
+def edit(i, op, path, status="ok", **args):
+    return Step(i, "edit", {"op": op, "path": path, **args}, native_tool="str_replace_editor",
+                outcome=Outcome(status, None, "File created successfully" if op == "create" else "edited"))
+
+
+def run_sandbox(tree, steps, *, arm=None, seed=None, name="t"):
+    trace = Trace(f"test/{name}", {"format": "test"}, tuple(steps), task=TASK)
+    ex = SandboxExecutor(step_timeout_s=30)
+    ex.seed = seed
+    results = replay(trace, ex, ArmPlacement(arm or Arm("unlimited"), tree.workload(name), tree.controllers))
+    return [step_record(r, s, config=(arm or Arm("unlimited")).name, time_scale=1.0, executor="sandbox")
+            for r, s in zip(results, steps)]
+
+
+@needs_bwrap
+def test_a_step_that_ends_otherwise_than_recorded_is_named_with_both_first_lines(tree):
+    recs = run_sandbox(tree, [
+        bash(0, "echo hello; echo second >&2", 0, "hello\nsecond"),
+        bash(1, "no-such-python-here --version", 0, "pytest 8.3.3"),
+        bash(2, "exit 3", 3),
+        Step(3, "noop", {}),
+    ], name="diverge")
+    assert [r.get("diverged") for r in recs] == [False, True, False, None]
+    assert recs[0]["replayed_head"] == "hello" and recs[0]["recorded_exit"] == recs[0]["replayed_exit"] == 0
+    assert (recs[1]["recorded_exit"], recs[1]["replayed_exit"]) == (0, 127)
+    assert "not found" in recs[1]["replayed_head"] and recs[1]["recorded_head"] == "pytest 8.3.3"
+    assert recs[1]["divergence"] == "exit 127; recorded exit 0"
+    assert "diverged" not in recs[3]                      # recorded nothing, executed nothing: not compared
+    why = faithfulness.failure(recs, 0.2)
+    assert why is not None and "1 of 3 compared steps diverged" in why and "step 1 (bash: 'no-such-python-here" in why
+    assert "recorded: pytest 8.3.3" in why and "replayed: " in why and "not found" in why.split("replayed: ")[1]
+    assert faithfulness.failure(recs, 0.5) is None        # 33 % is within a share of 50 %
+    # emulate runs no recorded command: nothing is compared there
+    assert "diverged" not in step_record(_result_of(recs[1]), bash(1, "x", 0), config="u", time_scale=1.0,
+                                         executor="emulate")
+
+
+def _result_of(rec):
+    from pytest_agentcgroup.replay.replayer import StepResult
+    return StepResult(rec["trace_id"], rec["step_id"], rec["tool"], rec["cmd"], rec["executed"], rec["latency_ms"],
+                      rec["exit_code"], rec["signal"], rec["timed_out"], rec["profile_source"])
+
+
+@needs_bwrap
+def test_a_step_the_arm_kills_on_purpose_is_not_a_divergence(tree):
+    """The arm's OOM kill (a 48 MiB hard limit under a 200 MiB allocation) and the step's timeout end
+    steps that the trajectory recorded as exit 0: both are said, neither counts against the replay."""
+    hog = "python3 -c 'b = bytearray(200 * 1024 * 1024); print(len(b))'"
+    recs = run_sandbox(tree, [bash(0, hog, 0, "209715200"), bash(1, "sleep 20", 0, timeout_ms=500),
+                              bash(2, "true", 0)], arm=Arm("static-toolcall", memory_max_mb=48), name="armkill")
+    assert recs[0]["oom_kills"] >= 1 and recs[0]["diverged"] is None, recs[0]
+    assert recs[0]["divergence"] == "not counted: OOM-killed under the arm's limit"
+    assert recs[1]["timed_out"] and recs[1]["diverged"] is None and "timeout" in recs[1]["divergence"]
+    assert recs[2]["diverged"] is False
+    assert faithfulness.tally(recs)[:3] == (1, 0, 2) and faithfulness.failure(recs, 0.0) is None
+
+
+@needs_bwrap
+def test_recorded_edits_are_applied_before_the_commands_that_run_them(tree):
+    script = f"{REPO_PATH}/greet.py"
+    recs = run_sandbox(tree, [
+        edit(0, "create", script, file_text="print('hello from the agent')\n"),
+        bash(1, "python3 greet.py", 0, "hello from the agent"),
+        edit(2, "str_replace", script, old_str="hello from", new_str="goodbye from"),
+        bash(3, "python3 greet.py", 0, "goodbye from the agent"),
+        edit(4, "insert", script, insert_line=0, new_str="print('first')"),
+        bash(5, "head -1 greet.py", 0, "print('first')"),
+        edit(6, "str_replace", script, old_str="text the file never had", new_str="x"),
+        edit(7, "undo_edit", script),
+        bash(8, "python3 greet.py", 0, "goodbye from the agent"),
+        edit(9, "create", script, status="failed", file_text="again"),
+        Step(10, "edit", {"op": "edit", "path": script, "bytes": 10}, native_tool="Edit"),
+    ], name="edits")
+    assert [r["executed"] for r in recs] == [True] * 10 + [False]    # an edit recorded without its text: not applied
+    assert recs[1]["replayed_head"] == "hello from the agent" and recs[3]["replayed_head"] == "goodbye from the agent"
+    assert recs[5]["replayed_head"] == "print('first')"
+    assert recs[8]["replayed_head"] == "goodbye from the agent"      # the insert undone
+    assert recs[6]["diverged"] and recs[6]["divergence"] == "the edit did not apply (exit 1); recorded ok"
+    assert "did not appear verbatim" in recs[6]["replayed_head"]
+    assert recs[9]["diverged"] is False and "already exists" in recs[9]["replayed_head"]     # failed as recorded
+    assert [r["step_id"] for r in recs if r.get("diverged")] == [6]
+
+
+@needs_bwrap
+def test_a_seed_is_copied_to_the_tasks_path_with_its_environment_first_on_path(tree, tmp_path):
+    src, env = tmp_path / "src", tmp_path / "env"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (env / "bin").mkdir(parents=True)
+    tool = env / "bin" / "python"
+    tool.write_text("#!/bin/sh\necho the environment python\n")
+    tool.chmod(0o755)
+    seed = Seed(path=REPO_PATH, source=src, env_path="/opt/conda/envs/testbed", env_source=env)
+    recs = run_sandbox(tree, [bash(0, "python3 -c 'import pkg; print(pkg.VALUE)'", 0, "42"),
+                              bash(1, "python --version", 0), bash(2, "touch pkg/new && ls pkg", 0),
+                              bash(3, "command -v python", 0)], seed=seed, name="seed")
+    assert recs[0]["replayed_head"] == "42" and recs[1]["replayed_head"] == "the environment python"
+    assert recs[3]["replayed_head"] == "/opt/conda/envs/testbed/bin/python"
+    assert not (src / "pkg" / "new").exists()              # the steps wrote their copy, not the seed
+
+
+def _study(root, trace: Trace, *, workspace: str | None = None, max_divergence: float | None = None):
+    (root / "traces").mkdir()
+    write_trace(trace, root / "traces" / "t.json")
+    (root / "traces" / "manifest.json").write_text(json.dumps({
+        "schema": "agentcgroup-manifest/1", "subsets": {"smoke": [trace.trace_id]},
+        "traces": [{"trace_id": trace.trace_id, "file": "t.json"}]}))
+    extra = (f"workspace = {json.dumps(workspace)}\n" if workspace else "") + \
+        (f"max_divergence = {max_divergence}\n" if max_divergence is not None else "")
+    (root / "study.toml").write_text(textwrap.dedent("""
+        traces = "traces"
+        [defaults]
+        executor = "sandbox"
+        time_scale = 1.0
+        step_timeout_s = 30
+        """) + extra + "[arms.unlimited]\n[experiments.exp1]\nsubset = \"smoke\"\n")
+
+
+OPENHANDS_LIKE = Trace("openhands-rows/acme__widget-7/0", {"format": "openhands-rows"}, (
+    bash(0, "cd /workspace/acme__widget__1.0 && python3 -c 'import widget; print(widget.NAME)'", 0, "widget"),
+    edit(1, "create", f"{REPO_PATH}/reproduce.py", file_text="import widget\nprint('reproduced', widget.NAME)\n"),
+    bash(2, "python3 reproduce.py", 0, "reproduced widget"),
+), task=TASK)
+
+
+@needs_bwrap
+def test_a_trace_whose_task_has_no_workspace_fails_naming_it(pytester, tree):
+    _study(pytester.path, OPENHANDS_LIKE)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                        "--agentcgroup-out", "out", timeout=300)
+    res.assert_outcomes(failed=1)
+    out = res.stdout.str()
+    assert "trace openhands-rows/acme__widget-7/0 ran on task acme__widget-7 (repository acme/widget, version 1.0, " \
+           f"at {REPO_PATH}), and its workspace is missing here" in out
+    assert "--agentcgroup-workspace DIR" in out and "agentcgroup traces lock" in out
+    assert not (pytester.path / "out" / "latest" / "metrics.jsonl").exists() or \
+        not (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().strip()    # nothing replayed
+
+
+@needs_bwrap
+def test_a_users_own_workspace_replays_as_recorded_and_the_summary_says_so(pytester, tree):
+    checkout = pytester.path / "checkout"
+    (checkout / "widget").mkdir(parents=True)
+    (checkout / "widget" / "__init__.py").write_text("NAME = 'widget'\n")
+    _study(pytester.path, OPENHANDS_LIKE, workspace="checkout")
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                        "--agentcgroup-out", "out", timeout=300)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*agentcgroup faithfulness*",
+                              f"exp1  unlimited  openhands-rows/acme__widget-7/0: 3/3 compared steps as recorded (100%); "
+                              f"workspace directory {checkout} at {REPO_PATH}"])
+    recs = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["diverged"] for r in recs] == [False, False, False]
+    assert recs[0]["workspace_chosen_by"] == "--agentcgroup-workspace" and recs[2]["replayed_head"] == "reproduced widget"
+
+
+@needs_bwrap
+def test_a_replay_diverging_beyond_the_configured_share_fails_naming_the_first_step(pytester, tree):
+    checkout = pytester.path / "checkout"
+    checkout.mkdir()                         # no widget package: steps 0 and 2 end with exit 1
+    _study(pytester.path, OPENHANDS_LIKE, workspace="checkout", max_divergence=0.5)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                        "--agentcgroup-out", "out", timeout=300)
+    res.assert_outcomes(failed=1)
+    out = res.stdout.str()
+    assert "the replay is not faithful to its trace: openhands-rows/acme__widget-7/0: 2 of 3 compared steps " \
+           "diverged from the trace (67%, more than max_divergence 50%); the first:" in out
+    assert "step 0 (bash: \"cd /workspace/acme__widget__1.0 && python3 -c 'import widget; print(widget.NA...\"): " \
+           "exit 1; recorded exit 0" in out
+    assert "recorded: widget" in out
+    assert "replayed: Traceback (most recent call last): ... ModuleNotFoundError: No module named 'widget'" in out
+    # the option wins over the config: a share of 1 lets every step diverge
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+                                        "--agentcgroup-out", "out", "--agentcgroup-max-divergence", "1", timeout=300)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*openhands-rows/acme__widget-7/0: 1/3 compared steps as recorded (33%)*"
+                              "first divergence: step 0: exit 1; recorded exit 0"])

@@ -1,0 +1,166 @@
+"""Workspaces of traces' tasks (issue 23): which provider a trace gets and the message when its task
+has none, the lock file's rules, how a release is told apart by what the trajectory saw, the
+requirements read from an sdist without running it, and (network) a PyPI workspace locked, built
+into the cache and replayed in the sandbox without network."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from pytest_agentcgroup.traces.ir import Outcome, Step, Trace
+from pytest_agentcgroup.traces.task import Task
+from pytest_agentcgroup.workspaces import choose
+from pytest_agentcgroup.workspaces.lock import LOCK_FILE, SCHEMA, LockFile, WorkspaceError
+from pytest_agentcgroup.workspaces.provide import provide
+
+PATH = "/workspace/acme__widget__1.0"
+TASK = Task(instance_id="acme__widget-7", repository="acme/widget", version="1.0", path=PATH)
+
+
+def trace(*steps, task=TASK, trace_id="t/acme__widget-7"):
+    return Trace(trace_id, {"format": "test"}, tuple(steps) or (Step(0, "bash", {"command": "ls"}),), task=task)
+
+
+def entry(**over):
+    e = {"provider": "pypi", "project": "widget", "version": "1.0.2", "chosen_by": "given", "path": PATH,
+         "env_path": "/opt/venv", "interpreter": "/usr/bin/python3", "interpreter_version": "3.11.2",
+         "sdist": {"file": "widget-1.0.2.tar.gz", "sha256": "a" * 64},
+         "wheels": [{"name": "pytest", "version": "8.3.3", "file": "pytest-8.3.3-py3-none-any.whl", "sha256": "b" * 64}]}
+    return {**e, **over}
+
+
+def write_lock(tmp_path, **over):
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"schema": SCHEMA, "workspaces": {"acme__widget-7": entry(**over)}}))
+    return tmp_path / LOCK_FILE
+
+
+def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_or_a_message(tmp_path):
+    assert provide(trace(task=None, trace_id="synthetic/x"), executor="sandbox", directory=None, corpus=tmp_path) is None
+    with pytest.raises(WorkspaceError) as info:
+        provide(trace(), executor="sandbox", directory=None, corpus=tmp_path)
+    msg = str(info.value)
+    assert msg.startswith("trace t/acme__widget-7 ran on task acme__widget-7 (repository acme/widget, version 1.0, "
+                          f"at {PATH}), and its workspace is missing here")
+    assert "--agentcgroup-workspace DIR" in msg and f"{tmp_path / LOCK_FILE}" in msg and "--agentcgroup-workspace empty" in msg
+    with pytest.raises(WorkspaceError, match="the task's image in the Docker engine"):
+        provide(trace(), executor="docker", directory=None, corpus=tmp_path)
+    got = provide(trace(), executor="docker", directory=None, corpus=tmp_path, image="swerebench/x")
+    assert got.seed is None and got.name == "image swerebench/x"
+    assert provide(trace(), executor="sandbox", directory="empty", corpus=tmp_path).seed is None
+    own = provide(trace(), executor="sandbox", directory=str(tmp_path), corpus=None)
+    assert own.seed.path == PATH and own.seed.source == tmp_path and own.seed.env_path is None
+    with pytest.raises(WorkspaceError, match="not a directory"):
+        provide(trace(), executor="sandbox", directory=str(tmp_path / "absent"), corpus=None)
+    with pytest.raises(WorkspaceError, match="docker executor takes a task's workspace from its image only"):
+        provide(trace(), executor="docker", directory=str(tmp_path), corpus=None)
+
+
+@pytest.mark.parametrize("over, field, why", [
+    ({"sdist": {"file": "widget-1.0.2.tar.gz", "sha256": "xyz"}}, "sdist.sha256", "64 lowercase hex digits"),
+    ({"path": "workspace/rel"}, "path", "not a clean absolute path"),
+    ({"env_path": "/opt/../etc"}, "env_path", "not a clean absolute path"),
+    ({"provider": "git"}, "provider", "unknown provider 'git'"),
+    ({"wheels": [{"file": "x.whl", "sha256": "b" * 64}]}, "wheels[0]", "needs its name and version"),
+    ({"eol": "crlf"}, "eol", 'expected "lf" or nothing'),
+    ({"version": ""}, "version", "expected a non-empty string"),
+])
+def test_a_lock_that_is_not_one_is_named_by_file_task_and_field(tmp_path, over, field, why):
+    path = write_lock(tmp_path, **over)
+    with pytest.raises(WorkspaceError) as info:
+        LockFile.read(path)
+    assert str(info.value).startswith(f"{path}: workspaces.acme__widget-7.{field}: ") and why in str(info.value)
+
+
+def test_a_lock_reads_back_as_written(tmp_path):
+    lock = LockFile.read(write_lock(tmp_path, eol="lf", notes=["n"]))
+    e = lock.entries["acme__widget-7"]
+    assert (e.project, e.version, e.eol, e.notes, e.describe()) == ("widget", "1.0.2", "lf", ("n",), "pypi widget==1.0.2")
+    lock.write()
+    assert LockFile.read(tmp_path / LOCK_FILE).entries == lock.entries
+    (tmp_path / LOCK_FILE).write_text("{")
+    with pytest.raises(WorkspaceError, match="invalid JSON"):
+        LockFile.read(tmp_path / LOCK_FILE)
+    assert LockFile.read(tmp_path / "absent.json").entries == {}
+
+
+def view(i, path, first_line, lines):
+    head = f"Here's the result of running `cat -n` on {path}:\n" + "".join(
+        f"{n:6}\t{text}\n" for n, text in enumerate(lines, first_line)) + "    99\tcut"
+    return Step(i, "read", {"op": "view", "path": path}, outcome=Outcome("ok", None, head))
+
+
+def test_a_release_is_told_apart_by_the_edits_that_apply_and_the_lines_the_trajectory_saw():
+    f = f"{PATH}/widget/core.py"
+    steps = (view(0, f, 2, ["def f():", "    return 1"]),
+             Step(1, "edit", {"op": "str_replace", "path": f, "old_str": "    return 1", "new_str": "    return 2"},
+                  outcome=Outcome("ok")),
+             Step(2, "edit", {"op": "create", "path": f"{PATH}/new.py", "file_text": "x = 1\n"}, outcome=Outcome("ok")),
+             Step(3, "edit", {"op": "insert", "path": f"{PATH}/new.py", "insert_line": 1, "new_str": "y"}, outcome=Outcome("ok")),
+             view(4, f, 3, ["    return 2"]))
+    t = trace(*steps)
+    old = {"widget/core.py": "# widget\ndef f():\n    return 1\n"}
+    new = {"widget/core.py": "# widget\ndef f():\n    return one\n"}
+    # old: the edit applies, both views agree (2 lines, then the edited line), the old_str's line is there
+    assert choose.edit_score(t, TASK, old) == (1, 1, 4)
+    assert choose.edit_score(t, TASK, new) == (0, 1, 1)          # only `def f():` agrees
+    assert choose.edit_score(t, TASK, {}) == (0, 1, 0)
+    assert choose.named_version(trace(Step(0, "bash", {"command": "pip show widget"},
+                                           outcome=Outcome("ok", 0, "Name: widget\nVersion: 1.0.2\n"))),
+                                "widget", ["1.0.1", "1.0.2"]) == ("1.0.2", 0)
+    assert choose.named_version(t, "widget", ["1.0.1"]) is None
+    assert choose.in_series("0.0.11", "0.0") and choose.in_series("0.0", "0.0") and not choose.in_series("0.01", "0.0")
+
+
+def test_requirements_are_read_from_an_sdist_without_running_it():
+    setup_py = '''
+from setuptools import setup
+DEPS = ["numpy", "xarray<=2022.03."]
+setup(name="widget", install_requires=DEPS + ["ignored-because-not-literal"],
+      tests_require=["pytest-cov"], extras_require={"test": ["hypothesis"], "docs": ["sphinx"]})
+'''
+    # DEPS + [...] is no literal: what cannot be read without running setup.py is left out
+    assert choose.requirements({"setup.py": setup_py}, "widget") == ["pytest-cov", "hypothesis"]
+    setup_py = setup_py.replace('DEPS + ["ignored-because-not-literal"]', "DEPS")
+    assert choose.requirements({"setup.py": setup_py}, "widget") == ["numpy", "xarray<=2022.03", "pytest-cov", "hypothesis"]
+    cfg = "[options]\ninstall_requires =\n    toolz>=0.10\n[options.extras_require]\ntesting = pytest-mock\n"
+    pyproject = '[project]\ndependencies = ["dask"]\n[project.optional-dependencies]\ntests = ["widget[extra]", "attrs"]\n'
+    pkg = 'Metadata-Version: 2.1\nRequires-Dist: tqdm\nRequires-Dist: furo; extra == "docs"\nRequires-Dist: mock; extra == "test"\n'
+    assert choose.requirements({"setup.cfg": cfg, "pyproject.toml": pyproject, "PKG-INFO": pkg}, "widget") == [
+        "tqdm", "mock", "toolz>=0.10", "pytest-mock", "dask", "attrs"]
+
+
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp_path):
+    """more-itertools 10.5.0's sdist (it carries its tests) at the path an OpenHands run would use,
+    its environment at the agent's interpreter's path: the project imports from the workspace, the
+    environment's pytest runs its tests, and `pip show` names the locked release, in the sandbox."""
+    from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+    from pytest_agentcgroup.replay import SandboxExecutor, replay
+    from pytest_agentcgroup.workspaces.build import build, is_built
+    path = "/workspace/more-itertools__more-itertools__10.5"
+    task = Task(instance_id="more-itertools__more-itertools-1", repository="more-itertools/more-itertools",
+                version="10.5", path=path, python="/opt/conda/envs/testbed/bin/python")
+    steps = (Step(0, "bash", {"command": f"cd {path} && python -c 'import more_itertools as m; print(m.__file__)'"}),
+             Step(1, "bash", {"command": "python -m pytest -q -x tests/test_recipes.py 2>&1 | tail -1"}),
+             Step(2, "bash", {"command": "pip show more-itertools | head -2 | tail -1"}),
+             Step(3, "bash", {"command": "command -v pytest && pytest --version"}))
+    t = Trace("t/more-itertools", {"format": "test"}, steps, task=task)
+    try:
+        locked = choose.lock(t, version="10.5.0")
+    except WorkspaceError as exc:
+        pytest.skip(f"PyPI unreachable: {exc}")
+    assert (locked.project, locked.version, locked.env_path) == ("more-itertools", "10.5.0", "/opt/conda/envs/testbed")
+    assert any(w["name"].lower() == "pytest" for w in locked.wheels) and len(locked.sdist["sha256"]) == 64
+    seed = build(locked, tmp_path)
+    assert is_built(locked, tmp_path) and build(locked, tmp_path) == seed      # the second time: the cache
+    ex = SandboxExecutor(step_timeout_s=120)
+    ex.seed = seed
+    results = replay(t, ex, ArmPlacement(Arm("unlimited"), tree.workload("pypi"), tree.controllers))
+    assert [r.exit_code for r in results] == [0, 0, 0, 0], [(r.exit_code, r.output) for r in results]
+    assert results[0].output.strip() == f"{path}/more_itertools/__init__.py"
+    assert " passed" in results[1].output
+    assert results[2].output.strip() == "Version: 10.5.0"
+    assert results[3].output.startswith("/opt/conda/envs/testbed/bin/pytest\npytest ")
