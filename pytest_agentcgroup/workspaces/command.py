@@ -10,7 +10,6 @@ from pathlib import Path
 from ..traces.ir import TraceError, read_traces
 from ..traces.task import task_of
 from .build import build, built_dir
-from .choose import lock
 from .lock import LOCK_FILE, LockFile, WorkspaceError, task_key
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
@@ -48,6 +47,7 @@ def _traces(paths: list[Path]):
 
 
 def cmd_lock(args) -> int:
+    from .choose import lock        # packaging: only when locking (`agentcgroup` itself starts without it)
     out = args.output or ((args.files[0] if args.files[0].is_dir() else args.files[0].parent) / LOCK_FILE)
     bad = 0
     try:
