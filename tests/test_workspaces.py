@@ -106,6 +106,8 @@ def test_a_release_is_told_apart_by_the_edits_that_apply_and_the_lines_the_traje
     assert choose.edit_score(t, TASK, old) == (1, 1, 4)
     assert choose.edit_score(t, TASK, new) == (0, 1, 1)          # only `def f():` agrees
     assert choose.edit_score(t, TASK, {}) == (0, 1, 0)
+    # what the trajectory saw that the sdist lacks (the agent's own new.py is no loss)
+    assert choose.absent(t, TASK, old) == [] and choose.absent(t, TASK, {}) == ["widget/core.py"]
     assert choose.named_version(trace(Step(0, "bash", {"command": "pip show widget"},
                                            outcome=Outcome("ok", 0, "Name: widget\nVersion: 1.0.2\n"))),
                                 "widget", ["1.0.1", "1.0.2"]) == ("1.0.2", 0)

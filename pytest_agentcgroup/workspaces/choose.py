@@ -179,6 +179,24 @@ def crlf_seen(trace: Trace, task: Task, files: dict[str, str]) -> bool:
     return any("\r\n" in files.get(rel, "") for rel in seen)
 
 
+def absent(trace: Trace, task: Task, files: dict[str, str]) -> list[str]:
+    """Files the trajectory viewed or edited (not created) that the sdist does not have: an sdist
+    often leaves the tests out, and the steps that use them then diverge."""
+    base = (task.path or "").rstrip("/") + "/"
+    created, out = set(), []
+    for s in trace.steps:
+        rel = s.args.get("path", "")[len(base):] if isinstance(s.args.get("path"), str) \
+            and s.args["path"].startswith(base) else None
+        if not rel or s.tool not in ("edit", "read") or (s.outcome is not None and s.outcome.status != "ok"):
+            continue
+        if s.tool == "edit" and s.args.get("op") == "create":
+            created.add(rel)
+        elif rel not in created and rel not in files and not any(k.startswith(rel.rstrip("/") + "/") for k in files) \
+                and rel not in out:
+            out.append(rel)
+    return out
+
+
 def requirements(files: dict[str, str], project: str) -> list[str]:
     """The sdist's requirements with its test extras (module docstring), as PEP 508 strings."""
     found: list[str] = []
@@ -413,6 +431,10 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
     recorded_py = next((m.group(1) for _, t in _outputs(trace) if (m := re.search(r"\bPython (\d+\.\d+\.\d+)", t))), None)
     if recorded_py and recorded_py.rsplit(".", 1)[0] != py_version.rsplit(".", 1)[0]:
         notes.insert(0, f"the trajectory ran Python {recorded_py}; this environment has {py_version}")
+    missing = absent(trace, task, files)
+    if missing:
+        notes.append(f"the sdist lacks {len(missing)} file(s) the trajectory viewed or edited: "
+                     f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     env = task.python.rsplit("/bin/", 1)[0] if task.python and "/bin/" in task.python else DEFAULT_ENV
     return Locked(key=key, project=project, version=chosen, chosen_by=how, path=task.path,
                   env_path=env if clean_abs(env) else DEFAULT_ENV, interpreter=interpreter,
