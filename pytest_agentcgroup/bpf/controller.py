@@ -55,7 +55,7 @@ so a difference between the two arms is the eBPF policy's doing.
 
 External loaders: bcc cannot attach struct_ops programs (sched_ext schedulers, memcg_bpf_ops).
 Where the kernel has them (see features.probe()), `external_loader = ["/path/to/scx_foo", ...]`
-in the rules runs that program for the arm's lifetime (external.py); this host has neither.
+in the rules runs that program for the arm's lifetime (external.py).
 """
 from __future__ import annotations
 
