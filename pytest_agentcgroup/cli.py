@@ -97,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
     _add_select(tsub)
-    from .profile import command as profile_command     # `traces profile` (issue 15)
+    from .profile import command as profile_command     # `traces profile`
     profile_command.add_parser(tsub)
-    from .metrics import fidelity           # the emulator against recorded traces (issue 15)
+    from .metrics import fidelity           # the emulator against recorded traces
     fidelity.add_parser(tsub)
     from . import machine_commands
     from .reports import commands as report_commands

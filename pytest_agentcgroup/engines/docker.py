@@ -17,7 +17,7 @@ neither unregister the first nor remove its containers.
 `ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
 bookworm minbase root file system with python3, made by `debootstrap` from the Debian mirror the
 host's apt uses (apt_sources.py) and `docker import`ed, so no image registry is needed. It is built
-once and then reused (1-5 min to build). `remove_project_images()` removes it and every other
+once and then reused (building it takes minutes). `remove_project_images()` removes it and every other
 agentcgroup/... image (`agentcgroup images clean`, run by CI so that every run builds it anew).
 """
 from __future__ import annotations

@@ -11,8 +11,8 @@ Decisions that hold for every converter (they are documented here once, and the 
   be read or parsed at all (truncated JSON array, bad zip) raises from both.
 * **Size caps.** Any string kept in a step's args (a command, code, a path, an edit's text) must be at
   most :data:`MAX_ARG_BYTES` (1 MiB, UTF-8). A 10 MB command is **refused** with a TraceError naming
-  the field: no agent tool call in the real samples is above 7 KB (OpenHands rows: commands 912 B,
-  file_text 6.2 KB), Linux refuses a single ``bash -c`` argument above 128 KiB anyway, and replaying
+  the field: agents' tool calls are orders of magnitude smaller, Linux refuses a single ``bash -c``
+  argument above 128 KiB anyway, and replaying
   a multi-megabyte "command" would measure the replayer, not the agent. Whole-file JSON inputs are
   capped at :data:`MAX_JSON_FILE_BYTES`, one JSONL line at :data:`MAX_JSONL_LINE_BYTES`.
 * **NUL bytes.** A raw NUL byte in a JSON file is reported as such (it is never valid JSON). A NUL
