@@ -267,6 +267,7 @@ FORMAT_SOURCES = {
     "openhands-resolver": {"dataset": "OpenHands resolver output", "licence": "unknown", "origin": "unknown"},
     "swe-agent-traj": {"dataset": "SWE-agent trajectory", "licence": "unknown", "origin": "unknown"},
     "playwright": {"dataset": "Playwright trace", "licence": "unknown", "origin": "unknown"},
+    "atif": {"dataset": "ATIF trajectory", "licence": "unknown", "origin": "unknown"},
 }
 
 _README_CACHE: dict[Path, str] = {}
