@@ -25,6 +25,7 @@ _MODULES = {
     "openhands-events": "openhands_events",
     "swe-agent-rows": "swe_agent_rows",
     "swe-agent-traj": "swe_agent_traj",
+    "mini-swe-agent": "mini_swe_agent",
     "playwright": "playwright",
 }
 
