@@ -53,7 +53,7 @@ def build_page(dirs, out: str | Path, *, config: str | Path | None = None, trace
     """Write OUT/results.md (with OUT/figures/, runs.csv, columns.csv) of the runs `dirs` (each a
     run directory or a results directory = its newest run); returns the page's path. `require`:
     further files each run must hold (provenance.PUBLISHED_FILES for a published page);
-    `shown_as`: how the page names each run directory (default: as given)."""
+    `shown_as`: how the page names each run directory (default: its path)."""
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
     if not dirs:
         raise ResultsError("no results directory given")
