@@ -301,3 +301,10 @@ def test_the_docker_cases_count_only_when_one_passed_and_none_skipped(tmp_path):
     assert "NOT loaded (docker-load.rc 1)" in docker_verdict(tmp_path, image, "img")
     (tmp_path / "docker-load.rc").write_text("0\n")
     assert docker_verdict(tmp_path, image, "img") == "img loaded"
+
+
+def test_run_killable_runs_at_the_priority_asked_and_its_children_inherit_it(tmp_path):
+    out = tmp_path / "nice"
+    # field 19 of /proc/PID/stat is the nice value; the inner sh is a child of the one started
+    rc = vmharness.run_killable(["sh", "-c", f"sh -c 'cut -d\" \" -f19 /proc/$$/stat' > {out}"], timeout_s=30, nice=5)
+    assert rc == 0 and out.read_text().strip() == str(os.getpriority(os.PRIO_PROCESS, 0) + 5)

@@ -568,10 +568,11 @@ def vng_argv(vng: Path, kernel: Kernel, out: Path, script: Path, *, memory: str,
 
 
 def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
-         timeout_s: float = BOOT_TIMEOUT_S, docker_image: Path | None = None) -> GuestResult:
+         timeout_s: float = BOOT_TIMEOUT_S, docker_image: Path | None = None, nice: int = 0) -> GuestResult:
     """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`.
     `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine, loaded
-    once mark_image() says it is whole (the caller may still be writing it while the guest boots)."""
+    once mark_image() says it is whole (the caller may still be writing it while the guest boots).
+    `nice`: the VM's priority on the host (run_killable)."""
     qemu_for_host()
     vng = vng_path()
     if vng is None:
@@ -584,16 +585,21 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None)
     start = time.monotonic()
     with open(out / "vng.log", "wb") as console:
-        rc = run_killable(argv, timeout_s=timeout_s, cwd=out, env=env, stdout=console, stderr=subprocess.STDOUT)
+        rc = run_killable(argv, timeout_s=timeout_s, nice=nice, cwd=out, env=env, stdout=console,
+                          stderr=subprocess.STDOUT)
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
                        runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
 
 
-def run_killable(argv: list[str], *, timeout_s: float, **popen) -> int | None:
+def run_killable(argv: list[str], *, timeout_s: float, nice: int = 0, **popen) -> int | None:
     """Run argv in a session of its own (stdin /dev/null) to its end: its exit status, or None when
     it was killed at `timeout_s`. kill_running() kills it; after that call nothing starts (Stopped).
-    Ctrl-C or any error while waiting kills it too: nothing outlives us (vng, virtme-run, qemu)."""
+    Ctrl-C or any error while waiting kills it too: nothing outlives us (vng, virtme-run, qemu).
+    `nice`: its scheduling priority (nice(1)'s adjustment; below 0 needs root), inherited by all it
+    starts: the work on a session's critical path runs before the work that has time to spare."""
+    if nice:
+        argv = [programs.require("nice"), "-n", str(nice), *argv]
     with _LOCK:
         if _STOPPED.is_set():
             raise Stopped(f"not started, the session has ended: {argv[0]}")
