@@ -28,8 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from .traces import convert as registry
-from .traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
+from ..traces import convert as registry
+from ..traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -97,19 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
     _add_select(tsub)
-    from .profile import command as profile_command     # `traces profile` (issue 15)
+    from ..profile import command as profile_command     # `traces profile` (issue 15)
     profile_command.add_parser(tsub)
-    from .metrics import fidelity           # the emulator against recorded traces (issue 15)
+    from ..metrics import fidelity           # the emulator against recorded traces (issue 15)
     fidelity.add_parser(tsub)
-    from . import machine_commands
-    from .reports import commands as report_commands
+    from .. import machine_commands
+    from ..reports import commands as report_commands
     report_commands.add_parsers(sub)
     machine_commands.add_parsers(sub)
     return p
 
 
 def _add_fetch(tsub) -> None:
-    from .traces import fetch as F
+    from ..traces import fetch as F
     f = tsub.add_parser(
         "fetch", help="fetch N trajectories from a Hugging Face dataset without downloading all of it",
         description="Read only the parquet row groups that hold the first N rows of a Hugging Face dataset "
@@ -136,7 +136,7 @@ def _add_fetch(tsub) -> None:
 
 
 def cmd_fetch(args) -> int:
-    from .traces import fetch as F
+    from ..traces import fetch as F
     kw = dict(fmt=args.chunk_format, progress=not args.no_progress and sys.stderr.isatty())
     try:
         if args.source:
@@ -169,7 +169,7 @@ def cmd_fetch(args) -> int:
 
 
 def _add_select(tsub) -> None:
-    from .traces import select as S
+    from ..traces import select as S
     S.add_parser(tsub)
 
 
@@ -380,7 +380,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_characterize(args) -> int:
-    from .traces.characterize import characterize, format_table, load_traces
+    from ..traces.characterize import characterize, format_table, load_traces
     missing = [str(f) for f in args.files if not f.exists()]
     for m in missing:
         print(f"{m}: no such file or directory", file=sys.stderr)
