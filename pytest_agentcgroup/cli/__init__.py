@@ -7,6 +7,7 @@ runs its commands by calling the library's functions.
     agentcgroup traces stats FILE_OR_DIR... [--json]
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
     agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
+    agentcgroup traces sweep CORPUS [-n N] [--write-manifest]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG] [--step-timeout S]
     agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed)
@@ -52,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     tsub.required = True
     from . import traces as trace_commands
     trace_commands.add_parsers(tsub)
-    from ..traces import select as S
-    S.add_parser(tsub)
+    from . import subsets
+    subsets.add_parsers(tsub)
     from ..profile import command as profile_command     # `traces profile` (issue 15)
     profile_command.add_parser(tsub)
     from ..metrics import fidelity           # the emulator against recorded traces (issue 15)
