@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace_commands.add_parsers(tsub)
     from . import subsets
     subsets.add_parsers(tsub)
-    from ..profile import command as profile_command     # `traces profile` (issue 15)
-    profile_command.add_parser(tsub)
+    from . import profile
+    profile.add_parser(tsub)
     from ..metrics import fidelity           # the emulator against recorded traces (issue 15)
     fidelity.add_parser(tsub)
     from .. import machine_commands
