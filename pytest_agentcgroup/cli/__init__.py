@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     subsets.add_parsers(tsub)
     from . import profile
     profile.add_parser(tsub)
-    from ..metrics import fidelity           # the emulator against recorded traces (issue 15)
+    from . import fidelity
     fidelity.add_parser(tsub)
     from .. import machine_commands
     from ..reports import commands as report_commands
