@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import fidelity
     fidelity.add_parser(tsub)
     from .. import machine_commands
-    from ..reports import commands as report_commands
-    report_commands.add_parsers(sub)
+    from . import report
+    report.add_parsers(sub)
     machine_commands.add_parsers(sub)
     return p
 

@@ -1,5 +1,5 @@
-"""`agentcgroup report` and `agentcgroup compare`: the command line of the reports (wired into
-pytest_agentcgroup/cli.py). pandas and matplotlib are imported only when a command runs."""
+"""`agentcgroup report` and `agentcgroup compare`: the command line of the reports (reports/) and of
+the run comparison. pandas and matplotlib are imported only when a command runs."""
 from __future__ import annotations
 
 import json
@@ -80,8 +80,8 @@ def _missing_report_extra(command: str) -> bool:
 def cmd_report(args) -> int:
     if _missing_report_extra("report"):
         return 2
-    from .frames import ResultsError
-    from .html import build_report
+    from ..reports.frames import ResultsError
+    from ..reports.html import build_report
     defaults = {}
     for item in args.default or []:
         axis, sep, value = item.partition("=")
@@ -105,8 +105,8 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from ..metrics.compare import RuleError, parse_rules
     from ..metrics.registry import REGISTRY
-    from .comparison import compare
-    from .frames import ResultsError
+    from ..reports.comparison import compare
+    from ..reports.frames import ResultsError
     try:
         rules = parse_rules(",".join(args.tol)) if args.tol else None
     except RuleError as exc:
