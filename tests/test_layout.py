@@ -43,7 +43,7 @@ RANKS = {
     "metrics": 7,
     "config": 8,
     "reports": 9,
-    "harness": 10, "tools": 10, "machine_commands": 10,
+    "harness": 10, "tools": 10,
     "plugin": 11, "cli": 11, "": 11,        # "": the package's own __init__ (its small data API)
 }
 

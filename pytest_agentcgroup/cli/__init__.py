@@ -59,10 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_parser(tsub)
     from . import fidelity
     fidelity.add_parser(tsub)
-    from .. import machine_commands
-    from . import report
+    from . import machine, report
     report.add_parsers(sub)
-    machine_commands.add_parsers(sub)
+    machine.add_parsers(sub)
     return p
 
 

@@ -1,5 +1,5 @@
 """`agentcgroup images` and `agentcgroup doctor`: the command lines about this machine's set-up (its
-Docker images, the programs set-up installs). cli.py registers them (add_parsers)."""
+Docker images, the programs set-up installs)."""
 from __future__ import annotations
 
 import sys
@@ -30,7 +30,7 @@ def _add_images(sub) -> None:
 
 
 def _add_doctor(sub) -> None:
-    from . import programs
+    from .. import programs
     d = sub.add_parser(
         "doctor", help="check that the programs of the set-up groups are installed",
         description=f"Check that every program of the given hostsetup.sh groups (and of base and setup) is on "
@@ -42,7 +42,7 @@ def _add_doctor(sub) -> None:
 
 
 def cmd_doctor(args) -> int:
-    from . import programs
+    from .. import programs
     groups = [g for arg in args.groups for g in arg.split(",") if g] or list(programs.DEFAULT_GROUPS)
     try:
         return EXIT_BAD_INPUT if programs.check(groups) else EXIT_OK
@@ -52,8 +52,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_images_clean(args) -> int:
-    from .engines.docker import remove_project_images
-    from .errors import ExecutorUnavailable
+    from ..engines.docker import remove_project_images
+    from ..errors import ExecutorUnavailable
     try:
         removed = remove_project_images(args.image)
     except ExecutorUnavailable as exc:
