@@ -94,4 +94,4 @@ clean-images: setup
 
 # the emulator binaries compiled on first use (replay/emulator_build.py), so the next run compiles it
 clean-emulator: setup
-	@$(PY) -c 'from pytest_agentcgroup.replay.emulator_build import remove_built; [print("removed", f) for f in remove_built()]'
+	@$(PY) -m pytest_agentcgroup.cli emulator clean
