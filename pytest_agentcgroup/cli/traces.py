@@ -1,6 +1,7 @@
 """`agentcgroup traces convert|validate|stats|characterize|fetch`: the trace files' command lines
 (convert public formats to the IR, check and summarise IR files, fetch rows from the Hub).
-The `traces` group's other commands have modules of their own (select, profile, fidelity)."""
+The `traces` group's other commands have modules of their own (subsets.py: select and sweep; profile.py;
+fidelity.py)."""
 from __future__ import annotations
 
 import json
