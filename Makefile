@@ -65,11 +65,13 @@ paper: setup
 
 # The documentation (docs/: Sphinx, pages in MyST Markdown) into docs/_build/html, warnings as
 # errors: -n and MyST check every cross-reference and heading anchor, autodoc imports the API modules
-# (bcc mocked: no root needed). No linkcheck: this machine reaches no web site but the package
+# (bcc mocked: no root needed). First the results pages of the runs docs/results/published.toml
+# lists (committed run directories, so that a fresh clone builds them) into docs/results/pages/. No linkcheck: this machine reaches no web site but the package
 # registries, and internal links are already checked here. The `docs` extra is installed once, again
 # when pyproject.toml changes (a stamp, as hostsetup.sh keeps for the `test` extra).
 DOCS_STAMP   := .venv/.docs-pip-stamp
 docs: setup $(DOCS_STAMP)
+	@$(AGENTCGROUP) report --publish docs/results/published.toml >/dev/null
 	@$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
 $(DOCS_STAMP): pyproject.toml | setup
@@ -79,7 +81,7 @@ $(DOCS_STAMP): pyproject.toml | setup
 	@touch $@
 
 clean:
-	rm -rf .venv results report results-paper report-paper docs/_build
+	rm -rf .venv results report results-paper report-paper docs/_build docs/results/pages
 
 # The recorded-here corpus (issue 15): its workspace (more-itertools' sdist and a wheel directory,
 # pinned by sha256, from PyPI) and its command traces profiled on this machine into traces/ (subset

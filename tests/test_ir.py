@@ -208,7 +208,7 @@ def test_trace_error_without_location():
 def test_check_trace_applies_parse_traces_rules_to_objects():
     """Converters validate what they emit with check_trace (no JSON round trip); it must refuse what
     parse_trace refuses, naming the same field and step."""
-    from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace, check_trace, parse_trace
+    from pytest_agentcgroup.traces.ir import Measure, Outcome, Profile, Step, Trace, check_trace, parse_trace
     ok = Step(step_id=0, tool="bash", args={"command": "ls", "cwd": "/t"}, duration_ms=Measure(5.0, "recorded"),
               profile=Profile(peak_mb=Measure(1.0, "derived")))
     assert check_trace(Trace("t", {}, (ok,))) is not None
@@ -221,6 +221,9 @@ def test_check_trace_applies_parse_traces_rules_to_objects():
         (Step(step_id=0, tool="noop", duration_ms=Measure(-1.0, "recorded")), "duration_ms.value"),
         (Step(step_id=0, tool="noop", duration_ms=Measure(float("nan"), "recorded")), "duration_ms.value"),
         (Step(step_id=0, tool="noop", profile=Profile(cpu_ms=Measure(1.0, "guessed"))), "profile.cpu_ms.provenance"),
+        (Step(step_id=0, tool="noop", recorded_outcome=Outcome("fine", 0)), "recorded_outcome.status"),
+        (Step(step_id=0, tool="noop", recorded_outcome=Outcome("failed", 300)), "recorded_outcome.exit_code"),
+        (Step(step_id=0, tool="noop", recorded_output=5), "recorded_output"),
     ]
     for step, field in bad:
         trace = Trace("t", {}, (step,))

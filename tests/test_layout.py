@@ -188,14 +188,32 @@ def test_the_ebpf_sources_are_the_top_level_bpf_one_program_per_file():
     assert not (ROOT / "bpf" / "programs").exists(), "the eBPF sources live in the top-level bpf/"
 
 
+def _named_program(node: ast.AST) -> str | None:
+    """The program a node loads by name: Loaded("x"), load("x"), or a ProgramSide's `program = "x"`
+    (also in a tuple assignment: `program, ring, ... = "x", ...`)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Loaded", "load")
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        return node.args[0].value
+    if isinstance(node, ast.ClassDef):
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target, value = stmt.targets[0], stmt.value
+                pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                         else [(target, value)])
+                for name, val in pairs:
+                    if (isinstance(name, ast.Name) and name.id == "program" and isinstance(val, ast.Constant)
+                            and isinstance(val.value, str)):
+                        return val.value
+    return None
+
+
 def _loaded_programs() -> dict[str, set[str]]:
-    """program name -> the package modules that load it by name (Loaded("x") or load("x"))."""
+    """program name -> the package modules that load it by name (_named_program)."""
     out: dict[str, set[str]] = {}
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Loaded", "load")
-                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                out.setdefault(node.args[0].value, set()).add(module)
+            if (name := _named_program(node)) is not None:
+                out.setdefault(name, set()).add(module)
     return out
 
 
@@ -204,7 +222,9 @@ def test_every_program_has_its_loader_and_every_loader_its_program():
     on_disk = {p.name[:-len(".bpf.c")] for p in BPF.glob("*.bpf.c")}
     assert set(loaded) == on_disk, {"loaded, no source in bpf/": sorted(set(loaded) - on_disk),
                                     "in bpf/, loaded by no module": sorted(on_disk - set(loaded))}
-    assert all(len(mods) == 1 for mods in loaded.values()), loaded      # one loader per program
+    # one loader per program, named after it: bpf/<name>.bpf.c is loaded by pytest_agentcgroup/bpf/<name>.py
+    misnamed = {name: sorted(mods) for name, mods in loaded.items() if mods != {f"{PACKAGE}.bpf.{name}"}}
+    assert not misnamed, f"each program's loader is the module named after it, bpf/<name>.py: {misnamed}"
 
 
 def test_the_package_finds_the_programs_in_the_checkouts_bpf():

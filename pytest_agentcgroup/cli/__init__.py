@@ -2,7 +2,7 @@
 module holds the top-level parser; each command group has a module here that adds its parsers and
 runs its commands by calling the library's functions (`python -m pytest_agentcgroup.cli` is the same).
 
-    agentcgroup traces convert SRC... -o OUT [--format F] [--json]                       (traces.py)
+    agentcgroup traces convert SRC... -o OUT [--format F] [--to ir|atif] [--json]        (traces.py)
     agentcgroup traces validate FILE_OR_DIR... [--json]
     agentcgroup traces stats FILE_OR_DIR... [--json]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
@@ -12,7 +12,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG]
                                [--step-timeout S]                                        (profile.py)
     agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed; fidelity.py)
-    agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...     (report.py)
+    agentcgroup report DIR... [-o OUT] [--markdown [--title T]] [--config TOML] [--trace ID]...
+                       [--default AXIS=VALUE]...  |  report --publish FILE                (report.py)
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: docs/gate.md, "Tolerances")
     agentcgroup images clean [--image NAME]...                                           (machine.py)
     agentcgroup emulator clean

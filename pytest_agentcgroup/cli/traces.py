@@ -13,17 +13,20 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..traces import convert as registry
+from ..traces.convert.atif import write_atif
 from ..traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
 from . import EXIT_BAD_INPUT, EXIT_OK
 
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+WRITERS = {"ir": write_trace, "atif": write_atif}        # `convert --to`
 
 
 def add_parsers(tsub) -> None:
     fmts = ", ".join(registry.formats())
     c = tsub.add_parser(
         "convert", help="convert public agent-trace files to the trace IR",
-        description="Convert agent-trace files to IR files (OUT/<trace_id>.json, one trace each). Each "
+        description="Convert agent-trace files (IR files too) to IR files, or to ATIF with --to atif "
+                    "(OUT/<trace_id>.json, one trace each). Each "
                     f"file's format is sniffed unless --format is given (formats: {fmts}). A directory is "
                     "walked recursively; files no converter recognises are skipped there (but a file named "
                     "on the command line must be recognised). A bad file or record is reported on stderr "
@@ -32,6 +35,8 @@ def add_parsers(tsub) -> None:
     c.add_argument("sources", nargs="+", metavar="SRC", type=Path, help="trace files or directories")
     c.add_argument("-o", "--output", required=True, type=Path, metavar="OUT", help="output directory (created)")
     c.add_argument("-f", "--format", choices=registry.formats(), help="skip sniffing: read every file as this format")
+    c.add_argument("--to", choices=tuple(WRITERS), default="ir", help="output format (default: ir, the trace IR; "
+                   "atif: Harbor's Agent Trajectory Interchange Format)")
     c.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
     c.set_defaults(func=cmd_convert)
 
@@ -191,7 +196,7 @@ def cmd_convert(args) -> int:
                     seen[r.trace_id] = str(path)
                     dest = _out_path(out, r.trace_id)
                     dest.parent.mkdir(parents=True, exist_ok=True)
-                    write_trace(r, dest)
+                    WRITERS[args.to](r, dest)
                     entry["traces"] += 1
                     entry["steps"] += len(r.steps)
             except TraceError as exc:

@@ -1,12 +1,12 @@
 """Fidelity of the emulator: replay recorded steps with the `emulate` executor and compare what the
-kernel counted for the emulation with what it counted for the real command (issue 15).
+kernel counted for the emulation with what it counted for the real command.
 
 A step is compared when its trace recorded its duration and its peak (`agentcgroup traces profile`
 writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
 unlimited arm) made ahead, with the emulator's launcher already joined to it: pool=True, the spawn
-path the experiments replay through. (A spawn that joins in the forked child took 11 ms here, up to
-~30 ms while the kernel was still tearing down another run's cgroups, a parked one 1.7 ms: timed
-from before the spawn, the emulator would start that much later with less of the step left.) It is
+path the experiments replay through. (A spawn that joins in the forked child is slower, the more so
+while the kernel tears down another run's cgroups: timed from before the spawn, the emulator would
+start that much later with less of the step left.) It is
 measured with the counters the recording used: the kernel's per-cgroup peak (v2 memory.peak | v1
 memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system over every process
 of the step) and the wall time from spawn to reap. The emulator's own exit and reap are measured

@@ -21,7 +21,9 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
            "curve":    {"t_ms": [0, 10, 20], "mb": [2.0, 180.5, 40.1], "provenance": "recorded"}
          },
          "outcome": {"status": "ok", "exit_code": 0},          # profiled steps: how the run ended
-         "original": {"duration_ms": {...}, "profile": {...}}  # profiled steps: the source's own figures
+         "original": {"duration_ms": {...}, "profile": {...}}, # profiled steps: the source's own figures
+         "recorded_outcome": {"status": "failed", "exit_code": 1},  # how the step ended in the source run
+         "recorded_output": "Traceback (most recent call last): ..." # the head of what it printed there
         }
       ]
     }
@@ -30,7 +32,8 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
 increasing), as `agentcgroup traces profile` samples it; `peak_mb` stays the step's peak (the
 kernel's own per-cgroup peak where it has one). `outcome` says how a profiled step ended (OUTCOMES):
 a step that failed or timed out is kept, with what was measured until then. `original` keeps the
-profile the trace had before it was profiled, for comparison.
+profile the trace had before it was profiled, for comparison. `recorded_outcome`/`recorded_output`:
+what the source recorded of the step's own run (exit code or timeout; its output's head), kept to compare.
 
 Every number a trace carries says where it came from (PROVENANCES): `recorded` was measured by the
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
@@ -159,6 +162,8 @@ class Step:
     profile: Profile = field(default_factory=Profile)
     outcome: Outcome | None = None
     original: Original | None = None
+    recorded_outcome: Outcome | None = None
+    recorded_output: str | None = None
 
     @property
     def command(self) -> str | None:
@@ -178,6 +183,10 @@ class Step:
             out["outcome"] = self.outcome.to_json()
         if self.original is not None:
             out["original"] = self.original.to_json()
+        if self.recorded_outcome is not None:
+            out["recorded_outcome"] = self.recorded_outcome.to_json()
+        if self.recorded_output is not None:
+            out["recorded_output"] = self.recorded_output
         return out
 
 
@@ -261,8 +270,13 @@ def parse_step(raw: Any, index: int, where: dict) -> Step:
             duration_ms=_measure(orig["duration_ms"], "original.duration_ms", where, index)
             if orig.get("duration_ms") is not None else None,
             profile=_profile(orig.get("profile"), "original.profile", where, index))
+    recorded = (_outcome(raw["recorded_outcome"], where, index, "recorded_outcome")
+                if raw.get("recorded_outcome") is not None else None)
+    output = raw.get("recorded_output")
+    if output is not None and not isinstance(output, str):
+        raise TraceError(f"expected str, got {type(output).__name__}", field="recorded_output", step=index, **where)
     return Step(step_id=step_id, tool=tool, args=args, native_tool=native, duration_ms=duration, profile=profile,
-                outcome=outcome, original=original)
+                outcome=outcome, original=original, recorded_outcome=recorded, recorded_output=output)
 
 
 def _profile(raw: Any, name: str, where: dict, step: int) -> Profile:
@@ -306,12 +320,12 @@ def _check_curve(curve: Curve, name: str, where: dict, step: int) -> None:
                          field=f"{name}.provenance", step=step, **where)
 
 
-def _outcome(raw: Any, where: dict, step: int) -> Outcome:
+def _outcome(raw: Any, where: dict, step: int, name: str = "outcome") -> Outcome:
     if not isinstance(raw, dict) or raw.get("status") not in OUTCOMES:
         got = raw.get("status") if isinstance(raw, dict) else raw
-        raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field="outcome.status",
+        raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field=f"{name}.status",
                          step=step, **where)
-    code = check_number(raw.get("exit_code"), "exit_code", field="outcome.exit_code", where=where, step=step)
+    code = check_number(raw.get("exit_code"), "exit_code", field=f"{name}.exit_code", where=where, step=step)
     return Outcome(raw["status"], code)
 
 
@@ -385,9 +399,13 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         for pre, p in profiles:
             if p.curve is not None:
                 _check_curve(p.curve, f"{pre}profile.curve", where, i)
-        if st.outcome is not None and st.outcome.status not in OUTCOMES:
-            raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {st.outcome.status!r}",
-                             field="outcome.status", step=i, **where)
+        for name, oc in (("outcome", st.outcome), ("recorded_outcome", st.recorded_outcome)):
+            if oc is not None and oc.status not in OUTCOMES:
+                raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {oc.status!r}",
+                                 field=f"{name}.status", step=i, **where)
+        if st.recorded_output is not None and not isinstance(st.recorded_output, str):
+            raise TraceError(f"expected str, got {type(st.recorded_output).__name__}", field="recorded_output",
+                             step=i, **where)
     return trace
 
 
