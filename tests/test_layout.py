@@ -31,7 +31,7 @@ MODULE_MAX_LINES = 450
 #: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
 #: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant above
 #: replay, the experiment config above metrics (it validates budgets), and the pytest side
-#: (harness/), the corpus tools and the entry points (plugin.py, cli.py) on top.
+#: (harness/), the corpus tools and the entry points (plugin.py, cli/) on top.
 RANKS = {
     "errors": 0,
     "proc": 1, "traces": 1, "programs": 1,
@@ -43,7 +43,7 @@ RANKS = {
     "metrics": 7,
     "config": 8,
     "reports": 9,
-    "harness": 10, "tools": 10, "machine_commands": 10,
+    "harness": 10, "tools": 10,
     "plugin": 11, "cli": 11, "": 11,        # "": the package's own __init__ (its small data API)
 }
 
@@ -156,8 +156,22 @@ def test_no_import_cycle():
 
 
 def test_the_runtime_never_imports_the_corpus_tools():
-    users = sorted(m for m, ts in GRAPH.items() if _room(m) != "tools" and any(_room(t) == "tools" for t in ts))
+    # the command line (cli/) starts them; nothing else does
+    users = sorted(m for m, ts in GRAPH.items()
+                   if _room(m) not in ("tools", "cli") and any(_room(t) == "tools" for t in ts))
     assert not users
+
+
+def test_argparse_is_imported_by_the_command_line_only():
+    """One package parses command lines (cli/); the library takes typed arguments."""
+    users = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "argparse" or n.startswith("argparse.") for n in names):
+                users.append(module)
+    assert users and all(_room(m) == "cli" for m in users), users
 
 
 def test_the_top_level_is_the_designs():

@@ -1,5 +1,5 @@
 """`agentcgroup report` (the HTML report, the Markdown results page, the published pages) and
-`agentcgroup compare`: the command line of the reports (wired into pytest_agentcgroup/cli.py).
+`agentcgroup compare`: the command line of the reports (reports/).
 pandas and matplotlib are imported only when a command runs."""
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def cmd_report(args) -> int:
         return 2
     if _missing_report_extra("report"):
         return 2
-    from .frames import ResultsError
+    from ..reports.frames import ResultsError
     defaults = {}
     for item in args.default or []:
         axis, sep, value = item.partition("=")
@@ -122,18 +122,18 @@ def cmd_report(args) -> int:
     out = args.output or Path("report")
     try:
         if args.publish is not None:
-            from .publish import publish
+            from ..reports.publish import publish
             pages = publish(args.publish, args.output)
             for page in pages:
                 print(f"results page: {page} (runs.csv, columns.csv, figures/ beside it)")
             return 0
         if args.markdown:
-            from .markdown import build_page
+            from ..reports.markdown import build_page
             page = build_page(args.dirs, out, config=args.config, traces=args.trace, defaults=defaults,
                               title=args.title)
             print(f"results page: {page} (runs.csv, columns.csv, figures/ beside it)")
             return 0
-        from .html import build_report
+        from ..reports.html import build_report
         index = build_report(args.dirs, out, config=args.config, traces=args.trace, defaults=defaults,
                              characterize=args.characterize)
     except ResultsError as exc:
@@ -149,8 +149,8 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from ..metrics.compare import RuleError, parse_rules
     from ..metrics.registry import REGISTRY
-    from .comparison import compare
-    from .frames import ResultsError
+    from ..reports.comparison import compare
+    from ..reports.frames import ResultsError
     try:
         rules = parse_rules(",".join(args.tol)) if args.tol else None
     except RuleError as exc:
