@@ -1,5 +1,7 @@
 # pytest-agentcgroup — `make test`, `make run`; extra pytest args: PYTEST_ARGS="-k foo -x"
 PY           := .venv/bin/python
+# the command line (pyproject.toml's console script, installed by `make setup`)
+AGENTCGROUP  := .venv/bin/agentcgroup
 PYTEST_ARGS  ?=
 # package groups for hostsetup.sh; empty means $$AGENTCGROUP_GROUPS or "core docker browser"
 SETUP_GROUPS ?=
@@ -49,7 +51,7 @@ baseline: setup
 # the HTML report of the newest run in results/ (make run; `results` means its newest run):
 # report/index.html, runs.csv, figures
 report: setup
-	@$(PY) -m pytest_agentcgroup.cli report results -o report --config experiments/agentcgroup.toml
+	@$(AGENTCGROUP) report results -o report --config experiments/agentcgroup.toml
 
 # Experiment 1 as a frontier (issue 13): every arm at static limits swept over the paper subset's
 # trace-peak percentiles (experiments/exp1-paper.toml; 1 h 20 min with PYTEST_ARGS="-n 2", see
@@ -59,15 +61,17 @@ paper: setup
 	@$(PY) -m pytest experiments/test_exp1_domain_mismatch.py -q --benchmark-columns=median \
 	  --agentcgroup-config experiments/exp1-paper.toml --agentcgroup-out results-paper $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; \
-	  $(PY) -m pytest_agentcgroup.cli report results-paper -o report-paper --config experiments/exp1-paper.toml || exit 1; exit $$rc
+	  $(AGENTCGROUP) report results-paper -o report-paper --config experiments/exp1-paper.toml || exit 1; exit $$rc
 
 # The documentation (docs/: Sphinx, pages in MyST Markdown) into docs/_build/html, warnings as
 # errors: -n and MyST check every cross-reference and heading anchor, autodoc imports the API modules
-# (bcc mocked: no root needed). No linkcheck: this machine reaches no web site but the package
+# (bcc mocked: no root needed). First the results pages of the runs docs/results/published.toml
+# lists (committed run directories, so that a fresh clone builds them) into docs/results/pages/. No linkcheck: this machine reaches no web site but the package
 # registries, and internal links are already checked here. The `docs` extra is installed once, again
 # when pyproject.toml changes (a stamp, as hostsetup.sh keeps for the `test` extra).
 DOCS_STAMP   := .venv/.docs-pip-stamp
 docs: setup $(DOCS_STAMP)
+	@$(AGENTCGROUP) report --publish docs/results/published.toml >/dev/null
 	@$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
 $(DOCS_STAMP): pyproject.toml | setup
@@ -77,21 +81,21 @@ $(DOCS_STAMP): pyproject.toml | setup
 	@touch $@
 
 clean:
-	rm -rf .venv results report results-paper report-paper docs/_build
+	rm -rf .venv results report results-paper report-paper docs/_build docs/results/pages
 
 # The recorded-here corpus (issue 15): its workspace (more-itertools' sdist and a wheel directory,
 # pinned by sha256, from PyPI) and its command traces profiled on this machine into traces/ (subset
 # recorded-here; resumable: a trace already complete there is kept, delete it to profile it again)
 recorded-here: setup
-	@$(PY) -m pytest_agentcgroup.tools.recorded_here workspace .cache/recorded-here/workspace
-	@$(PY) -m pytest_agentcgroup.cli traces profile traces/recorded-here/commands -o traces \
+	@$(AGENTCGROUP) tools recorded-here workspace .cache/recorded-here/workspace
+	@$(AGENTCGROUP) traces profile traces/recorded-here/commands -o traces \
 	  --workspace .cache/recorded-here/workspace --subset recorded-here
 
 # the Docker images the project built (agentcgroup/...), so that the next run builds them from nothing;
 # starts dockerd for it when none answers (and stops it again); silent when there is nothing to remove
 clean-images: setup
-	@$(PY) -m pytest_agentcgroup.cli images clean
+	@$(AGENTCGROUP) images clean
 
 # the emulator binaries compiled on first use (replay/emulator_build.py), so the next run compiles it
 clean-emulator: setup
-	@$(PY) -c 'from pytest_agentcgroup.replay.emulator_build import remove_built; [print("removed", f) for f in remove_built()]'
+	@$(AGENTCGROUP) emulator clean

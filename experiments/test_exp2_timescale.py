@@ -325,7 +325,7 @@ def test_exp2_reaction_time(request, benchmark, tmp_path, capsys):
     if why:
         pytest.skip(why)
     from pytest_agentcgroup.bpf.task_stop import TaskStopObserver
-    from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
+    from pytest_agentcgroup.bpf.reclaim_throttle import ReclaimThrottle
 
     # the cgroup fixtures once the settings are known: a config without exp2 skips before anything is made
     workload_cgroup, agentcgroup_tree = (request.getfixturevalue(f) for f in ("workload_cgroup", "agentcgroup_tree"))

@@ -7,7 +7,7 @@ writing process".
 
 A `Parked` shell does the same ahead of time: started, joined to its cgroups and in its own session
 before the step is known, it waits for `run(argv, join=parked)` to send it the step, and then only
-has to exec. The fork from a large Python process (most of a spawn's cost here: the join must run
+has to exec. The fork from a large Python process (most of a spawn's cost: the join must run
 between fork and exec, which rules out vfork) and the joins are then off the step's critical path
 (cgroups/pool.py prepares them between steps).
 

@@ -8,7 +8,7 @@ without its package being installed. A missing program is one message naming it 
     tool = which("bpftool")             # its path, or None (for code that can do without it)
     missing(["core", "docker"])         # every program of those groups that is not installed
 
-    agentcgroup doctor [GROUP...]       # check() on the command line (cli.py)
+    agentcgroup doctor [GROUP...]       # check() on the command line (cli/machine.py)
 
 The table is a TSV file, not Python, because hostsetup.sh reads it on a bare Debian before there
 is any python3 (it installs python3 itself). Imports nothing from the package but errors.py.

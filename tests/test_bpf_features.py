@@ -17,6 +17,14 @@ def test_probe_reports_every_feature_with_a_reason():
     print(features.report())
 
 
+def test_the_command_line_prints_a_line_per_feature(capsys):
+    from pytest_agentcgroup.cli import main
+    assert main(["bpf", "features"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert {line.split()[1] for line in lines} >= EXPECTED
+    assert all(line.split()[0] in ("yes", "no") for line in lines), lines
+
+
 # -- the bpf() syscall number per architecture ------------------------------------------------
 
 def _c_library_nr_bpf() -> int | None:

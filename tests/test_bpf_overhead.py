@@ -49,7 +49,7 @@ def test_bpf_observer_overhead(run_tree, request, page_faults):
     if page_faults and (why := features.missing("tp:exceptions/page_fault_user")):
         pytest.skip(why)                                    # an x86-only tracepoint
     from pytest_agentcgroup.bpf.loader import our_programs
-    from pytest_agentcgroup.bpf.observer import MemcgObserver
+    from pytest_agentcgroup.bpf.memcg_observer import MemcgObserver
     cg = run_tree.workload("overhead", inner=False)
     files = cg.join_files()
     w = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

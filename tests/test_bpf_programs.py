@@ -63,7 +63,7 @@ def joiner(cg):
 
 def test_observer_counts_agree_with_cgroup_counters(run_tree):
     need("ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:oom/mark_victim")
-    from pytest_agentcgroup.bpf.observer import MemcgObserver
+    from pytest_agentcgroup.bpf.memcg_observer import MemcgObserver
     steps = {"oom": "b = bytearray(100 << 20)",                # over the 64 MB limit: OOM-killed
              "fits": "b = bytearray(16 << 20)",                # well under it: nothing happens
              "oom2": "x = [bytearray(8 << 20) for _ in range(12)]"}
@@ -136,7 +136,7 @@ def host_address() -> str | None:
 
 def test_egress_policy_denies_local_listener(run_tree, listener):
     need("cgroup_attach")
-    from pytest_agentcgroup.bpf.egress import EgressPolicy
+    from pytest_agentcgroup.bpf.egress_policy import EgressPolicy
     free = run_tree.workload("free", inner=False)
     assert connect_from(free, "127.0.0.1", listener) == 0          # without the policy: connects
     boxed = run_tree.workload("boxed", inner=False)
@@ -151,7 +151,7 @@ def test_egress_policy_denies_local_listener(run_tree, listener):
 
 def test_egress_policy_loopback_flag_and_allow_list(run_tree, listener):
     need("cgroup_attach")
-    from pytest_agentcgroup.bpf.egress import EgressPolicy
+    from pytest_agentcgroup.bpf.egress_policy import EgressPolicy
     lo_ok = run_tree.workload("lo_ok", inner=False)
     with EgressPolicy(allow_loopback=True) as pol:
         pol.attach(lo_ok.unified)
@@ -194,7 +194,7 @@ def wait_state(pid, want, timeout_s=5.0):
 
 def test_throttle_stops_low_priority_allocator(run_tree):
     need("ringbuf", "tp:vmscan/mm_vmscan_memcg_reclaim_begin", "tp:sched/sched_switch")
-    from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
+    from pytest_agentcgroup.bpf.reclaim_throttle import ReclaimThrottle
     low, normal = run_tree.workload("low", inner=False), run_tree.workload("normal", inner=False)
     for cg in (low, normal):
         cg.set_memory_max(64 * MB)
@@ -292,7 +292,7 @@ def test_task_stop_measures_onset_stop_and_overshoot_of_a_throttled_burst(run_tr
     counter is read at both (overshoot = what it touched in between)."""
     from pytest_agentcgroup.bpf.task_stop import NEEDS, TaskStopObserver
     need("ringbuf", *NEEDS)
-    from pytest_agentcgroup.bpf.throttle import ReclaimThrottle
+    from pytest_agentcgroup.bpf.reclaim_throttle import ReclaimThrottle
     low = run_tree.workload("low", inner=False)
     low.set_memory_max(64 * MB)
     with TaskStopObserver() as obs, ReclaimThrottle() as thr:

@@ -111,8 +111,33 @@ def test_format_override(tmp_path, capsys):
     assert "not a readable zip archive" in capsys.readouterr().err
 
 
+def test_convert_to_atif(tmp_path, capsys):
+    # our own traces (an IR file of the shipped corpus) and another producer's ATIF file, out as ATIF
+    repo = Path(__file__).resolve().parents[1]
+    ir_file, atif_in = repo / "traces" / "claude-code" / "haiku" / "simonw__files-to-prompt-44.json", \
+        repo / "tests" / "data" / "atif" / "claude-code-subagent.json"
+    out = tmp_path / "atif"
+    assert cli.main(["traces", "convert", str(ir_file), str(atif_in), "-o", str(out), "--to", "atif"]) == 0
+    text = capsys.readouterr().out
+    assert f"{ir_file}: ir, 1 trace(s), 22 step(s)" in text and f"{atif_in}: atif, 2 trace(s), 10 step(s)" in text
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
+    assert files == ["atif/c3f1a2b4-0d9e-4f7a-8b6c-5e4d3c2b1a09.json",
+                     "atif/c3f1a2b4-0d9e-4f7a-8b6c-5e4d3c2b1a09/explore-1.json",
+                     "claude-code/haiku/simonw__files-to-prompt-44.json"]
+    doc = json.loads((out / files[2]).read_text())
+    assert doc["schema_version"] == "ATIF-v1.4" and doc["session_id"] == "claude-code/haiku/simonw__files-to-prompt-44"
+    assert [s["step_id"] for s in doc["steps"]] == list(range(1, 23))
+    # and back (the default --to is the IR): the same traces
+    back = tmp_path / "ir"
+    assert cli.main(["traces", "convert", str(out), "-o", str(back)]) == 0
+    (again,) = read_traces(back / files[2])
+    (original,) = read_traces(ir_file)
+    assert again == original
+
+
 @pytest.mark.parametrize("argv", [
     [], ["traces"], ["traces", "convert"], ["traces", "convert", "x"], ["traces", "convert", "x", "-o", "y", "--format", "nope"],
+    ["traces", "convert", "x", "-o", "y", "--to", "json"],
     ["traces", "frobnicate"], ["traces", "stats"], ["--bogus"],
 ])
 def test_usage_errors_exit_2(argv, capsys):
@@ -127,7 +152,7 @@ def test_help_explains(capsys):
         cli.main(["traces", "convert", "--help"])
     assert ei.value.code == 0
     text = capsys.readouterr().out
-    assert "openhands-rows" in text and "--format" in text and "exit code" in text
+    assert "openhands-rows" in text and "--format" in text and "exit code" in text and "--to {ir,atif}" in text
 
 
 @needs_data

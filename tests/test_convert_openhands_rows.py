@@ -70,9 +70,9 @@ def test_step_counts_and_kinds(traces):
 def test_first_steps_of_row_0(traces):
     t = traces[0]
     assert t.steps[0].to_json() == {"step_id": 0, "tool": "noop", "native_tool": "think", "args": {}}
-    assert {k: v for k, v in t.steps[1].to_json().items() if k != "outcome"} == {
+    assert {k: v for k, v in t.steps[1].to_json().items() if not k.startswith("recorded_")} == {
         "step_id": 1, "tool": "read", "native_tool": "str_replace_editor", "args": {"op": "view", "path": "/workspace"}}
-    assert t.steps[1].outcome.output_head.startswith("Here's the files and directories up to 2 levels deep in /workspace")
+    assert t.steps[1].recorded_output.startswith("Here's the files and directories up to 2 levels deep in /workspace")
     # the first command's cwd is unknown (no tool result has reported one yet)
     assert t.steps[2].args == {"command": "cd /workspace/tianocore__edk2-pytool-library__0.15 && pwd"}
     # ... and its result's footer is the cwd of everything after it
@@ -181,12 +181,14 @@ def test_what_each_step_recorded_is_its_outcome_and_the_row_names_its_task(trace
                                      "python": "/opt/conda/envs/testbed/bin/python"}
     step7 = linopy.steps[7]
     assert step7.command == "cd /workspace/PyPSA__linopy__0.0 && python -m pytest --version"
-    assert step7.outcome.to_json() == {"status": "ok", "exit_code": 0, "output_head": "pytest 8.3.3"}
-    counts = [Counter((s.tool, s.outcome.exit_code if s.outcome else "none") for s in t.steps if s.tool == "bash")
-              for t in traces]
+    assert step7.recorded_outcome.to_json() == {"status": "ok", "exit_code": 0}
+    assert step7.recorded_output == "pytest 8.3.3" and step7.outcome is None      # `outcome`: a profile's
+    counts = [Counter((s.tool, s.recorded_outcome.exit_code if s.recorded_outcome else "none") for s in t.steps
+                      if s.tool == "bash") for t in traces]
     assert counts == [{("bash", 0): 23, ("bash", 1): 4}, {("bash", 0): 41, ("bash", 1): 3, ("bash", 4): 1},
                       {("bash", 0): 29, ("bash", 1): 1}]
-    assert all(s.outcome is not None and s.outcome.status == "ok" for t in traces for s in t.steps if s.tool == "edit")
+    assert all(s.recorded_outcome is not None and s.recorded_outcome.status == "ok" for t in traces for s in t.steps
+               if s.tool == "edit")
     assert [t.task.version for t in traces] == ["0.15", "0.0", "0.7"]
     # hand-built: a failing command, one still running when OpenHands stopped waiting (-1), input to
     # a running process (no exit of its own), an editor error
@@ -199,10 +201,10 @@ def test_what_each_step_recorded_is_its_outcome_and_the_row_names_its_task(trace
         _call("str_replace_editor", {"command": "str_replace", "path": "/r/a.py", "old_str": "x"}, "c4"),
         _result("ERROR:\nNo replacement was performed", "c4", name="str_replace_editor"))])
     (t,) = conv.convert(p)
-    assert [s.outcome.to_json() if s.outcome else None for s in t.steps] == [
-        {"status": "failed", "exit_code": 1, "output_head": "oops"},
-        {"status": "timeout", "exit_code": None, "output_head": "[The command has no new output after 30 seconds.]"},
-        None, {"status": "failed", "exit_code": None, "output_head": "ERROR:\nNo replacement was performed"}]
+    assert [(s.recorded_outcome.to_json(), s.recorded_output) if s.recorded_outcome else None for s in t.steps] == [
+        ({"status": "failed", "exit_code": 1}, "oops"),
+        ({"status": "timeout", "exit_code": None}, "[The command has no new output after 30 seconds.]"),
+        None, ({"status": "failed", "exit_code": None}, "ERROR:\nNo replacement was performed")]
     assert t.task.to_json() == {"instance_id": "o__r-1"}
 
 

@@ -109,7 +109,8 @@ def test_builder_regenerates_shipped_corpus(tmp_path):
 
 
 def test_builder_cli_errors(tmp_path, capsys):
-    assert bc.main([str(tmp_path / "nothing"), str(tmp_path / "out")]) == 1
+    from pytest_agentcgroup.cli import main
+    assert main(["tools", "build-corpus", str(tmp_path / "nothing"), str(tmp_path / "out")]) == 1
     assert "not a claude-code task directory" in capsys.readouterr().err
 
 

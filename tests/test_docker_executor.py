@@ -144,6 +144,17 @@ def images_clean(*names: str) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
 
+def test_the_local_image_runs_python_without_apt_lists_docs_or_translations(agentcgroup_docker):
+    """The image is pruned (rootfs.prune_for_image) and what steps use still works in it."""
+    engine = agentcgroup_docker
+    name = engine.ensure_image()
+    out = engine.client.containers.run(name, ["sh", "-c",
+        "python3 -c 'import json, ctypes, subprocess; print(\"py ok\")' && "
+        "ls -A /var/lib/apt/lists /var/cache/apt /usr/share/doc /usr/share/man /usr/share/locale | grep -v : | grep . | wc -l"],
+        remove=True, network_disabled=True).decode()
+    assert out.split() == ["py", "ok", "0"], out
+
+
 def test_a_build_waits_for_the_one_under_way_and_takes_its_image(agentcgroup_docker):
     """Two sessions finding the image missing build it once: the second waits on the build lock and
     then finds the first one's image (a build of its own would fail at once: its mirror is bogus)."""

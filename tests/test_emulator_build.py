@@ -53,6 +53,15 @@ def test_clean_emulator_removes_the_build_and_the_next_use_compiles_again(fresh,
     assert emulator_build.emulator_binary() == path and os.path.exists(path), "not compiled again"
 
 
+def test_agentcgroup_emulator_clean_names_what_it_removed(fresh, monkeypatch, capsys):
+    from pytest_agentcgroup.cli import main
+    monkeypatch.setattr(emulator_build, "cache_dirs", lambda: [fresh])   # never the caches other runs use
+    path = emulator_build.emulator_binary()
+    assert main(["emulator", "clean"]) == 0
+    assert capsys.readouterr().out == f"removed {path}\n" and not os.path.exists(path)
+    assert main(["emulator", "clean"]) == 0 and capsys.readouterr().out == "", "silent when there is none"
+
+
 def test_two_processes_building_at_once_both_get_it(fresh):
     code = "from pytest_agentcgroup.replay import emulator_build as b; print(b.emulator_binary())"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]

@@ -26,13 +26,13 @@ TASK = Task(instance_id="acme__widget-7", repository="acme/widget", version="1.0
 
 
 def bash(i, cmd, code=None, head=None, **args):
-    outcome = None if code is None else Outcome("ok" if code == 0 else "failed", code, head)
-    return Step(i, "bash", {"command": cmd, "cwd": REPO_PATH, **args}, outcome=outcome)
+    outcome = None if code is None else Outcome("ok" if code == 0 else "failed", code)
+    return Step(i, "bash", {"command": cmd, "cwd": REPO_PATH, **args}, recorded_outcome=outcome, recorded_output=head)
 
 
 def edit(i, op, path, status="ok", **args):
     return Step(i, "edit", {"op": op, "path": path, **args}, native_tool="str_replace_editor",
-                outcome=Outcome(status, None, "File created successfully" if op == "create" else "edited"))
+                recorded_outcome=Outcome(status), recorded_output="File created successfully" if op == "create" else "edited")
 
 
 def run_sandbox(tree, steps, *, arm=None, seed=None, name="t"):

@@ -27,7 +27,7 @@ curve = st.lists(st.tuples(number, number), min_size=1, max_size=5).flatmap(
     lambda pts: st.builds(Curve, st.just(tuple(sorted(t for t, _ in pts))), st.just(tuple(m for _, m in pts)),
                           st.sampled_from(PROVENANCES)))
 profile = st.builds(Profile, **{k: st.none() | measure for k in PROFILE_FIELDS}, curve=st.none() | curve)
-outcome = st.builds(Outcome, st.sampled_from(OUTCOMES), st.none() | st.integers(-255, 255), st.none() | text)
+outcome = st.builds(Outcome, st.sampled_from(OUTCOMES), st.none() | st.integers(-255, 255))
 task = st.builds(Task, **{k: st.none() | text.filter(lambda s: s.strip() and "\0" not in s) for k in TASK_KEYS})
 
 
@@ -101,7 +101,7 @@ def good() -> dict:
                        "duration_ms": {"value": 5, "provenance": "recorded"},
                        "profile": {"peak_mb": {"value": 1.5, "provenance": "derived"},
                                    "curve": {"t_ms": [0, 10], "mb": [1.0, 1.5], "provenance": "recorded"}},
-                       "outcome": {"status": "ok", "exit_code": 0, "output_head": "a.py"},
+                       "outcome": {"status": "ok", "exit_code": 0},
                        "original": {"profile": {"peak_mb": {"value": 9, "provenance": "derived"}}}},
                       {"step_id": 1, "tool": "noop"}],
             "task": {"instance_id": "o__r-1", "path": "/testbed"}}
@@ -154,8 +154,6 @@ MALFORMED = [
     ("steps/0/profile/curve/provenance", "measured", 0, "profile.curve.provenance", "provenance must be one of"),
     ("steps/0/outcome/status", "killed", 0, "outcome.status", "status must be one of"),
     ("steps/0/outcome/exit_code", "0", 0, "outcome.exit_code", "expected int or null"),
-    ("steps/0/outcome/output_head", 5, 0, "outcome.output_head", "a string of at most 2000 characters"),
-    ("steps/0/outcome/output_head", "x" * 2001, 0, "outcome.output_head", "a string of at most 2000 characters"),
     ("task", "o__r-1", None, "task", "expected an object, got str"),
     ("task/colour", "red", None, "task", "unknown key(s) colour"),
     ("task/image", "", None, "task.image", "expected a non-empty string"),
@@ -217,7 +215,7 @@ def test_trace_error_without_location():
 def test_check_trace_applies_parse_traces_rules_to_objects():
     """Converters validate what they emit with check_trace (no JSON round trip); it must refuse what
     parse_trace refuses, naming the same field and step."""
-    from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace, check_trace, parse_trace
+    from pytest_agentcgroup.traces.ir import Measure, Outcome, Profile, Step, Trace, check_trace, parse_trace
     ok = Step(step_id=0, tool="bash", args={"command": "ls", "cwd": "/t"}, duration_ms=Measure(5.0, "recorded"),
               profile=Profile(peak_mb=Measure(1.0, "derived")))
     assert check_trace(Trace("t", {}, (ok,))) is not None
@@ -230,6 +228,9 @@ def test_check_trace_applies_parse_traces_rules_to_objects():
         (Step(step_id=0, tool="noop", duration_ms=Measure(-1.0, "recorded")), "duration_ms.value"),
         (Step(step_id=0, tool="noop", duration_ms=Measure(float("nan"), "recorded")), "duration_ms.value"),
         (Step(step_id=0, tool="noop", profile=Profile(cpu_ms=Measure(1.0, "guessed"))), "profile.cpu_ms.provenance"),
+        (Step(step_id=0, tool="noop", recorded_outcome=Outcome("fine", 0)), "recorded_outcome.status"),
+        (Step(step_id=0, tool="noop", recorded_outcome=Outcome("failed", 300)), "recorded_outcome.exit_code"),
+        (Step(step_id=0, tool="noop", recorded_output=5), "recorded_output"),
     ]
     for step, field in bad:
         trace = Trace("t", {}, (step,))

@@ -32,7 +32,7 @@ MODULE_MAX_LINES = 450
 #: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant and
 #: the tasks' workspaces (built outside the sandbox, handed to an executor) above
 #: replay, the experiment config above metrics (it validates budgets), and the pytest side
-#: (harness/), the corpus tools and the entry points (plugin.py, cli.py) on top.
+#: (harness/), the corpus tools and the entry points (plugin.py, cli/) on top.
 RANKS = {
     "errors": 0,
     "proc": 1, "traces": 1, "programs": 1,
@@ -44,7 +44,7 @@ RANKS = {
     "metrics": 7,
     "config": 8,
     "reports": 9,
-    "harness": 10, "tools": 10, "machine_commands": 10,
+    "harness": 10, "tools": 10,
     "plugin": 11, "cli": 11, "": 11,        # "": the package's own __init__ (its small data API)
 }
 
@@ -157,8 +157,22 @@ def test_no_import_cycle():
 
 
 def test_the_runtime_never_imports_the_corpus_tools():
-    users = sorted(m for m, ts in GRAPH.items() if _room(m) != "tools" and any(_room(t) == "tools" for t in ts))
+    # the command line (cli/) starts them; nothing else does
+    users = sorted(m for m, ts in GRAPH.items()
+                   if _room(m) not in ("tools", "cli") and any(_room(t) == "tools" for t in ts))
     assert not users
+
+
+def test_argparse_is_imported_by_the_command_line_only():
+    """One package parses command lines (cli/); the library takes typed arguments."""
+    users = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "argparse" or n.startswith("argparse.") for n in names):
+                users.append(module)
+    assert users and all(_room(m) == "cli" for m in users), users
 
 
 def test_the_top_level_is_the_designs():
@@ -175,14 +189,32 @@ def test_the_ebpf_sources_are_the_top_level_bpf_one_program_per_file():
     assert not (ROOT / "bpf" / "programs").exists(), "the eBPF sources live in the top-level bpf/"
 
 
+def _named_program(node: ast.AST) -> str | None:
+    """The program a node loads by name: Loaded("x"), load("x"), or a ProgramSide's `program = "x"`
+    (also in a tuple assignment: `program, ring, ... = "x", ...`)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Loaded", "load")
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        return node.args[0].value
+    if isinstance(node, ast.ClassDef):
+        for stmt in node.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target, value = stmt.targets[0], stmt.value
+                pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                         else [(target, value)])
+                for name, val in pairs:
+                    if (isinstance(name, ast.Name) and name.id == "program" and isinstance(val, ast.Constant)
+                            and isinstance(val.value, str)):
+                        return val.value
+    return None
+
+
 def _loaded_programs() -> dict[str, set[str]]:
-    """program name -> the package modules that load it by name (Loaded("x") or load("x"))."""
+    """program name -> the package modules that load it by name (_named_program)."""
     out: dict[str, set[str]] = {}
     for module, path in MODULES.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Loaded", "load")
-                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-                out.setdefault(node.args[0].value, set()).add(module)
+            if (name := _named_program(node)) is not None:
+                out.setdefault(name, set()).add(module)
     return out
 
 
@@ -191,7 +223,9 @@ def test_every_program_has_its_loader_and_every_loader_its_program():
     on_disk = {p.name[:-len(".bpf.c")] for p in BPF.glob("*.bpf.c")}
     assert set(loaded) == on_disk, {"loaded, no source in bpf/": sorted(set(loaded) - on_disk),
                                     "in bpf/, loaded by no module": sorted(on_disk - set(loaded))}
-    assert all(len(mods) == 1 for mods in loaded.values()), loaded      # one loader per program
+    # one loader per program, named after it: bpf/<name>.bpf.c is loaded by pytest_agentcgroup/bpf/<name>.py
+    misnamed = {name: sorted(mods) for name, mods in loaded.items() if mods != {f"{PACKAGE}.bpf.{name}"}}
+    assert not misnamed, f"each program's loader is the module named after it, bpf/<name>.py: {misnamed}"
 
 
 def test_the_package_finds_the_programs_in_the_checkouts_bpf():

@@ -145,7 +145,7 @@ def test_two_runs_into_one_results_directory_keep_both(pytester, project, worker
     assert _snapshot(first) == kept, "the second run changed the first"
     assert sorted(p.name for p in out.iterdir()) == sorted([first.name, second.name, "latest"])
     for run, arms in ((first, {"unlimited", "static-env"}), (second, {"static-high"})):
-        assert sorted(p.name for p in run.iterdir()) == ["complete.json", "metrics.jsonl", "summary.json"]
+        assert sorted(p.name for p in run.iterdir()) == ["complete.json", "metrics.jsonl", "run.json", "summary.json"]
         assert {r["config"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())} == arms
     # the baseline was the first run (not the second, itself): its static-high is `new`
     second_result.stdout.fnmatch_lines([f"*baseline: {first}; 0 trace x arm compared*",

@@ -68,7 +68,7 @@ def test_killed_run_resumed_completes_only_what_was_missing(pytester, slow_proje
     out = pytester.path / "out"
     assert sorted(p.name for p in out.iterdir()) == runs, "the resume continued the killed run, made no other"
     run = out / runs[0]
-    assert sorted(p.name for p in run.iterdir()) == ["complete.json", "metrics.jsonl", "summary.json"]
+    assert sorted(p.name for p in run.iterdir()) == ["complete.json", "metrics.jsonl", "run.json", "summary.json"]
     after = _records(run / "metrics.jsonl")
     steps = Counter((r["config"], r["step_id"]) for r in after)
     assert steps == Counter({(a, s): 1 for a in ARMS for s in range(STEPS)}), steps

@@ -64,7 +64,9 @@ def test_a_serial_run_started_from_an_xdist_worker_is_not_a_worker(pytester, pro
 
 
 def _controller(out: Path, *, resume: bool = False) -> MetricsController:
-    config = types.SimpleNamespace(pluginmanager=types.SimpleNamespace(has_plugin=lambda name: True))
+    config = types.SimpleNamespace(pluginmanager=types.SimpleNamespace(has_plugin=lambda name: True),
+                                   invocation_params=pytest.Config.InvocationParams(args=["-n", "2"], plugins=None,
+                                                                                    dir=out.parent))
     return MetricsController(config, ControllerSettings(out=out, resume=resume))
 
 

@@ -137,6 +137,21 @@ def test_the_installed_package_finds_its_programs_and_the_emulator_in_itself(ins
     _run([got["emulator"], str(1 << 20), "0", "0", "0", "10", tmp_path], cwd=tmp_path)
 
 
+def test_the_installed_command_line_has_every_group(installed, tmp_path):
+    """The console script and `python -m pytest_agentcgroup.cli` of the installed wheel: the cli
+    package and each group's module are in it, and a command runs from there."""
+    py, pkg = installed
+    script = py.parent / "agentcgroup"
+    groups = ("traces", "report", "compare", "images", "emulator", "bpf", "doctor", "tools")
+    for argv in ([script, "--help"], [py, "-I", "-m", f"{PACKAGE}.cli", "--help"]):
+        text = _run(argv, cwd=tmp_path).stdout
+        assert all(f"    {g} " in text for g in groups), text
+    assert "    sweep " in _run([script, "traces", "--help"], cwd=tmp_path).stdout
+    assert (pkg / "cli" / "tools.py").is_file()
+    checked = _run([script, "traces", "validate", ROOT / "traces" / "recorded-here"], cwd=tmp_path).stdout
+    assert checked.count(": ok, 1 trace(s)") == len(list((ROOT / "traces" / "recorded-here").rglob("*.json")))
+
+
 _LOAD = """
 import json
 import bcc

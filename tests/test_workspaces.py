@@ -88,16 +88,16 @@ def test_a_lock_reads_back_as_written(tmp_path):
 def view(i, path, first_line, lines):
     head = f"Here's the result of running `cat -n` on {path}:\n" + "".join(
         f"{n:6}\t{text}\n" for n, text in enumerate(lines, first_line)) + "    99\tcut"
-    return Step(i, "read", {"op": "view", "path": path}, outcome=Outcome("ok", None, head))
+    return Step(i, "read", {"op": "view", "path": path}, recorded_outcome=Outcome("ok"), recorded_output=head)
 
 
 def test_a_release_is_told_apart_by_the_edits_that_apply_and_the_lines_the_trajectory_saw():
     f = f"{PATH}/widget/core.py"
     steps = (view(0, f, 2, ["def f():", "    return 1"]),
              Step(1, "edit", {"op": "str_replace", "path": f, "old_str": "    return 1", "new_str": "    return 2"},
-                  outcome=Outcome("ok")),
-             Step(2, "edit", {"op": "create", "path": f"{PATH}/new.py", "file_text": "x = 1\n"}, outcome=Outcome("ok")),
-             Step(3, "edit", {"op": "insert", "path": f"{PATH}/new.py", "insert_line": 1, "new_str": "y"}, outcome=Outcome("ok")),
+                  recorded_outcome=Outcome("ok")),
+             Step(2, "edit", {"op": "create", "path": f"{PATH}/new.py", "file_text": "x = 1\n"}, recorded_outcome=Outcome("ok")),
+             Step(3, "edit", {"op": "insert", "path": f"{PATH}/new.py", "insert_line": 1, "new_str": "y"}, recorded_outcome=Outcome("ok")),
              view(4, f, 3, ["    return 2"]))
     t = trace(*steps)
     old = {"widget/core.py": "# widget\ndef f():\n    return 1\n"}
@@ -109,7 +109,8 @@ def test_a_release_is_told_apart_by_the_edits_that_apply_and_the_lines_the_traje
     # what the trajectory saw that the sdist lacks (the agent's own new.py is no loss)
     assert choose.absent(t, TASK, old) == [] and choose.absent(t, TASK, {}) == ["widget/core.py"]
     assert choose.named_version(trace(Step(0, "bash", {"command": "pip show widget"},
-                                           outcome=Outcome("ok", 0, "Name: widget\nVersion: 1.0.2\n"))),
+                                           recorded_outcome=Outcome("ok", 0),
+                                           recorded_output="Name: widget\nVersion: 1.0.2\n")),
                                 "widget", ["1.0.1", "1.0.2"]) == ("1.0.2", 0)
     assert choose.named_version(t, "widget", ["1.0.1"]) is None
     assert choose.in_series("0.0.11", "0.0") and choose.in_series("0.0", "0.0") and not choose.in_series("0.01", "0.0")

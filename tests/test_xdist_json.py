@@ -65,7 +65,7 @@ def test_parallel_json_matches_serial_and_pytest_benchmark_compare_reads_it(pyte
     assert len([p for p in (pytester.path / "out").iterdir() if p.name != "latest"]) == 2
     out = (pytester.path / "out" / "latest").resolve()
     assert out.name.startswith("0002_")
-    assert sorted(p.name for p in out.iterdir()) == ["complete.json", "metrics.jsonl", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["complete.json", "metrics.jsonl", "run.json", "summary.json"]
     assert json.loads((out / "complete.json").read_text())["run_tree"] == env["run_tree"]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == len(serial_results) == 16

@@ -55,7 +55,7 @@ so a difference between the two arms is the eBPF policy's doing.
 
 External loaders: bcc cannot attach struct_ops programs (sched_ext schedulers, memcg_bpf_ops).
 Where the kernel has them (see features.probe()), `external_loader = ["/path/to/scx_foo", ...]`
-in the rules runs that program for the arm's lifetime (external.py); this host has neither.
+in the rules runs that program for the arm's lifetime (external.py).
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ from ..cgroups.arms import Arm
 from ..cgroups.host import CgroupUnavailable
 from ..cgroups.node import MB, Cgroup
 from .external import ExternalLoader
+from .loader import ClosedOnExit
 from .rules import PRIORITIES, Rules  # noqa: F401  (Rules is how callers build a policy)
 
 #: Kernel features an arm with ebpf = true needs (names of features.probe()).
@@ -123,7 +124,7 @@ class _Step:
     cpu_weight_missing: str | None = None           # why the rules' weight for its priority is not set
 
 
-class Controller:
+class Controller(ClosedOnExit):
     """Acts on the steps it is given (add_step/remove_step, the StepPolicy of cgroups/arms.py).
     Thread-safe: `start()` runs the event loop in a thread while the caller adds and removes steps."""
 
@@ -139,7 +140,7 @@ class Controller:
         self.throttle = None
         self._external = ExternalLoader(rules.external_loader) if rules.external_loader else None
         if rules.ebpf:
-            from .throttle import ReclaimThrottle
+            from .reclaim_throttle import ReclaimThrottle
             try:
                 # no sched_switch hook: when the stopped task left the CPU is exp2's question,
                 # and that hook would run on every context switch of the host for the session
@@ -380,10 +381,3 @@ class Controller:
                     self.throttle.close()
                 if self._external is not None:
                     self._external.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False

@@ -186,7 +186,3 @@ def missing(*names: str) -> str | None:
 
 def report() -> str:
     return "\n".join(f"{'yes' if ok else 'no ':3} {name:40} {why}" for name, (ok, why) in probe().items())
-
-
-if __name__ == "__main__":
-    print(report())

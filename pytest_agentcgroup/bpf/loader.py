@@ -9,6 +9,10 @@ detaches every tracepoint, destroys every cgroup link and frees the bcc module, 
 stays loaded. Cgroup programs are attached with BPF_LINK_CREATE rather than bcc's BPF_PROG_ATTACH:
 a link belongs to its file descriptor, so even a SIGKILLed run cannot leave a filter attached.
 
+Each program has its user-space side in the module named after it (bpf/<name>.py), built on
+ProgramSide (load, attach, set up, unload on failure) or, for a program that posts events and acts
+on marked cgroups, RingBufferProgram (the ring buffer, the event's cast, polling, marking).
+
 bcc compiles the C source at load time with the running kernel's headers from
 /lib/modules/$(uname -r)/build (`make setup` links them). Our programs read no kernel structs, so a
 header version that differs from the running kernel is harmless. bcc can load tracepoint, cgroup
@@ -114,7 +118,21 @@ def link_create(prog_fd: int, target_fd: int, attach_type: str) -> int:
         raise OSError(exc.errno, f"BPF_LINK_CREATE ({attach_type}): {exc.strerror}") from None
 
 
-class Loaded:
+class ClosedOnExit:
+    """Closed when its with-block ends, however it ends (return, exception, KeyboardInterrupt)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Loaded(ClosedOnExit):
     """A compiled, loaded bcc module plus everything we attached; `close()` undoes all of it."""
 
     def __init__(self, name: str, cflags=()):
@@ -209,13 +227,6 @@ class Loaded:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     def __del__(self):
         try:
             self.close()
@@ -223,20 +234,78 @@ class Loaded:
             pass
 
 
-class ProgramSide:
-    """The user-space side of one program of bpf/ (observer, throttle, egress, task_stop):
-    it holds the Loaded `prog`; close() or the end of a with-block detaches and unloads it."""
+class ProgramSide(ClosedOnExit):
+    """The user-space side of one program of bpf/, in the module named after it (memcg_observer.py
+    loads memcg_observer.bpf.c). Constructing it loads `program`, attaches its `tracepoints`
+    ((tracepoint, function) pairs) and runs `_set_up`; if any of that fails, nothing stays loaded.
+    close() or the end of a with-block detaches and unloads it."""
+    program: str                       # bpf/<program>.bpf.c
     prog: Loaded
+
+    def __init__(self, *, tracepoints=(), cflags=()):
+        self.prog = Loaded(self.program, cflags)
+        try:
+            for tp, fn in tracepoints:
+                self.prog.attach_tracepoint(tp, fn)
+            self._set_up()
+        except BaseException:
+            self.prog.close()
+            raise
+
+    def _set_up(self) -> None:
+        """What the program needs once attached (its maps filled, its ring buffer opened)."""
+
+    def _forget(self, key, *maps: str) -> None:
+        """`key` deleted from each of these maps, where it is."""
+        for name in maps:
+            try:
+                del self.prog[name][key]
+            except KeyError:
+                pass
 
     def close(self) -> None:
         self.prog.close()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-        return False
+class RingBufferProgram(ProgramSide):
+    """A program that acts on the cgroups user space marks in its hash map `cgroups` (u64 cgroup id
+    -> what to do for it) and posts events on its ring buffer `ring`. Each event is read as
+    `event_struct` (the C struct's layout) and made a record by `_record`; poll() collects the
+    records, also kept in `.events`."""
+    ring: str
+    cgroups: str
+    event_struct: type[ctypes.Structure]
+
+    def __init__(self, *, tracepoints, cflags=()):
+        self.events: list = []
+        super().__init__(tracepoints=tracepoints, cflags=cflags)
+
+    def _set_up(self) -> None:
+        self.prog.open_ring_buffer(self.ring, self._on_event)
+
+    def _on_event(self, ctx, data, size) -> None:
+        self.events.append(self._record(ctypes.cast(data, ctypes.POINTER(self.event_struct)).contents))
+
+    def _record(self, event):
+        """The record of one event, `event` as read from the ring buffer (valid during the call only)."""
+        raise NotImplementedError
+
+    def poll(self, timeout_ms: int = 0) -> list:
+        """Collect the pending events (waits up to timeout_ms; -1 = forever); returns the new records."""
+        n = len(self.events)
+        self.prog.poll(timeout_ms)
+        return self.events[n:]
+
+    def _mark(self, cgroup_id: int, value) -> None:
+        self.prog[self.cgroups][ctypes.c_uint64(cgroup_id)] = value
+
+    def _marked(self, cgroup_id: int):
+        """The cgroup's value in the mark map, None when it is not marked."""
+        return self.prog[self.cgroups].get(ctypes.c_uint64(cgroup_id))
+
+    def _unmark(self, cgroup_id: int, *per_cgroup_maps: str) -> None:
+        """The cgroup out of the mark map and out of these maps the program keeps per cgroup."""
+        self._forget(ctypes.c_uint64(cgroup_id), self.cgroups, *per_cgroup_maps)
 
 
 @contextmanager

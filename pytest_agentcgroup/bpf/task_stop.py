@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .loader import Loaded, ProgramSide
+from .loader import ProgramSide
 
 # features (bpf/features.py) this observer needs; callers skip on `features.missing(*NEEDS)`
 NEEDS = ("root", "bcc", "bpf_syscall", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin",
@@ -72,17 +72,15 @@ def proc_state(pid: int) -> str | None:
 
 
 class TaskStopObserver(ProgramSide):
+    program = "task_stop"
+
     def __init__(self):
-        self.prog = Loaded("task_stop")
-        try:
-            for tp, fn in TRACEPOINTS:
-                self.prog.attach_tracepoint(tp, fn)
-            self.stopped_mask = self._probe_stopped_state()
-            mask = self.prog["agcg_stop_mask"]
-            mask[mask.Key(0)] = mask.Leaf(self.stopped_mask)
-        except BaseException:
-            self.prog.close()
-            raise
+        super().__init__(tracepoints=TRACEPOINTS)
+
+    def _set_up(self) -> None:
+        self.stopped_mask = self._probe_stopped_state()
+        mask = self.prog["agcg_stop_mask"]
+        mask[mask.Key(0)] = mask.Leaf(self.stopped_mask)
 
     def _probe_stopped_state(self) -> int:
         """The prev_state value sched_switch reports for a SIGSTOPped task on this kernel: a
@@ -118,10 +116,7 @@ class TaskStopObserver(ProgramSide):
         table[ctypes.c_uint32(tid)] = v
 
     def unwatch(self, tid: int) -> None:
-        try:
-            del self.prog["agcg_stop_tasks"][ctypes.c_uint32(tid)]
-        except KeyError:
-            pass
+        self._forget(ctypes.c_uint32(tid), "agcg_stop_tasks")
 
     def seen(self, tid: int) -> TaskStop | None:
         v = self.prog["agcg_stop_tasks"].get(ctypes.c_uint32(tid))

@@ -199,7 +199,7 @@ class ArmPlacement:
         if arm.scope == "trace":
             arm.apply(workload)
         # The workload's own (local) event counters move only where it carries a limit; reading
-        # them otherwise costs every step ~0.1 ms for zeros. Set True if something else limits it.
+        # them otherwise costs every step file reads for zeros. Set True if something else limits it.
         self.workload_limited = arm.scope == "trace" and bool(arm.limits) or policy is not None
         self.step_cg: Cgroup | None = None
         self._before: Counters | None = None

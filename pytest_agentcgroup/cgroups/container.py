@@ -1,12 +1,12 @@
 """Step cgroups inside a container's cgroup.
 
-What Docker's cgroupfs driver does (runc; checked on the hybrid v1+v2 host this project runs on):
+What Docker's cgroupfs driver does (runc, on a hybrid v1+v2 host):
 the container's cgroup is `<cgroup-parent>/<container id>` in *every* mounted hierarchy (all v1
 controllers, name=systemd and the unified tree). An absolute cgroup-parent is taken from each
 hierarchy's root; a relative one from runc's own cgroup in that hierarchy, which is dockerd's when
 dockerd was started from this session. So the plugin hands the executor the workload cgroup's path
 *relative to this session's cgroup* — the same in every hierarchy by construction of the run tree,
-even where the session sits at different depths (here: memory at /process_api/<id>, the rest at /)
+even where the session sits at different depths (e.g. memory at /process_api/<id>, the rest at /)
 — and the container lands directly under the test's workload cgroup in every hierarchy.
 
 `container_cgroup()` then reads where the container's init really is and returns a Cgroup over the
@@ -81,7 +81,7 @@ def container_cgroup(tree: RunTree, workload: Cgroup, init_pid: int) -> Cgroup:
                 break
             except OSError as exc:
                 # EBUSY: a process forked into the container's cgroup between the move and the write
-                # (the container's init starting its first child; seen in the pure-v2 VM): move again,
+                # (the container's init starting its first child): move again,
                 # after a moment for the fork storm of its start to settle
                 if exc.errno != errno.EBUSY:
                     raise

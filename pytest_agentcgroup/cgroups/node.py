@@ -280,8 +280,8 @@ class Cgroup:
             if (self.unified / "memory.swap.max").exists():
                 _write(self.unified / "memory.swap.max", "0")
         else:
-            # v1 memory+swap (memsw) is left unlimited: the hosts this runs on have no swap; on
-            # one that has, a step could swap instead of being killed at the limit.
+            # v1 memory+swap (memsw) is left unlimited: without swap it changes nothing; on a host
+            # with swap, a step could swap instead of being killed at the limit.
             _write(self.paths["memory"] / "memory.limit_in_bytes", "-1" if nbytes is None else str(nbytes))
 
     def set_oom_killer(self, enabled: bool) -> None:

@@ -17,7 +17,7 @@ neither unregister the first nor remove its containers.
 `ensure_image()` gives the image steps run in when no SWE-rebench image is present: a Debian
 bookworm minbase root file system with python3, made by `debootstrap` from the Debian mirror the
 host's apt uses (apt_sources.py) and `docker import`ed, so no image registry is needed. It is built
-once and then reused (1-5 min to build). `remove_project_images()` removes it and every other
+once and then reused (building it takes minutes). `remove_project_images()` removes it and every other
 agentcgroup/... image (`agentcgroup images clean`, run by CI so that every run builds it anew).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Sequence
 from ..errors import ExecutorUnavailable
 from ..proc import SpawnError, start, start_ticks
 from ..programs import require, which
-from .rootfs import DebootstrapFailed, debootstrap
+from .rootfs import DebootstrapFailed, debootstrap, prune_for_image
 
 # Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
 # all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
@@ -173,7 +173,8 @@ class DockerEngine:
 
     def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str | None = None) -> str:
         """The local bookworm+python3 image, built with debootstrap + docker import when missing,
-        from `mirror` or else the Debian mirror the host's apt is configured with."""
+        from `mirror` or else the Debian mirror the host's apt is configured with (pruned of apt's
+        lists, docs and translations: rootfs.prune_for_image)."""
         if self.has_image(name):
             return name
         # One build per image at a time: sessions (xdist workers) that find it missing together
@@ -190,6 +191,7 @@ class DockerEngine:
                 debootstrap(rootfs, suite="bookworm", include=["python3"], mirror=mirror)
             except DebootstrapFailed as exc:
                 raise ExecutorUnavailable(f"image {name} is missing and cannot be built: {exc}") from None
+            prune_for_image(rootfs)
             tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
             try:
                 # the low-level API: the SDK's high-level `images` collection has no import

@@ -4,6 +4,7 @@ set-up test (tests/bare_debian/) runs the README's set-up in another.
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Sequence
@@ -35,3 +36,24 @@ def debootstrap(root: Path, *, suite: str = "bookworm", include: Sequence[str] =
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-10:])
         raise DebootstrapFailed(f"debootstrap of {suite} from {mirror} failed (exit {rc}; log {log}):\n{tail}")
     return mirror
+
+
+#: what a root made for an image does without: apt's package lists and caches (steps have no
+#: network to use them), documentation, manual pages and translations: most of a minbase root's
+#: bytes, and what an engine that has to load the image (the kernel VM's) spends its time on.
+IMAGE_PRUNE = ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man", "usr/share/info",
+               "usr/share/locale")
+
+
+def prune_for_image(root: Path) -> None:
+    """Empty the IMAGE_PRUNE directories of `root` (the directories stay, as packages expect them).
+    Symlinks are removed, never followed: nothing outside `root` is touched."""
+    for rel in IMAGE_PRUNE:
+        top = root / rel
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for entry in top.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()

@@ -2,7 +2,8 @@
 what happens once per session, after every test has run, whichever process ran it.
 
 * results: the run directory (metrics/store.py: `results/NNNN_<time>/`, or on resume the unfinished run
-  it continues) is chosen and made once, here. Serially it is made when the first experiment test
+  it continues) is chosen and made once, here, with its run.json (start, pytest arguments, config,
+  the checkout's commit, the machine). Serially it is made when the first experiment test
   asks for its store (`open_run`), so a session without experiments leaves the results directory as
   it was. Under xdist the workers need the path when they start, before anyone knows whether a test
   will run: the controller makes the new run's directory then (`reserve_run`: two sessions cannot
@@ -33,8 +34,10 @@ May import: metrics/ (store, benchjson, environment, gate, kinds, claims) and py
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,7 @@ class ControllerSettings:
     baseline: str | None = None
     rules: list = field(default_factory=list)
     save_baseline: str | None = None
+    config: str | None = None                  # the experiment config file, for run.json
 
 
 class MetricsController:
@@ -126,9 +130,29 @@ class MetricsController:
         while True:
             try:
                 self.claim = store.claim(self.run, new=True)
-                return self.run
             except FileExistsError:
                 self.run = store.new_run(self.s.out)
+                continue
+            store.write_run_file(self.run, self.run_facts())
+            return self.run
+
+    def run_facts(self) -> dict:
+        """run.json: when and how the run was started, from which code, on which machine."""
+        inv = self.config.invocation_params
+        cfg = Path(inv.dir, self.s.config) if self.s.config else None
+        try:
+            digest = hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg else None
+        except OSError:
+            digest = None
+
+        def shown(path: Path | None) -> str | None:      # relative to where pytest was started, when below it
+            if path is None:
+                return None
+            path = Path(path).resolve()
+            return str(path.relative_to(inv.dir)) if path.is_relative_to(inv.dir) else str(path)
+        return {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "run": shown(self.run),
+                "pytest_args": list(inv.args), "cwd": str(inv.dir), "config": shown(cfg), "config_sha256": digest,
+                "checkout": environment.checkout_commit(), "host": environment.host()}
 
     def reserve_run(self) -> Path:
         """xdist, before the workers start: choose the run and make a new run's directory (and
@@ -299,6 +323,8 @@ class MetricsController:
     def _give_back(self) -> None:
         """Remove what reserve_run made, if it is still empty (no worker wrote)."""
         for d in self.reserved:
+            if d == self.run:
+                (d / store.RUN_FILE).unlink(missing_ok=True)
             try:
                 d.rmdir()
             except OSError:

@@ -36,7 +36,7 @@ def configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--agentcgroup-gate-rules: {exc}") from None
     controller = MetricsController(config, ControllerSettings(
         out=Path(setting(config, "out")), resume=setting(config, "resume"), baseline=setting(config, "baseline"),
-        rules=rules, save_baseline=setting(config, "save_baseline")))
+        rules=rules, save_baseline=setting(config, "save_baseline"), config=setting(config, "config")))
     config.stash[CONTROLLER] = controller
     config.pluginmanager.register(controller, "agentcgroup-controller")
     if config.getoption("dist", "no") != "no" and not setting(config, "isolate"):

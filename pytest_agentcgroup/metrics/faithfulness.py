@@ -1,6 +1,7 @@
 """How faithfully a replay of real commands followed its trace: each executed step's outcome beside
-the one the trace recorded (traces/ir.py `outcome`: the source's exit code and output head, or the
-profile's), a share of diverging steps per trace × arm, and the line the terminal prints per trace.
+the one the trace recorded (traces/ir.py: the source's `recorded_outcome` and `recorded_output`, else
+the profile's `outcome`), a share of diverging steps per trace × arm, and the line the terminal
+prints per trace.
 
 Per step (metrics.jsonl, sandbox and docker executors, steps whose trace recorded an outcome):
 
@@ -58,11 +59,12 @@ def arm_kill(result: StepResult) -> str | None:
 def step_fields(result: StepResult, step: Step, executor: str) -> dict:
     """The faithfulness fields of one step's record (module docstring); {} when there is nothing to
     compare (the emulate executor, no recorded outcome, a step that executes nothing here)."""
-    rec = step.outcome
+    rec = step.recorded_outcome or step.outcome
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
     out = {"recorded_exit": rec.exit_code, "replayed_exit": result.exit_code,
-           "recorded_head": first_line(rec.output_head), "replayed_head": first_line(result.output)}
+           "recorded_head": first_line(step.recorded_output if step.recorded_outcome else None),
+           "replayed_head": first_line(result.output)}
     killed = arm_kill(result)
     if killed:
         return {**out, "diverged": None, "divergence": f"not counted: {killed}"}

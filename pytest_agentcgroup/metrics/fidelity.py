@@ -1,12 +1,12 @@
 """Fidelity of the emulator: replay recorded steps with the `emulate` executor and compare what the
-kernel counted for the emulation with what it counted for the real command (issue 15).
+kernel counted for the emulation with what it counted for the real command.
 
 A step is compared when its trace recorded its duration and its peak (`agentcgroup traces profile`
 writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
 unlimited arm) made ahead, with the emulator's launcher already joined to it: pool=True, the spawn
-path the experiments replay through. (A spawn that joins in the forked child took 11 ms here, up to
-~30 ms while the kernel was still tearing down another run's cgroups, a parked one 1.7 ms: timed
-from before the spawn, the emulator would start that much later with less of the step left.) It is
+path the experiments replay through. (A spawn that joins in the forked child is slower, the more so
+while the kernel tears down another run's cgroups: timed from before the spawn, the emulator would
+start that much later with less of the step left.) It is
 measured with the counters the recording used: the kernel's per-cgroup peak (v2 memory.peak | v1
 memory.max_usage_in_bytes), the cgroup's CPU (cpu.stat usage_usec: user + system over every process
 of the step) and the wall time from spawn to reap. The emulator's own exit and reap are measured
@@ -27,22 +27,18 @@ reported, not gated.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
-from ..cgroups import CgroupUnavailable, RunTree, detect
+from ..cgroups import RunTree, detect
 from ..cgroups.arms import Arm, ArmPlacement
-from ..replay import EmulateExecutor, ExecutorUnavailable, replay
+from ..replay import EmulateExecutor, replay
 from ..replay.executors.base import DEFAULT_TIMEOUT_S
 from ..replay.executors.emulate import measure_exit_tail_ms
-from ..traces.ir import Step, Trace, TraceError, read_traces
+from ..traces.ir import Step, Trace
 from .records import percentile
 
 MB = 1024 * 1024
@@ -269,68 +265,3 @@ def format_report(res: dict) -> str:
     out.append(f"gate {verdict}: {g['met_both']}/{g['steps']} step(s) ({100 * g['share']:.0f}%) meet both the peak "
                f"and the duration goal; the goal is >= {100 * g['goal_share']:.0f}%")
     return "\n".join(out)
-
-
-def add_parser(tsub) -> argparse.ArgumentParser:
-    f = tsub.add_parser(
-        "fidelity", help="replay recorded traces with the emulator and compare per step with the recording",
-        description="Emulate every step whose peak and duration were recorded (agentcgroup traces profile), each "
-                    "in a cgroup of its own, and compare the kernel's figures for the emulation with the recorded "
-                    "ones: peak (goal ±5% or 4 MiB), duration (±10%), CPU (±15%). Prints the error distribution, "
-                    "the worst steps and, where steps keep their source's figures, how wrong those were. Needs "
-                    "cgroups this user can create (root or a delegated cgroup).",
-        epilog="Exit codes: 0 at least 90% of the steps meet both the peak and the duration goal; 3 fewer do; "
-               "1 bad input (named on stderr), no recorded step, no cgroups, or a kernel without memory.peak "
-               "(the gate cannot be checked); 2 usage error.")
-    f.add_argument("files", nargs="+", metavar="RECORDED", type=Path, help="IR files or directories of recorded traces")
-    f.add_argument("--repeat", type=int, default=1, metavar="N", help="emulate each step N times, compare the median")
-    f.add_argument("--json", type=Path, metavar="OUT", help="also write the whole result (every step) as JSON to OUT")
-    f.set_defaults(func=cmd_fidelity)
-    return f
-
-
-def _files(paths):
-    for p in paths:
-        if p.is_dir():
-            yield from (f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in (".json", ".jsonl")
-                        and f.name != "manifest.json")
-        else:
-            yield p
-
-
-def cmd_fidelity(args) -> int:
-    if args.repeat < 1:
-        print(f"agentcgroup traces fidelity: --repeat must be >= 1, got {args.repeat}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    traces, bad = [], 0
-    for f in _files(args.files):
-        try:
-            traces.extend(read_traces(f))
-        except TraceError as exc:
-            print(exc, file=sys.stderr)
-            bad += 1
-    if bad:         # comparing the rest would report on a corpus other than the one asked for
-        print(f"agentcgroup traces fidelity: {bad} file(s) could not be read (named above); nothing emulated",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if not any(recorded(s) for t in traces for s in t.steps):
-        print(f"agentcgroup traces fidelity: no step with a recorded peak and duration in {len(traces)} trace(s) "
-              "(profile traces first: agentcgroup traces profile)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    before = os.getloadavg()
-    try:
-        em = emulate(traces, repeat=args.repeat)
-    except CgroupUnavailable as exc:
-        print(f"agentcgroup traces fidelity: cannot emulate in cgroups: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except ExecutorUnavailable as exc:        # the emulator cannot be built here (no compiler, ...)
-        print(f"agentcgroup traces fidelity: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    res = result(em.rows, before, os.getloadavg(), args.repeat, em.exit_tail_ms, em.cpu_wait_pct)
-    if res["gate"]["unmeasured"]:
-        print("agentcgroup traces fidelity: this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+): "
-              "peaks are not compared and the gate cannot be checked here", file=sys.stderr)
-    print(format_report(res))
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1) + "\n")
-    return exit_code(res, 0)

@@ -42,12 +42,11 @@ def _summary(name: str, tolerance: str | None, regression: bool = False) -> Test
     return TestMetric(name, m.unit, m.better, m.provenance, m.source, tolerance, regression)
 
 
-# Defaults are for two runs of the same study on this shared 2-core machine. Counts of what the
-# kernel did are exact for the emulator's deterministic profiles — except limit hits (v1
+# Defaults are for two runs of the same study on one (possibly shared, small) machine. Counts of
+# what the kernel did are exact for the emulator's deterministic profiles — except limit hits (v1
 # memory.failcnt, v2 `max` events) and v2 `high` events, which count reclaim attempts and so vary
-# with timing (two smoke runs counted 73 vs 154 and 124 vs 78 on one trace). Latency and CPU time
-# follow machine load (a trace's p95 went from 91 to 262 ms between two runs): the p95 may double
-# plus 500 ms — the gate catches a hang or a slow path, not a few percent. What a policy arm's
+# with timing from one run to the next. Latency and CPU time follow machine load: the p95 may
+# double plus 500 ms — the gate catches a hang or a slow path, not a few percent. What a policy arm's
 # controller did (throttles, freezes) and forks refused at pids.max follow timing like limit hits;
 # a controller kill is an outcome, exact like an OOM kill.
 # The order is the order of the default rules and of `compare`'s rows.

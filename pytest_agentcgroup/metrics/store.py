@@ -4,12 +4,15 @@ finished) and summary.json (one object per experiment × config × seed × param
 
     results/                       the results directory (--agentcgroup-out)
       0001_20261123T190000/        a run: NNNN_<UTC start>, numbered as pytest-benchmark numbers saves
-        metrics.jsonl  summary.json  complete.json
+        run.json  metrics.jsonl  summary.json  complete.json
       0002_20261123T193000/        the next run (gw0/, gw1/ while its xdist workers write)
       latest -> 0002_20261123T193000
 
 A run directory is made only when the run's first experiment test is about to write: a session
-that runs no experiment never makes, changes or removes anything here. `complete.json` is written
+that runs no experiment never makes, changes or removes anything here. `run.json` is written when
+the run directory is made (its start, command, config, the checkout's commit and the machine:
+what a results page names as the run's provenance; a resumed run keeps the first session's).
+`complete.json` is written
 when the session ends (not when it was killed or interrupted): a run without it is unfinished, and
 `--agentcgroup-resume` continues the newest run when it is unfinished, else starts a new one.
 `resolve_run` turns what a reader is given (a run directory, the results directory, `latest`)
@@ -53,6 +56,7 @@ from .records import summarize
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 COMPLETE_FILE = "complete.json"       # written when a run's session ended: the run is finished
+RUN_FILE = "run.json"                 # written when the run is made: what, where and from what code
 LATEST = "latest"                     # symlink to the newest run directory
 WORKER_PREFIX = "gw"                  # xdist worker ids: gw0, gw1, ...
 _RUN_NAME = re.compile(r"^(\d{4,})_\d{8}T\d{6}Z?$")
@@ -194,6 +198,11 @@ def mark_finished(run: Path, exitstatus: int, run_tree: dict | None = None) -> N
     _write_atomic(run / COMPLETE_FILE, json.dumps({
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "exitstatus": exitstatus,
         **({"run_tree": run_tree} if run_tree is not None else {})}) + "\n")
+
+
+def write_run_file(run: Path, facts: dict) -> None:
+    """RUN/run.json := `facts` (the controller's: started, command, config, checkout, host)."""
+    _write_atomic(run / RUN_FILE, json.dumps(facts, indent=1) + "\n")
 
 
 def run_key(experiment: str | None, arm: str, trace_id: str, seed: int = 0, params: dict | None = None) -> tuple:

@@ -2,10 +2,10 @@
 in order, under a real executor (sandbox or docker), each step in a fresh cgroup of its own, and
 write the trace back with profiles whose numbers are `recorded` (only a peak read off the curve,
 where the kernel keeps none, is `derived`) (meter.py measures one step,
-run.py walks traces and resumes, output.py decides and writes the files, command.py is the command line).
+run.py walks traces and resumes, output.py decides and writes the files; the command line is cli/profile.py).
 
 Above cgroups/ and replay/ in the data flow (it hands the replayer a Placement that measures):
-may import traces/, proc, errors, engines/, replay/, cgroups/. Nothing imports it but cli.py.
+may import traces/, proc, errors, engines/, replay/, cgroups/. Nothing imports it but the command line (cli/).
 """
 
 

@@ -11,9 +11,9 @@ read once nothing of the step runs any more:
   highest reading stands in (`peak_from` "samples"; the profile labels it `derived`, not `recorded`);
 - CPU: cpu.stat usage_usec of the unified tree (user + system, the step's whole process tree);
 - IO: io.stat rbytes + wbytes (v2 with the io controller): block IO only, so run.py drops it where
-  the workspace is a tmpfs (the steps' writes would read as 0). The hybrid hosts this runs on have no
-  per-cgroup IO count for the step (no io controller in the unified tree, no v1 blkio joined), so
-  there `io_bytes` is None: not measured, never 0 by default;
+  the workspace is a tmpfs (the steps' writes would read as 0). A hybrid host with no io controller
+  in the unified tree (and no v1 blkio joined) has no per-cgroup IO count for the step, so there
+  `io_bytes` is None: not measured, never 0 by default;
 - OOM kills (v2 memory.events.local oom_kill, v1 memory.oom_control oom_kill), limit hits, forks
   refused at pids.max.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..cgroups.node import MB, Cgroup
 from ..cgroups.usage import UsageSampler
 
-#: readings per second asked for (the issue's floor is 100 Hz); what a step got is measured
+#: the sampling period asked for (250 Hz; a curve wants at least 100 Hz); what a step got is measured
 SAMPLE_PERIOD_S = 0.004
 
 

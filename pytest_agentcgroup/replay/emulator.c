@@ -2,8 +2,8 @@
  *
  *   emulator PEAK_BYTES RAMP_MS CPU_MS IO_BYTES DURATION_MS WORKDIR [ALLOC_LOG] [--curve=FILE]
  *
- * A C program so that its start-up (~1 ms) stays below the shortest recorded step (a sandboxed `ls`
- * takes ~15 ms; an interpreter's start-up alone took ~20 ms). The emulate executor compiles it on
+ * A C program so that its start-up stays well below the shortest recorded step (a sandboxed `ls`),
+ * which an interpreter's start-up alone would not. The emulate executor compiles it on
  * first use (replay/emulator_build.py). Its schedule is a pure function of its arguments (plus the
  * start-up baseline it measures and subtracts).
  *
@@ -244,8 +244,8 @@ static void cpu_pay(const struct cpu *c, double t_s, double deadline)
     while (cpu_used_s() < owed) {
         if (deadline >= 0 && now_s() >= deadline)
             return;
-        /* ~10-50 us of user-mode work between the clock reads (each a system call), so the CPU
-           is mostly user time, as a program's is */
+        /* tens of microseconds of user-mode work between the clock reads (each a system call),
+           so the CPU is mostly user time, as a program's is */
         for (volatile unsigned i = 0; i < 20000; i++)
             ;
     }

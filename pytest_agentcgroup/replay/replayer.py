@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
-from ..traces.ir import OUTPUT_HEAD_CHARS, Step, Trace
+from ..traces.ir import Step, Trace
 from .executors import StepRefused
 from ..proc import SpawnError, run
 
 
-OUTPUT_HEAD_BYTES = 4 * OUTPUT_HEAD_CHARS      # read of a step's output: its head, in UTF-8's widest
+OUTPUT_HEAD_CHARS = 2000                       # what a result keeps of a step's output: its head
+OUTPUT_HEAD_BYTES = 4 * OUTPUT_HEAD_CHARS      # what is read of it, in UTF-8's widest
 
 
 class Placement(Protocol):

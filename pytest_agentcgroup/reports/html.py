@@ -8,18 +8,16 @@ No network: everything is local files.
 """
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import html
 import json
-import re
 import shutil
 from collections import Counter
 from pathlib import Path
 
 from ..metrics.records import summarize
-from . import figures, frontier
-from .frames import COLUMNS, Results, ResultsError, ablation_deltas, load
+from .frames import COLUMNS, Results, ResultsError, load
+from .outputs import arm_limits, memory_traces, write_outputs
 
 ASSETS = Path(__file__).with_name("assets")
 #: Columns of the per-arm summary: (key of metrics.records.summarize, heading)
@@ -40,25 +38,6 @@ HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace
             "idle_reserved_gib_s": "idle reserved"}
 
 
-def arm_limits(config_path: str | Path | None) -> dict[str, dict]:
-    """arm -> its limits (memory_max_mb, memory_high_mb, …) from an experiment config file."""
-    if config_path is None:
-        return {}
-    from ..config import ConfigError, load as load_config
-    try:
-        return {name: arm.limits for name, arm in load_config(config_path).arms.items()}
-    except ConfigError as exc:
-        raise ResultsError(str(exc)) from None
-
-
-def memory_traces(tests, n: int = 3) -> list[str]:
-    """The traces worth a memory-vs-limit figure: most OOM kills, then most hard-limit hits, then
-    the largest peak."""
-    per = tests.groupby("trace_id", sort=False).agg(oom=("oom_kills", "sum"), hits=("mem_max_events_total", "sum"),
-                                                     peak=("peak_rss_mb", "max"))
-    return list(per.sort_values(["oom", "hits", "peak"], ascending=False).index[:n])
-
-
 def build_report(dirs, out: str | Path = "report", *, config: str | Path | None = None,
                  traces: list[str] | None = None, defaults: dict | None = None,
                  characterize: list[str | Path] | None = None) -> Path:
@@ -69,48 +48,11 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     OUT/characterization.html, characterizes the IR traces at `characterize` (files or
     directories), else the config's corpus; with neither there is no such page."""
     res = load(dirs)
-    if not res.records:
-        raise ResultsError(f"{', '.join(map(str, res.sources))}: no step records")
-    known = {r["trace_id"] for r in res.records}    # checked before anything of an earlier report is replaced
-    for t in traces or []:
-        if t not in known:
-            some = sorted(known)
-            raise ResultsError(f"--trace {t}: not in the results (traces: {', '.join(some[:5])}"
-                               f"{', …' if len(some) > 5 else ''})")
-    limits = arm_limits(config)
+    outs = write_outputs(res, out, config=config, traces=traces, defaults=defaults)
     out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    for old in (out / "figures").glob("*.png"):     # a rebuild must not show another run's figures
-        old.unlink()
     (out / "assets").mkdir(exist_ok=True)
     for asset in ("sortable.js", "report.css"):
         shutil.copyfile(ASSETS / asset, out / "assets" / asset)
-    steps, tests = res.steps, res.tests
-    tests.to_csv(out / "runs.csv", index=False)
-    _write_columns(out / "columns.csv", tests.columns)
-
-    figs = [("latency_cdf.png", figures.latency_cdf(steps),
-             "Empirical CDF of each executed step's wall-clock latency (ms, recorded), per arm; log scale."),
-            ("kills_breaches.png", figures.kills_and_breaches(tests),
-             "OOM kills, hard-limit hits and soft-limit breaches per arm, each a kernel counter (count, "
-             "recorded), summed over the arm's traces.")]
-    for t in traces or memory_traces(tests):
-        figs.append((f"memory_{_slug(t)}.png", figures.memory_vs_limit(steps, t, limits),
-                     f"{t}: each step's measured memory peak (MiB, recorded) per arm, the trace's own peak "
-                     "(MiB, provenance as given by the trace), OOM-killed steps (×) and "
-                     + ("each arm's limits from the config file (MiB)." if limits else
-                        "no limit lines (no experiment config file given: --config).")))
-    reserve = frontier.reservation_frame(tests)
-    if frontier.has_frontier(reserve):
-        figs.append(("frontier.png", figures.frontier(reserve),
-                     "OOM kills (count, recorded) against the memory each arm's limits reserved (GiB·s, derived: "
-                     "∫ limit dt over the steps' recorded durations, summed over traces), one point per sweep value."))
-    deltas = ablation_deltas(tests, defaults)
-    if not deltas.empty:
-        figs.append(("ablation.png", figures.ablation_deltas(deltas),
-                     "Per sweep value: mean over traces × seeds minus the mean at the axis's default value (derived)."))
-    for name, fig, _ in figs:
-        figures.save(fig, out / "figures" / name)
     char_from = [Path(p) for p in characterize] if characterize else (
         [_config_corpus(config)] if config is not None else [])
     char_page = out / "characterization.html"
@@ -119,7 +61,8 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     if char_from:
         char_page.write_text(_characterization_page(char_from), encoding="utf-8")
     index = out / "index.html"
-    index.write_text(_page(res, tests, figs, deltas, config, char_from, reserve), encoding="utf-8")
+    index.write_text(_page(res, res.tests, outs.figures, outs.deltas, config, char_from, outs.reserve),
+                     encoding="utf-8")
     return index
 
 
@@ -169,19 +112,6 @@ that baseline + peak_mb (only for traces whose source carries the container summ
 <th>difference in definition</th></tr></thead><tbody>{comp}</tbody></table>
 </body></html>
 """
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80]
-
-
-def _write_columns(path: Path, columns) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["column", "unit", "better", "provenance", "source"])
-        for c in columns:
-            m = COLUMNS.get(c)
-            w.writerow([c, m.unit, m.better, m.provenance, m.source] if m else [c, "", "", "", "key"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,7 +229,7 @@ def _page(res: Results, tests, figs, deltas, config, char_from=(), reserve=None)
     if not axes:
         run_keys.remove("params")
     figs_html = "\n".join(f'<figure><img src="figures/{e(n)}" alt="{e(cap)}"><figcaption>{e(cap)}</figcaption></figure>'
-                          for n, _, cap in figs)
+                          for n, cap in figs)
     ablation = ""
     if not deltas.empty:
         rows = deltas.to_dict("records")

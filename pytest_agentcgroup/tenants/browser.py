@@ -39,7 +39,7 @@ from ..proc import start
 from ..replay.replayer import StepResult
 from ..traces.ir import Trace
 
-#: Debian's chromium; Playwright cannot download its own browser builds here.
+#: Debian's chromium, a system package: nothing is downloaded at run time (Playwright's own builds would be).
 CHROMIUM = os.environ.get("AGENTCGROUP_CHROMIUM", "/usr/bin/chromium")
 #: Flags that work headless as root in a container-less host, plus a dead proxy (port 9, discard)
 #: so that nothing but loopback (which bypasses proxies) is reachable from a replayed page.

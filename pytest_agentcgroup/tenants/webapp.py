@@ -8,7 +8,7 @@ checkout) and one heavy page (`/report`: a large table plus in-page JavaScript w
 cost the browser real memory and CPU). Unknown paths get a small 404 page with a link home, so a
 trace that names a page we do not have still loads something.
 
-    python -m pytest_agentcgroup.tenants.webapp            # serve on 127.0.0.1, an ephemeral port
+    agentcgroup tools webapp            # serve on 127.0.0.1, an ephemeral port
 
 State (sessions, carts, orders) is kept per server, in memory. Binds 127.0.0.1 only.
 """
@@ -288,20 +288,3 @@ def serve(host: str = LOOPBACK, port: int = 0) -> ThreadingHTTPServer:
     server.url = f"http://{host}:{server.server_port}"
     threading.Thread(target=server.serve_forever, name="webapp", daemon=True).start()
     return server
-
-
-def main() -> int:
-    server = serve()
-    print(server.url, flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        server.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,8 +2,8 @@
 directory, test runs, `grep -r`, builds, an edit that breaks tests and its revert, a command that
 outgrows its timeout), against real code available offline here, and the workspace they run in.
 
-    python -m pytest_agentcgroup.tools.recorded_here workspace DIR   # build the workspace (PyPI, pinned)
-    python -m pytest_agentcgroup.tools.recorded_here traces DIR      # write the command traces
+    agentcgroup tools recorded-here workspace DIR   # build the workspace (PyPI, pinned)
+    agentcgroup tools recorded-here traces DIR      # write the command traces
 
 The workspace is the sdist of more-itertools (a small pure-Python package whose sdist carries its
 own tests) unpacked, plus a `wheels/` directory of pytest and its dependencies and flit_core (the
@@ -150,20 +150,3 @@ def _pip(args: list[str]) -> None:
     if done.returncode != 0:
         raise SystemExit(f"recorded_here: pip {args[0]} failed (needs PyPI or a configured index):\n"
                          f"{done.stderr.strip()}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in ("workspace", "traces"):
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
-    if argv[0] == "workspace":
-        print(build_workspace(Path(argv[1])))
-    else:
-        for p in write_traces(Path(argv[1])):
-            print(p)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,10 +36,9 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlparse
 
 DEFAULT_REPO = "nebius/SWE-rebench-openhands-trajectories"
-#: The revision fetched unless --revision says otherwise. The commit SHA of the dataset could not be
-#: looked up from this machine (no route to the Hub), so this is the branch name; the fetch resolves it
-#: to a commit and the cache directory and state file are keyed by that commit, so a cache never mixes
-#: revisions. Replace with the commit SHA once known, to make the default reproducible.
+#: The revision fetched unless --revision says otherwise: a branch name, which the fetch resolves to a
+#: commit; the cache directory and state file are keyed by that commit, so a cache never mixes
+#: revisions. A commit SHA here would make the default reproducible.
 DEFAULT_REVISION = "main"
 DEFAULT_CACHE = Path(os.environ.get("AGENTCGROUP_CACHE", Path.home() / ".cache" / "agentcgroup"))
 STATE = "state.json"

@@ -20,8 +20,10 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
            "io_bytes": {"value": 0, "provenance": "synthetic"},
            "curve":    {"t_ms": [0, 10, 20], "mb": [2.0, 180.5, 40.1], "provenance": "recorded"}
          },
-         "outcome": {"status": "ok", "exit_code": 0, "output_head": "3 passed"},  # how it ended, where known
-         "original": {"duration_ms": {...}, "profile": {...}}  # profiled steps: the source's own figures
+         "outcome": {"status": "ok", "exit_code": 0},          # profiled steps: how the run ended
+         "original": {"duration_ms": {...}, "profile": {...}}, # profiled steps: the source's own figures
+         "recorded_outcome": {"status": "failed", "exit_code": 1},  # how the step ended in the source run
+         "recorded_output": "Traceback (most recent call last): ..." # the head of what it printed there
         }
       ],
       "task": {"instance_id": "RDFLib__rdflib-1117", "path": "/testbed", ...}   # optional: task.py
@@ -29,18 +31,20 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
 
 `curve` is the memory of the step's own cgroup over the step (MiB at t_ms after its start, t_ms
 increasing), as `agentcgroup traces profile` samples it; `peak_mb` stays the step's peak (the
-kernel's own per-cgroup peak where it has one). `outcome` says how the step ended (OUTCOMES), as its
-source recorded it (exit code, output head) or as `agentcgroup traces profile` measured it (a failed
-or timed-out step is kept); a replay of real commands is compared with it (metrics/faithfulness.py).
-`original` keeps the profile the trace had before it was profiled; `task` names what it ran on (task.py).
+kernel's own per-cgroup peak where it has one). `outcome` says how a profiled step ended (OUTCOMES):
+a step that failed or timed out is kept, with what was measured until then. `original` keeps the
+profile the trace had before it was profiled, for comparison. `recorded_outcome`/`recorded_output`:
+what the source recorded of the step's own run (exit code or timeout; its output's head), kept to compare
+(metrics/faithfulness.py). `task` names what the trace ran on (task.py).
 
 Every number a trace carries says where it came from (PROVENANCES): `recorded` was measured by the
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
 container samples that fall inside it), `synthetic` was made up by us (a default, a generator).
+
 Every quantity has one rule by its key (numbers.py), applied wherever it sits: a figure that cannot
 be is a TraceError at load naming file, step and field.
 
-Imports only numbers.py and task.py from the package: it is the bottom of the data flow.
+Imports only numbers.py, task.py and error.py from the package: it is the bottom of the data flow.
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .error import TraceError
 from .numbers import PROFILE_FIELDS, number_problem, step_numbers
 from .task import Task, check_task, parse_task
 
@@ -61,20 +66,6 @@ SCHEMA = "agentcgroup-trace/1"
 TOOLS = ("bash", "python", "edit", "read", "search", "browser", "noop")
 PROVENANCES = ("recorded", "derived", "synthetic")
 OUTCOMES = ("ok", "failed", "timeout", "oom", "error")   # exit 0 | exit != 0 | killed at its timeout | OOM-killed | did not start
-OUTPUT_HEAD_CHARS = 2000        # at most this much of a step's output is kept (its head)
-
-class TraceError(ValueError):
-    """A trace that does not follow the schema. `str()` names file, record/step and field."""
-
-    def __init__(self, message: str, *, file: str | None = None, record: int | str | None = None,
-                 step: int | None = None, field: str | None = None):
-        self.file, self.record, self.step, self.field, self.reason = file, record, step, field, message
-        where = ", ".join(w for w in (file,
-                                      f"record {record}" if record is not None else None,
-                                      f"step {step}" if step is not None else None,
-                                      f"field '{field}'" if field else None) if w)
-        super().__init__(f"{where}: {message}" if where else message)
-
 
 def check_number(value: Any, key: str, *, field: str, where: dict, step: int | None = None,
                  item: int | None = None):
@@ -130,15 +121,12 @@ class Profile:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a step ended: status one of OUTCOMES, the exit code where the command exited, the head
-    of what it printed (stdout and stderr as they interleaved; at most OUTPUT_HEAD_CHARS) where known."""
+    """How a profiled step ended: status one of OUTCOMES, the exit code where the command exited."""
     status: str
     exit_code: int | None = None
-    output_head: str | None = None
 
     def to_json(self) -> dict:
-        head = {} if self.output_head is None else {"output_head": self.output_head}
-        return {"status": self.status, "exit_code": self.exit_code, **head}
+        return {"status": self.status, "exit_code": self.exit_code}
 
 
 @dataclass(frozen=True)
@@ -165,6 +153,8 @@ class Step:
     profile: Profile = field(default_factory=Profile)
     outcome: Outcome | None = None
     original: Original | None = None
+    recorded_outcome: Outcome | None = None
+    recorded_output: str | None = None
 
     @property
     def command(self) -> str | None:
@@ -184,6 +174,10 @@ class Step:
             out["outcome"] = self.outcome.to_json()
         if self.original is not None:
             out["original"] = self.original.to_json()
+        if self.recorded_outcome is not None:
+            out["recorded_outcome"] = self.recorded_outcome.to_json()
+        if self.recorded_output is not None:
+            out["recorded_output"] = self.recorded_output
         return out
 
 
@@ -269,8 +263,13 @@ def parse_step(raw: Any, index: int, where: dict) -> Step:
             duration_ms=_measure(orig["duration_ms"], "original.duration_ms", where, index)
             if orig.get("duration_ms") is not None else None,
             profile=_profile(orig.get("profile"), "original.profile", where, index))
+    recorded = (_outcome(raw["recorded_outcome"], where, index, "recorded_outcome")
+                if raw.get("recorded_outcome") is not None else None)
+    output = raw.get("recorded_output")
+    if output is not None and not isinstance(output, str):
+        raise TraceError(f"expected str, got {type(output).__name__}", field="recorded_output", step=index, **where)
     return Step(step_id=step_id, tool=tool, args=args, native_tool=native, duration_ms=duration, profile=profile,
-                outcome=outcome, original=original)
+                outcome=outcome, original=original, recorded_outcome=recorded, recorded_output=output)
 
 
 def _profile(raw: Any, name: str, where: dict, step: int) -> Profile:
@@ -314,17 +313,13 @@ def _check_curve(curve: Curve, name: str, where: dict, step: int) -> None:
                          field=f"{name}.provenance", step=step, **where)
 
 
-def _outcome(raw: Any, where: dict, step: int) -> Outcome:
+def _outcome(raw: Any, where: dict, step: int, name: str = "outcome") -> Outcome:
     if not isinstance(raw, dict) or raw.get("status") not in OUTCOMES:
         got = raw.get("status") if isinstance(raw, dict) else raw
-        raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field="outcome.status",
+        raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {got!r}", field=f"{name}.status",
                          step=step, **where)
-    code = check_number(raw.get("exit_code"), "exit_code", field="outcome.exit_code", where=where, step=step)
-    head = raw.get("output_head")
-    if head is not None and (not isinstance(head, str) or len(head) > OUTPUT_HEAD_CHARS):
-        raise TraceError(f"expected a string of at most {OUTPUT_HEAD_CHARS} characters",
-                         field="outcome.output_head", step=step, **where)
-    return Outcome(raw["status"], code, head)
+    code = check_number(raw.get("exit_code"), "exit_code", field=f"{name}.exit_code", where=where, step=step)
+    return Outcome(raw["status"], code)
 
 
 def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None) -> Trace:
@@ -347,10 +342,7 @@ def parse_trace(raw: Any, *, file: str | None = None, record: int | None = None)
         if s.step_id in seen:
             raise TraceError(f"duplicate step_id {s.step_id}", field="step_id", step=i, **where)
         seen.add(s.step_id)
-    task, problem, field_ = parse_task(raw.get("task"))
-    if problem:
-        raise TraceError(problem, field=field_, **where)
-    return Trace(trace_id=trace_id, source=source, steps=steps, task=task)
+    return Trace(trace_id=trace_id, source=source, steps=steps, task=parse_task(raw.get("task"), where))
 
 
 def check_trace(trace: Trace, *, file: str | None = None, record: int | None = None) -> Trace:
@@ -363,9 +355,7 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         raise TraceError(f"expected dict, got {type(trace.source).__name__}", field="source", **where)
     if not trace.steps:
         raise TraceError("a trace needs at least one step", field="steps", **where)
-    problem, field_ = check_task(trace.task)
-    if problem:
-        raise TraceError(problem, field=field_, **where)
+    check_task(trace.task, where)
     seen: set[int] = set()
     for i, st in enumerate(trace.steps):
         if not isinstance(st.step_id, int) or isinstance(st.step_id, bool):
@@ -403,8 +393,13 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
         for pre, p in profiles:
             if p.curve is not None:
                 _check_curve(p.curve, f"{pre}profile.curve", where, i)
-        if st.outcome is not None:      # status and output_head by parse_step's rule
-            _outcome(vars(st.outcome) if isinstance(st.outcome, Outcome) else st.outcome, where, i)
+        for name, oc in (("outcome", st.outcome), ("recorded_outcome", st.recorded_outcome)):
+            if oc is not None and oc.status not in OUTCOMES:
+                raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {oc.status!r}",
+                                 field=f"{name}.status", step=i, **where)
+        if st.recorded_output is not None and not isinstance(st.recorded_output, str):
+            raise TraceError(f"expected str, got {type(st.recorded_output).__name__}", field="recorded_output",
+                             step=i, **where)
     return trace
 
 

@@ -100,3 +100,5 @@ def step_numbers(st) -> Iterator[tuple[str, str, Any, int | None]]:
                     yield key, f"{name}.curve.{key}", v, j
     if st.outcome is not None:
         yield "exit_code", "outcome.exit_code", st.outcome.exit_code, None
+    if st.recorded_outcome is not None:
+        yield "exit_code", "recorded_outcome.exit_code", st.recorded_outcome.exit_code, None

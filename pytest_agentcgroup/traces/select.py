@@ -24,12 +24,10 @@ see corpus.py) with the subsets and each trace's descriptive keys.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -195,66 +193,3 @@ def coverage(manifest: dict) -> dict[str, dict]:
                      "lengths": dict(Counter(entries[i]["length"] for i in ids)),
                      "bursty": sum(entries[i]["bursty"] for i in ids)}
     return rep
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-
-def add_parser(tsub) -> argparse.ArgumentParser:
-    s = tsub.add_parser(
-        "select", help="classify IR traces and write seeded stratified subsets (smoke, dev, paper, full)",
-        description="Classify each bash step (test, install, build, vcs, search, fileops, other) and each "
-                    "trace (length short/medium/long, dominant category, bursty), then draw seeded stratified "
-                    "subsets - smoke (5), dev (20), paper (50-100), full (all) - each contained in the next, "
-                    "covering as many (format, length, category, bursty) strata as their size allows. Writes "
-                    "OUT/traces/*.json and OUT/manifest.json (a corpus the plugin loads).",
-        epilog="Example: agentcgroup traces select traces/converted -o traces/selected --seed 7. Exit codes: "
-               "0 ok, 1 bad input (an invalid IR file is named and skipped; no traces at all), 2 usage error.")
-    s.add_argument("files", nargs="+", metavar="FILE_OR_DIR", type=Path, help="IR files or directories")
-    s.add_argument("-o", "--output", required=True, type=Path, metavar="OUT", help="output directory (created)")
-    s.add_argument("--seed", type=int, default=0, help="random seed (default 0): same seed, same subsets")
-    s.add_argument("--smoke", type=int, default=DEFAULT_SIZES["smoke"], metavar="N", help="smoke size (default 5)")
-    s.add_argument("--dev", type=int, default=DEFAULT_SIZES["dev"], metavar="N", help="dev size (default 20)")
-    s.add_argument("--paper", type=int, default=DEFAULT_SIZES["paper"], metavar="N",
-                   help=f"paper size, {PAPER_MIN}-100 (default 100; fewer when the input is smaller)")
-    s.add_argument("--subsets", default="smoke,dev,paper,full",
-                   help="subsets to write (comma-separated; traces outside them are not written)")
-    s.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
-    s.set_defaults(func=cmd_select)
-    return s
-
-
-def cmd_select(args) -> int:
-    if not PAPER_MIN <= args.paper <= 100:
-        print(f"agentcgroup traces select: --paper must be {PAPER_MIN}-100, not {args.paper}", file=sys.stderr)
-        return 2
-    names = [n.strip() for n in args.subsets.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ("smoke", "dev", "paper", "full")]
-    if unknown or not names:
-        print(f"agentcgroup traces select: unknown subset {unknown[0] if unknown else '(none)'!r} "
-              "(known: smoke, dev, paper, full)", file=sys.stderr)
-        return 2
-    missing = [p for p in args.files if not p.exists()]
-    for p in missing:
-        print(f"{p}: no such file or directory", file=sys.stderr)
-    traces, errors = load(p for p in args.files if p.exists())
-    for e in errors:
-        print(e, file=sys.stderr)
-    if not traces:
-        print("agentcgroup traces select: no IR traces found", file=sys.stderr)
-        return 1
-    manifest = build(traces, args.output, seed=args.seed,
-                     sizes={"smoke": args.smoke, "dev": args.dev, "paper": args.paper}, write=names)
-    cov = coverage(manifest)
-    if args.json:
-        json.dump({"output": str(args.output), "seed": args.seed, "traces": len(traces), "subsets": cov,
-                   "errors": errors + [f"{p}: no such file or directory" for p in missing]}, sys.stdout, indent=1)
-        print()
-    else:
-        for name, c in cov.items():
-            print(f"{name}: {c['traces']} trace(s), {c['strata']}/{c['of_strata']} strata; categories "
-                  + ", ".join(f"{k} {v}" for k, v in sorted(c["categories"].items()))
-                  + "; lengths " + ", ".join(f"{k} {v}" for k, v in sorted(c["lengths"].items()))
-                  + f"; bursty {c['bursty']}")
-        print(f"wrote {len(manifest['traces'])} trace(s) and {MANIFEST} to {args.output}")
-    return 1 if errors or missing else 0

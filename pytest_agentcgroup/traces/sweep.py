@@ -14,15 +14,13 @@ rounded up to whole MiB: p50 (half the traces fit), p90, p99 and max (every trac
 no headroom). They go into each swept arm's limit: static-toolcall's and static-env's memory_max_mb,
 static-high's, agentcgroup's and bpf-soft's memory_high_mb (their ceiling stays).
 
-    python -m pytest_agentcgroup.traces.sweep traces                    # print the subset and the matrix
-    python -m pytest_agentcgroup.traces.sweep traces --write-manifest   # (re)write subsets.paper
+    agentcgroup traces sweep traces                    # print the subset and the matrix
+    agentcgroup traces sweep traces --write-manifest   # (re)write subsets.paper
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 PEAK_BINS_MB = (32, 64, 128, 256, 512, 1024)
@@ -95,37 +93,3 @@ def manifest_entries(root: Path) -> tuple[dict, list[dict]]:
     data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
     full = set(data["subsets"]["full"])
     return data, [e for e in data["traces"] if e["trace_id"] in full]
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pytest_agentcgroup.traces.sweep", description=__doc__.split("\n")[0])
-    ap.add_argument("traces", type=Path, help="the corpus directory (with manifest.json)")
-    ap.add_argument("-n", type=int, default=PAPER_SIZE, help=f"paper subset size (default {PAPER_SIZE})")
-    ap.add_argument("--write-manifest", action="store_true", help="write the subset as subsets.paper")
-    args = ap.parse_args(argv)
-    try:
-        data, entries = manifest_entries(args.traces)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"{args.traces / 'manifest.json'}: cannot read the full subset's entries: {exc}", file=sys.stderr)
-        return 1
-    if args.n < 1:
-        print(f"-n {args.n}: the paper subset needs at least one trace", file=sys.stderr)
-        return 2
-    if not entries:
-        print(f"{args.traces / 'manifest.json'}: the full subset is empty: no trace peaks to sweep", file=sys.stderr)
-        return 1
-    ids = paper_subset(entries, args.n)
-    peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
-    limits = sweep_limits([peaks[t] for t in ids])
-    if args.write_manifest:
-        data["subsets"]["paper"] = ids
-        (args.traces / "manifest.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
-                                                   encoding="utf-8")
-    print(f"# paper subset: {len(ids)} of {len(entries)} traces; trace peaks (MiB, derived from the recorded "
-          f"profiles): {', '.join(f'{k} {v}' for k, v in limits.items())}")
-    print(matrix_toml(limits))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ the instance id, image and working directory the older fields carry (a `source.i
 `/workspace/<org>__<repo>__<version>`), so that a replay of real commands knows the trace needs a
 workspace it may not have.
 
-Imports nothing from the package: ir.py parses and writes it.
+Imports only error.py from the package: ir.py parses and writes it.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .error import TraceError
 TASK_KEYS = ("instance_id", "repository", "version", "commit", "image", "path", "python")
 #: a SWE-bench / SWE-rebench instance id: <org>__<repo>-<number>
 INSTANCE_ID = re.compile(r"^([A-Za-z0-9_.-]+?)__([A-Za-z0-9_.-]+)-(\d+)$")
@@ -57,20 +58,20 @@ class Task:
         return f"{name} ({said})" if said else name
 
 
-def parse_task(raw: Any) -> tuple[Task | None, str | None, str | None]:
-    """(Task, None, None), or (None, problem, field) for a `task` value that is not one."""
+def parse_task(raw: Any, where: dict) -> Task | None:
+    """The Task of a trace's `task` value (None for none); a TraceError at `where` naming the field."""
     if raw is None:
-        return None, None, None
+        return None
     if not isinstance(raw, dict):
-        return None, f"expected an object, got {type(raw).__name__}", "task"
+        raise TraceError(f"expected an object, got {type(raw).__name__}", field="task", **where)
     unknown = sorted(set(raw) - set(TASK_KEYS))
     if unknown:
-        return None, f"unknown key(s) {', '.join(unknown)}; expected {', '.join(TASK_KEYS)}", "task"
+        raise TraceError(f"unknown key(s) {', '.join(unknown)}; expected {', '.join(TASK_KEYS)}", field="task", **where)
     for key, val in raw.items():
         problem = value_problem(val)
         if problem:
-            return None, problem, f"task.{key}"
-    return Task(**raw), None, None
+            raise TraceError(problem, field=f"task.{key}", **where)
+    return Task(**raw)
 
 
 def value_problem(val: Any) -> str | None:
@@ -79,17 +80,14 @@ def value_problem(val: Any) -> str | None:
     return None
 
 
-def check_task(task: Any) -> tuple[str | None, str | None]:
-    """(problem, field) of a Task object (check_trace's rule), (None, None) when it is one."""
-    if task is None:
-        return None, None
-    if not isinstance(task, Task):
-        return f"expected a Task, got {type(task).__name__}", "task"
-    for f in fields(Task):
+def check_task(task: Any, where: dict) -> None:
+    """parse_task's rule on a Task object (check_trace's): a TraceError at `where` naming the field."""
+    if task is not None and not isinstance(task, Task):
+        raise TraceError(f"expected a Task, got {type(task).__name__}", field="task", **where)
+    for f in fields(Task) if task is not None else ():
         problem = value_problem(getattr(task, f.name))
         if problem:
-            return problem, f"task.{f.name}"
-    return None, None
+            raise TraceError(problem, field=f"task.{f.name}", **where)
 
 
 def task_of(trace) -> Task | None:

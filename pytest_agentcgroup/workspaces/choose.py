@@ -64,7 +64,11 @@ def in_series(version: str, series: str | None) -> bool:
 
 
 def _outputs(trace: Trace) -> list[tuple[int, str]]:
-    return [(s.step_id, s.outcome.output_head) for s in trace.steps if s.outcome is not None and s.outcome.output_head]
+    return [(s.step_id, s.recorded_output) for s in trace.steps if s.recorded_output]
+
+
+def _failed(step) -> bool:
+    return step.recorded_outcome is not None and step.recorded_outcome.status != "ok"
 
 
 def named_version(trace: Trace, project: str, candidates: list[str]) -> tuple[str, int] | None:
@@ -101,13 +105,13 @@ def edit_score(trace: Trace, task: Task, files: dict[str, str]) -> tuple[int, in
     state, created, applied, tried, agree = dict(files), set(), 0, 0, 0
     for s in trace.steps:
         a = s.args
-        if s.tool not in ("edit", "read") or (s.outcome is not None and s.outcome.status != "ok") \
-                or not isinstance(a.get("path"), str) or not a["path"].startswith(base):
+        if s.tool not in ("edit", "read") or _failed(s) or not isinstance(a.get("path"), str) \
+                or not a["path"].startswith(base):
             continue
         rel, op = a["path"][len(base):], a.get("op")
         if s.tool == "read":
-            if s.outcome is not None and s.outcome.output_head and rel not in created:
-                agree += _view_lines(s.outcome.output_head, state.get(rel))
+            if s.recorded_output and rel not in created:
+                agree += _view_lines(s.recorded_output, state.get(rel))
             continue
         if op == "create" and isinstance(a.get("file_text"), str):
             state[rel] = a["file_text"]
@@ -187,7 +191,7 @@ def absent(trace: Trace, task: Task, files: dict[str, str]) -> list[str]:
     for s in trace.steps:
         rel = s.args.get("path", "")[len(base):] if isinstance(s.args.get("path"), str) \
             and s.args["path"].startswith(base) else None
-        if not rel or s.tool not in ("edit", "read") or (s.outcome is not None and s.outcome.status != "ok"):
+        if not rel or s.tool not in ("edit", "read") or _failed(s):
             continue
         if s.tool == "edit" and s.args.get("op") == "create":
             created.add(rel)

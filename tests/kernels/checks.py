@@ -18,12 +18,13 @@ from . import vmharness
 
 #: the synthetic trace of the Experiment 1 run (trace ids are `<format>/<name>`)
 OOM_TRACE = "synthetic/vm-oom-once"
-#: (command, recorded peak MiB): step 1's 576 MiB is above static-toolcall's 512 MiB per-step limit
+#: (command, recorded peak MiB): step 1's 528 MiB is above static-toolcall's 512 MiB per-step limit
 #: (experiments/agentcgroup.toml) and below static-env's 1024 MiB and the dynamic arm's 2048 MiB
 #: ceiling; its command is a test run, a low-priority kind the dynamic arm throttles instead. Only
-#: 64 MiB above 512: under the soft limits (static-high, bpf-soft) the kernel throttles every page
-#: above memory.high, and a 188 MiB overage (700 MiB) held each of those arms' runs ~2 min in the guest.
-OOM_STEPS = (("ls", 20), ("python -m pytest tests", 576), ("cat setup.py", 30))
+#: 16 MiB above 512: under the soft limits (static-high, bpf-soft) the kernel throttles every page
+#: above memory.high with a delay that grows with the overage, and under emulation each MiB of it
+#: costs those arms' runs seconds.
+OOM_STEPS = (("ls", 20), ("python -m pytest tests", 528), ("cat setup.py", 30))
 OOM_STEP = 1
 #: how many OOM kills each arm of experiments/agentcgroup.toml must count on that trace
 EXPECTED_KILLS = {"unlimited": 0, "static-env": 0, "static-toolcall": 1, "static-high": 0,

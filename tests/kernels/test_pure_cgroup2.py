@@ -3,7 +3,8 @@ only cgroup v2 (this host is hybrid v1+v2; most users' hosts are pure v2).
 
 One test per kernel series (`--agentcgroup-kernels`: 6.12 by default, `all` = 6.1, 6.12, 7.3).
 The hostile suite's docker cases run in the guest too: the host's engine `docker save`s the
-project's image into the guest's directory, and the guest's dockerd loads it (no network there).
+project's image into the guest's directory while the guest boots, and the guest's dockerd loads
+it (no network there).
 Each boots the kernel under qemu (vmharness.py), runs one pytest session inside, and asserts:
 the guest really ran that kernel on pure cgroup v2 (its own probe: `/proc/self/cgroup` is `0::/…`
 only, no v1 cgroup mount, `uname -r`), the session ran tests and none failed or erred (failures
@@ -14,6 +15,7 @@ kernel. A kernel that set-up should have installed and did not is a failure, not
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,29 +44,34 @@ def guest_run(out: Path, repo: Path = vmharness.REPO) -> vmharness.PytestRun:
     return vmharness.PytestRun("subset", subset + exp1)
 
 
-def export_docker_image(out: Path) -> tuple[Path | None, str]:
-    """The project's local image (engines/docker.py LOCAL_IMAGE, built on the host if missing),
-    `docker save`d into `out` for the guest's engine, which has no network to build it: through the
-    host's engine, acquired and released as a session does. (None, why) where the host has no
-    engine: then the guest's docker cases skip, and the verdict says so. An engine that cannot
-    give the image fails the test (a broken set-up must not pass as "no docker")."""
+def acquire_engine():
+    """The host's Docker engine for the guest's image, or (None, why) where the host has none (the
+    guest's docker cases then skip, and the verdict says so). A host whose set-up installed dockerd
+    must serve: a broken set-up must not pass as "no docker"."""
     from pytest_agentcgroup.engines.docker import DockerEngine
     from pytest_agentcgroup.errors import ExecutorUnavailable
     try:
-        engine = DockerEngine.acquire()
+        return DockerEngine.acquire(), ""
     except ExecutorUnavailable as exc:
-        if os.geteuid() == 0 and programs.which("dockerd"):   # set-up installed it: it must serve
+        if os.geteuid() == 0 and programs.which("dockerd"):
             pytest.fail(f"the host has dockerd but no engine for the guest's image: {exc}", pytrace=False)
         return None, f"no docker on the host: {exc}"
-    tar = out / "docker-image.tar"
+
+
+def save_image(engine, tar: Path, result: dict) -> None:
+    """The project's local image (engines/docker.py LOCAL_IMAGE, built on the host if missing)
+    `docker save`d to `tar` for the guest's engine, which has no network to build it; then the
+    guest is told it is whole, or why it will not come (also kept in result["failure"]). Runs
+    while the guest boots; releases the engine as a session does."""
     try:
-        name = engine.ensure_image()
+        result["name"] = engine.ensure_image()
         with open(tar, "wb") as fh:
-            for chunk in engine.client.images.get(name).save(named=True):
+            for chunk in engine.client.images.get(result["name"]).save(named=True):
                 fh.write(chunk)
-        return tar, name
+        vmharness.mark_image(tar)
     except Exception as exc:                    # ExecutorUnavailable, the SDK's errors, a full disk
-        pytest.fail(f"the host has a Docker engine but could not give the guest its image: {exc}", pytrace=False)
+        result["failure"] = f"the host has a Docker engine but could not give the guest its image: {exc}"
+        vmharness.mark_image(tar, result["failure"])
     finally:
         engine.release()
 
@@ -78,16 +85,29 @@ class SubsetBoot:
 
 
 def boot_subset(out: Path, kernel_series: str) -> SubsetBoot:
-    """The guest's run (in the background: tests/background.py)."""
+    """The guest's run (in the background: tests/background.py). The image is built and saved while
+    the guest boots and starts its engine (they take minutes each under emulation)."""
     kernel = require_kernel(kernel_series)
+    engine, what = acquire_engine()
+    image, saved = (out / "docker-image.tar" if engine else None), {}
+    saver = threading.Thread(target=save_image, args=(engine, image, saved), daemon=True) if engine else None
     try:
-        image, what = export_docker_image(out)
-        result = vmharness.boot(kernel, out, [guest_run(out)], docker_image=image)
+        if saver:
+            saver.start()
+        # the session's longest chain (one core of emulation for most of it): ahead of the rest
+        result = vmharness.boot(kernel, out, [guest_run(out)], docker_image=image, nice=-5)
     except vmharness.KernelMissing as exc:       # vng itself missing after set-up
+        if image:
+            vmharness.mark_image(image, str(exc))
         pytest.fail(str(exc), pytrace=False)
-    finally:                                     # a few hundred MB: loaded by now, or cut short by a failed save
-        (out / "docker-image.tar").unlink(missing_ok=True)
-    return SubsetBoot(kernel, result, image, what)
+    finally:
+        if saver:
+            saver.join()
+        if image:                                # a few hundred MB: loaded by now, or cut short
+            image.unlink(missing_ok=True)
+    if "failure" in saved:
+        pytest.fail(saved["failure"], pytrace=False)
+    return SubsetBoot(kernel, result, image, saved.get("name", what))
 
 
 @pytest.mark.background(run=boot_subset, lane="vm")

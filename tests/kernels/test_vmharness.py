@@ -185,6 +185,27 @@ def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
     assert result.problems() == []
 
 
+def test_the_guest_loads_the_image_only_once_the_host_says_it_is_whole_or_why_not(tmp_path):
+    """The preload's wait and load lines, run by a real sh: nothing happens before the host's
+    word; a failure's reason ends in docker-load.log with rc 125 (no docker load started)."""
+    image = tmp_path / "docker-image.tar"
+    lines = vmharness.guest_script(tmp_path, [], docker_image=image).splitlines()
+    wait = next(ln for ln in lines if ln.startswith("i=0; until [ -e"))
+    load = next(ln for ln in lines if ln.startswith("if [ -e"))
+    assert f"docker load -i {image}" in load and lines.index(wait) < lines.index(load)
+    guest = subprocess.Popen(["sh", "-c", f"OUT={tmp_path}\n{wait}\n{load}"])
+    try:
+        time.sleep(2)
+        assert guest.poll() is None and not (tmp_path / "docker-load.rc").exists(), "loaded before the host's word"
+        vmharness.mark_image(image, "debootstrap failed: no Debian mirror")
+        assert guest.wait(timeout=30) == 0
+    finally:
+        guest.kill()
+    assert (tmp_path / "docker-load.rc").read_text().strip() == "125"
+    assert "no image from the host after" in (tmp_path / "docker-load.log").read_text()
+    assert "debootstrap failed: no Debian mirror" in (tmp_path / "docker-load.log").read_text()
+
+
 def test_the_probe_is_written_before_anything_touches_the_guest(tmp_path):
     mods = tmp_path / "k" / "lib" / "modules" / KERNEL.release
     script = vmharness.guest_script(tmp_path, [vmharness.PytestRun("subset", ("tests",))], modules=mods,
@@ -280,3 +301,10 @@ def test_the_docker_cases_count_only_when_one_passed_and_none_skipped(tmp_path):
     assert "NOT loaded (docker-load.rc 1)" in docker_verdict(tmp_path, image, "img")
     (tmp_path / "docker-load.rc").write_text("0\n")
     assert docker_verdict(tmp_path, image, "img") == "img loaded"
+
+
+def test_run_killable_runs_at_the_priority_asked_and_its_children_inherit_it(tmp_path):
+    out = tmp_path / "nice"
+    # field 19 of /proc/PID/stat is the nice value; the inner sh is a child of the one started
+    rc = vmharness.run_killable(["sh", "-c", f"sh -c 'cut -d\" \" -f19 /proc/$$/stat' > {out}"], timeout_s=30, nice=5)
+    assert rc == 0 and out.read_text().strip() == str(os.getpriority(os.PRIO_PROCESS, 0) + 5)

@@ -40,6 +40,8 @@ SERIES = ("6.1", "6.12", "7.3")
 GUEST_CONTAINERD = "/run/agentcgroup-containerd/containerd.sock"
 #: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
 GUEST_TMP = "/tmp/agentcgroup-vm"
+#: how long the guest's preload waits for the host to finish the image it saves while the guest boots
+IMAGE_WAIT_S = 1200
 #: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
 #: 1393 s under software emulation on a shared 2-core host) and ~1300 s to spare for a loaded host
 BOOT_TIMEOUT_S = 2700
@@ -248,8 +250,9 @@ def _docker_preload(image: Path) -> list[str]:
     (no network for debootstrap): dockerd's data on a tmpfs (the guest's /var is an overlay over
     the host's, where overlay2 cannot stack and the host's own images must not show), a dockerd of
     the guest's own started to `docker load` the host's tarball and stopped again, so that the one
-    the plugin starts (in the session's cgroups) finds the image. docker-load.rc and .log say how
-    it went (GuestResult.problems). docker-preload.left then lists what the preload left behind (a
+    the plugin starts (in the session's cgroups) finds the image. The load waits for the host's
+    word that the tarball is whole (mark_image: the host saves it while the guest boots and starts
+    its engine). docker-load.rc and .log say how it went (GuestResult.problems). docker-preload.left then lists what the preload left behind (a
     dockerd/containerd still running, the root's cgroup.subtree_control changed): empty when clean.
 
     The host's /etc/docker is hidden in the guest (a daemon.json there, e.g. a data-root, would
@@ -257,6 +260,7 @@ def _docker_preload(image: Path) -> list[str]:
     the image (~260 MB loaded) plus the hostile cases' few small containers; tmpfs pages cost guest
     RAM (2G) only as written."""
     img = shlex.quote(str(image))
+    ready, failed = (shlex.quote(str(m)) for m in image_markers(image))
     return [
         "[ ! -d /etc/docker ] || mount -t tmpfs -o mode=0755,size=1M agentcgroup-etc-docker /etc/docker",
         "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker",
@@ -278,7 +282,11 @@ def _docker_preload(image: Path) -> list[str]:
         "dockerd_pid=$!",
         "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ] || ! alive $dockerd_pid; do "
         "sleep 1; i=$((i + 1)); done",
-        f'docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"',
+        # the host saves the image while the guest boots: loaded once it says it is whole
+        f"i=0; until [ -e {ready} ] || [ -e {failed} ] || [ $i -ge {IMAGE_WAIT_S} ]; do sleep 1; i=$((i + 1)); done",
+        f'if [ -e {ready} ]; then docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"; '
+        f'else echo "no image from the host after $i s: $(cat {failed} 2>/dev/null)" >>"$OUT/docker-load.log"; '
+        'echo 125 >"$OUT/docker-load.rc"; fi',
         # each stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
         "for pid in $dockerd_pid $containerd_pid; do kill $pid; i=0; while alive $pid && [ $i -lt 30 ]; do "
         "sleep 1; i=$((i + 1)); done; kill -9 $pid 2>/dev/null; wait $pid; done",
@@ -290,6 +298,21 @@ def _docker_preload(image: Path) -> list[str]:
         'echo "/sys/fs/cgroup/cgroup.subtree_control changed: $(cat "$OUT/probe.subtree_control") -> '
         '$(cat /sys/fs/cgroup/cgroup.subtree_control)" >>"$OUT/docker-preload.left"',
     ]
+
+
+def image_markers(image: Path) -> tuple[Path, Path]:
+    """The files beside `image` by which the host tells the guest the tarball is whole (`.ready`)
+    or will not come (`.failed`, holding why): the host may still be saving it while the guest boots."""
+    return image.with_name(image.name + ".ready"), image.with_name(image.name + ".failed")
+
+
+def mark_image(image: Path, failure: str | None = None) -> None:
+    """Tell the guest that `image` is whole (failure None) or will not come, and why."""
+    ready, failed = image_markers(image)
+    if failure is None:
+        ready.touch()
+    else:
+        failed.write_text(failure + "\n")
 
 
 def _open_path_to(path: Path, spare: str) -> list[str]:
@@ -545,9 +568,11 @@ def vng_argv(vng: Path, kernel: Kernel, out: Path, script: Path, *, memory: str,
 
 
 def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G", cpus: int = 2,
-         timeout_s: float = BOOT_TIMEOUT_S, docker_image: Path | None = None) -> GuestResult:
+         timeout_s: float = BOOT_TIMEOUT_S, docker_image: Path | None = None, nice: int = 0) -> GuestResult:
     """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`.
-    `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine."""
+    `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine, loaded
+    once mark_image() says it is whole (the caller may still be writing it while the guest boots).
+    `nice`: the VM's priority on the host (run_killable)."""
     qemu_for_host()
     vng = vng_path()
     if vng is None:
@@ -560,16 +585,21 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None)
     start = time.monotonic()
     with open(out / "vng.log", "wb") as console:
-        rc = run_killable(argv, timeout_s=timeout_s, cwd=out, env=env, stdout=console, stderr=subprocess.STDOUT)
+        rc = run_killable(argv, timeout_s=timeout_s, nice=nice, cwd=out, env=env, stdout=console,
+                          stderr=subprocess.STDOUT)
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
                        runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
 
 
-def run_killable(argv: list[str], *, timeout_s: float, **popen) -> int | None:
+def run_killable(argv: list[str], *, timeout_s: float, nice: int = 0, **popen) -> int | None:
     """Run argv in a session of its own (stdin /dev/null) to its end: its exit status, or None when
     it was killed at `timeout_s`. kill_running() kills it; after that call nothing starts (Stopped).
-    Ctrl-C or any error while waiting kills it too: nothing outlives us (vng, virtme-run, qemu)."""
+    Ctrl-C or any error while waiting kills it too: nothing outlives us (vng, virtme-run, qemu).
+    `nice`: its scheduling priority (nice(1)'s adjustment; below 0 needs root), inherited by all it
+    starts: the work on a session's critical path runs before the work that has time to spare."""
+    if nice:
+        argv = [programs.require("nice"), "-n", str(nice), *argv]
     with _LOCK:
         if _STOPPED.is_set():
             raise Stopped(f"not started, the session has ended: {argv[0]}")

@@ -7,7 +7,7 @@ is `nsenter -t <init> -m -u -i -n -p -w -- setpriv ... sh -c CMD`, started by ou
 the step's cgroups *before* it execs: the step runs in the container's namespaces (its root file
 system, no network, its PID namespace) but in a cgroup of its own, so every tool call is limited
 and counted on its own, as under the other executors. `docker exec` cannot do that: runc puts the
-exec'd process in the container's cgroup, and it costs ~70 ms per call.
+exec'd process in the container's cgroup (and every exec is a round trip through dockerd and runc).
 
 Where the container's cgroup is: the executor is given `cgroup_parent` (the test's workload cgroup,
 relative to this session's own cgroups on hybrid, absolute on v2: see cgroups/container.py) and reports `init_pid`; the
@@ -36,8 +36,8 @@ the steps' seccomp guard (stepguard.py, installed before nsenter): no user names
 denies unshare/clone(CLONE_NEWUSER) without CAP_SYS_ADMIN) and no kernel keys (keyctl, add_key,
 request_key fail with EPERM; the step starts in a new, empty session keyring, so neither the
 session keyring pytest was started in nor host root's user keyring is reachable). It costs each
-step a Python start (~30-80 ms here, ~10 MB charged to the step's cgroup until it execs nsenter: a
-tiny step's peak is that). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
+step a Python start (its time, and its memory charged to the step's cgroup until it execs nsenter:
+a tiny step's peak is that). INIT holds a capability no step has (INIT_CAP), so no step can ptrace it or write its memory. The sandbox executor (bubblewrap, no capabilities at
 all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations

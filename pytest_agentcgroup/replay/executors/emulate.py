@@ -24,7 +24,7 @@ from .base import DEFAULT_TIMEOUT_S, Launch
 
 T0_ENV = "AGENTCGROUP_EMULATE_T0"     # read by emulator.c
 CURVE_STEP_MB = 0.5         # half the emulator's own grain (1 MiB pieces)
-TAIL_PROBES, TAIL_PROBE_MS = 7, 50.0    # the probe outlasts the emulator's start-up (~1 ms) by far
+TAIL_PROBES, TAIL_PROBE_MS = 7, 50.0    # the probe outlasts the emulator's start-up by far
 
 
 def measure_exit_tail_ms() -> float:

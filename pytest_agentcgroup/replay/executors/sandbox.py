@@ -80,7 +80,7 @@ class SandboxExecutor:
       step in a new, empty session keyring (the one pytest was started in, a login's or ssh's, is
       inherited across setpriv and bwrap and possessed whatever the uid) and makes keyctl, add_key
       and request_key fail with EPERM. It leaves user namespaces to bwrap (which needs one, and
-      denies the step more with --disable-userns). It costs each step a Python start (~30-80 ms).
+      denies the step more with --disable-userns). It costs each step a Python start.
     The working directory carries across steps as in an agent's persistent shell: each step starts
     where the previous one ended (`cd` included). A `seed` (base.Seed, set before start) is copied
     into the workspace, mounted at the task's path, and its Python environment beside it, at the

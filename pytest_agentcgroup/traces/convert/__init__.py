@@ -7,7 +7,8 @@ Each converter is one module here exposing:
     def convert(path: Path) -> Iterator[Trace]    # the traces in it; raises TraceError naming
                                                   # file, record/step and field on bad input
 
-Modules are imported lazily so that one format's optional dependency never breaks another.
+Modules are imported lazily so that one format's optional dependency never breaks another. `ir`
+reads the IR itself back, so that `convert --to atif` takes our own traces too (atif.py writes ATIF).
 """
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from pathlib import Path
 from types import ModuleType
 
 _MODULES = {
+    "atif": "atif",                               # before ir: our ATIF output names the IR schema in `extra`
+    "ir": "ir",                                   # our own traces, read back (e.g. for --to atif)
     "claude-code": "claude_code",
     "openhands-rows": "openhands_rows",
     "openhands-resolver": "openhands_resolver",   # before openhands-events: its pairs may carry `source`
     "openhands-events": "openhands_events",
     "swe-agent-rows": "swe_agent_rows",
     "swe-agent-traj": "swe_agent_traj",
+    "mini-swe-agent": "mini_swe_agent",
     "playwright": "playwright",
 }
 

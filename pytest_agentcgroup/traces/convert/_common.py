@@ -11,8 +11,8 @@ Decisions that hold for every converter (they are documented here once, and the 
   be read or parsed at all (truncated JSON array, bad zip) raises from both.
 * **Size caps.** Any string kept in a step's args (a command, code, a path, an edit's text) must be at
   most :data:`MAX_ARG_BYTES` (1 MiB, UTF-8). A 10 MB command is **refused** with a TraceError naming
-  the field: no agent tool call in the real samples is above 7 KB (OpenHands rows: commands 912 B,
-  file_text 6.2 KB), Linux refuses a single ``bash -c`` argument above 128 KiB anyway, and replaying
+  the field: agents' tool calls are orders of magnitude smaller, Linux refuses a single ``bash -c``
+  argument above 128 KiB anyway, and replaying
   a multi-megabyte "command" would measure the replayer, not the agent. Whole-file JSON inputs are
   capped at :data:`MAX_JSON_FILE_BYTES`, one JSONL line at :data:`MAX_JSONL_LINE_BYTES`.
 * **NUL bytes.** A raw NUL byte in a JSON file is reported as such (it is never valid JSON). A NUL
@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..ir import OUTPUT_HEAD_CHARS, Measure, Step, Trace, TraceError, check_trace
+from ..ir import Measure, Step, Trace, TraceError, check_trace
 from ..task import Task
 
 #: Largest string (UTF-8 bytes) kept in a step's args.
@@ -49,6 +49,8 @@ MAX_JSON_FILE_BYTES = 512 << 20
 MAX_JSONL_LINE_BYTES = 128 << 20
 #: How much of a file `sniff` reads.
 SNIFF_BYTES = 1 << 20
+#: How much of a step's recorded output a trace keeps (its head, in characters).
+RECORDED_OUTPUT_CHARS = 1000
 
 Where = dict  # {"file": str, "record": int | str | None}
 
@@ -142,6 +144,17 @@ def head(path: Path, n: int = SNIFF_BYTES) -> bytes:
         return b""
 
 
+def tail(path: Path, n: int = 4096) -> bytes:
+    """The last `n` bytes of `path` (b"" when unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - n))
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
 def iter_json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """Rows of a JSON array file (index, row), a JSONL file (line number, row or TraceError), or a
     single JSON object (0, obj). A file-level problem raises."""
@@ -223,6 +236,12 @@ def recorded_ms(seconds: float) -> Measure:
     return Measure(round(seconds * 1000.0, 3), "recorded")
 
 
+def output_head(text: str) -> str:
+    """The first RECORDED_OUTPUT_CHARS characters of a recorded output, writable as UTF-8 (an
+    unpaired surrogate, which JSON can carry and UTF-8 cannot, becomes '?')."""
+    return text[:RECORDED_OUTPUT_CHARS].encode("utf-8", "replace").decode("utf-8")
+
+
 # ---------------------------------------------------------------------------------------------
 # Building traces
 
@@ -256,6 +275,9 @@ SAMPLE_SOURCES = {
     "playwright-trace": {
         "dataset": "microsoft/playwright test assets", "licence": "Apache-2.0",
         "origin": "microsoft/playwright@d4e1023f6c03a8dced50eb3db88c2217e7c1a86a"},
+    "mini-swe-agent": {
+        "dataset": "mini-swe-agent 1.15 + Gemini 3 Pro on SWE-bench Verified (swebench_results)", "licence": "MIT",
+        "origin": "gruckion/mini-swe-agent@d12a71affd95403b036b2bdbd827349b77bfffb9"},
 }
 
 #: Per-format defaults for files from anywhere else.
@@ -268,6 +290,8 @@ FORMAT_SOURCES = {
     "openhands-resolver": {"dataset": "OpenHands resolver output", "licence": "unknown", "origin": "unknown"},
     "swe-agent-traj": {"dataset": "SWE-agent trajectory", "licence": "unknown", "origin": "unknown"},
     "playwright": {"dataset": "Playwright trace", "licence": "unknown", "origin": "unknown"},
+    "atif": {"dataset": "ATIF trajectory", "licence": "unknown", "origin": "unknown"},
+    "mini-swe-agent": {"dataset": "mini-swe-agent trajectory", "licence": "unknown", "origin": "unknown"},
 }
 
 _README_CACHE: dict[Path, str] = {}
@@ -301,11 +325,6 @@ def finish(trace_id: str, source: dict, steps: list[Step], where: Where, *, what
     return check_trace(trace, file=where.get("file"), record=where.get("record"))
 
 
-def output_head(text: str) -> str:
-    """What a step's outcome keeps of its recorded output: its head (NULs dropped: never kept text)."""
-    return text.replace("\0", "")[:OUTPUT_HEAD_CHARS]
-
-
 def guard(where: Where, fn: Callable[[], Trace]) -> Trace | TraceError:
     """Run one record's conversion, returning its TraceError instead of raising it. Any other
     exception is a converter bug and propagates (the fuzz tests rely on that)."""
@@ -315,6 +334,16 @@ def guard(where: Where, fn: Callable[[], Trace]) -> Trace | TraceError:
         return exc
     except RecursionError:
         return fail("input nested too deeply", where)
+
+
+def iter_file_result(path: Path, fmt: str, convert_doc: Callable[[Any, Where, dict], Trace]
+                     ) -> Iterator[Trace | TraceError]:
+    """The one Trace (or its TraceError) of a whole-file JSON input, made by `convert_doc(data, where,
+    source)`; a file unreadable as a whole raises."""
+    path = Path(path)
+    data = load_json_file(path)
+    where = {"file": str(path)}
+    yield guard(where, lambda: convert_doc(data, where, make_source(fmt, path)))
 
 
 def strict(results: Iterable[Trace | TraceError]) -> Iterator[Trace]:

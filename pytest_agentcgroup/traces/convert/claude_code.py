@@ -1,68 +1,17 @@
-"""Converter for AgentCgroup's Claude Code runs (`agentcgroup-claude-code`).
+"""Converter for AgentCgroup's Claude Code runs (`agentcgroup-claude-code`): a task directory
+(tool_calls.json, resources.json, optional results.json) becomes one Trace. docs/traces.md ("The
+Claude Code format") describes the input files, the layouts that convert and the tool mapping.
 
-Input layout (one *task directory* per agent run, as in yunwei37/agentcgroup
-`experiments/all_images_<model>/<task>/attempt_1/`, copied to `<root>/<model>/<task>/`):
-
-- `tool_calls.json`: JSON array of tool calls, each `{timestamp, end_timestamp, tool, id, input,
-  result_preview}`; timestamps are ISO-8601 UTC with `Z`.
-- `resources.json`: `{samples: [{epoch, timestamp, mem_usage, mem_percent, cpu_percent}], summary}`,
-  about 1 Hz docker-stats style samples of the whole task container. Only `epoch` (Unix seconds) is
-  used for time: `timestamp` there is naive local time (UTC-8) and would be off by 8 hours.
-- `results.json` (optional): run summary; `model`, `image` and `claude_time` (-> `source.agent_time_s`,
-  recorded) are read from it, and, when the other files are missing, `resource_samples` (upstream: an
-  identical copy of resources.json, `{samples, summary}`; a bare sample list is read too) and
-  `traces.tool_calls` (an identical copy of tool_calls.json).
-
-Layouts that convert: tool_calls.json + resources.json (the shipped dataset); tool_calls.json +
-results.json (samples from resource_samples); results.json alone (tool calls and samples from it);
-tool_calls.json alone (its content must look like a tool-call array: timed steps, no profile, and
-`source.profile_note` says why). A tool call without `end_timestamp` (or with null) has no duration
-and no profile. When there are samples, `source.container` summarises them (see container_summary).
-
-`convert(path)` accepts a task directory, its `tool_calls.json` (or `results.json` when there is no
-tool_calls.json), or any directory holding task
-directories below it (e.g. the dataset root `<root>/<model>/<task>/`); it yields one Trace per task,
-in sorted path order, with trace_id `claude-code/<model>/<task>` (`<model>` is the parent folder name).
-
-`source`: format, dataset, path (`<model>/<task>`), origin, licence, model (results.json `model`,
-else the folder name), image (the SWE-rebench image, when results.json names it). Origin and
-licence are the dataset's (yunwei37/agentcgroup@5af9e7b8..., GPL-2.0) only when the dataset README
-two levels up lists the task; a run of your own gets "unknown" for both (see _common.py).
+`convert(path)` takes a task directory, its tool_calls.json (or results.json when there is no
+tool_calls.json), or a directory with task directories below it; it yields one Trace per task in
+sorted path order, trace_id `claude-code/<model>/<task>` (`<model>`: the parent folder's name).
 `iter_results(path)` yields a Trace or a TraceError per task directory.
 
-Tool mapping (every tool call becomes exactly one step, in order; step_id = tool-call index):
-
-    Bash                                 -> bash   args: command, cwd, timeout_ms, background
-    Read                                 -> read   args: file_path, offset, limit
-    Edit, Write, MultiEdit, NotebookEdit -> edit   args: file_path (notebook_path), bytes, edits
-    Grep, Glob                           -> search args: pattern, path, glob, type, output_mode, ...
-    anything else (TodoWrite, Task, BashOutput, KillShell, ExitPlanMode, WebFetch, WebSearch,
-    unknown names)                       -> noop   args: a few small identifying strings only
-
-A call whose `result_preview` starts with "<tool_use_error>InputValidationError" was refused by the
-agent runtime before anything ran (e.g. an Edit whose old_string is a JSON object): it becomes a
-noop with `rejected: true` and its well-typed identifying args; for every other call, wrongly typed
-arguments are a TraceError. `native_tool` always keeps the source's tool name. `result_preview`
-is dropped (large, not needed).
-Edit/Write strings are not kept either (they would make the files large): `bytes` is the UTF-8 size
-of the text written (`new_string` / `content` / summed over MultiEdit `edits`, whose count is `edits`).
-Bash `cwd` is always "/testbed": the source records no working directory (results.json has no
-workdir field, only the host-side `output_dir`), and the SWE-rebench images the runs used keep the
-repository in /testbed (commands in the traces `cd /testbed` or use /testbed paths). `timeout_ms`
-comes from the Bash tool's `timeout` (Claude Code gives it in milliseconds). `background` is true
-for `run_in_background` calls: the recorded duration is then only the launch, and the command's
-memory shows up in the steps that follow (e.g. a BashOutput/KillShell noop).
-
-Per step, `duration_ms` = end_timestamp - timestamp, provenance `recorded`.
-
-Resource profile: see claude_code_samples.py (the container samples aligned with each step).
-
-Kept strings follow the shared converter rules (_common.check_str): no NUL character, at most
-1 MiB, no unpaired surrogate. Malformed input (truncated JSON, NUL bytes, wrong types, missing
-fields, bad size or percentage strings, timestamps without a zone, end before start) raises
-TraceError naming the file, the record (tool-call index, or sample index in resources.json) and the
-field; no other exception type escapes. An empty tool_calls.json is an error too (a trace needs a
-step). resources.json samples are sorted by epoch; an empty sample list gives steps without profile.
+Every tool call becomes one step, in order (step_id = its index; TOOL_MAP, anything else `noop`),
+with duration_ms = end_timestamp - timestamp (`recorded`) and a profile derived from the container
+samples around it (claude_code_samples.py). Origin and licence are the dataset's only for a task its
+README lists (_from_dataset), else "unknown". Kept strings follow _common.check_str; malformed input
+raises TraceError naming the file, the record (tool-call index, or sample index) and the field.
 """
 from __future__ import annotations
 
@@ -82,6 +31,8 @@ FORMAT = "claude-code"
 DATASET = "agentcgroup-claude-code"
 ORIGIN = "yunwei37/agentcgroup@5af9e7b8f37a93513206c331c7ec0ff149e89f27"
 LICENCE = "GPL-2.0"
+#: Bash steps' cwd: the source records no working directory, and the SWE-rebench images the runs
+#: used keep the repository in /testbed (the commands `cd /testbed` or use /testbed paths).
 CWD = "/testbed"
 
 TOOL_CALLS = "tool_calls.json"
@@ -239,7 +190,7 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
                     or timeout < 0:
                 raise TraceError(f"expected milliseconds (a number >= 0), got {timeout!r}"[:120], file=file,
                                  record=record, field="input.timeout")
-            args["timeout_ms"] = timeout
+            args["timeout_ms"] = timeout            # Claude Code gives the Bash timeout in milliseconds
         bg = inp.get("run_in_background")
         if bg is not None:
             if not isinstance(bg, bool):
@@ -263,6 +214,7 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
                 val = check_str(val, where, field=f"input.{key}")
             args[key] = val
     if tool == "edit":
+        # the text written is not kept (it would make the traces large), only its UTF-8 size
         if native == "MultiEdit":
             edits = inp.get("edits")
             if not isinstance(edits, list):

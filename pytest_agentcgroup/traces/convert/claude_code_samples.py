@@ -15,9 +15,8 @@ so "185.3MB" = 176.7 MiB and "1.862GB" = 1775.7 MiB; KiB/MiB/GiB are taken as bi
   epoch is only good to about one period (each stats call takes about a second, hence the ~1.04 s
   gaps), so the sample just after a short call is the only one that can show it. If the window is
   empty (a gap in the samples), the first sample after the start is used alone. Caveat: for calls
-  shorter than P this sample mostly shows the agent runtime's own memory moves (tens of MiB; in
-  local/sigmavirus24__github3.py-673 the agent oscillates 256<->430 MB, giving ~160-200 MiB peaks on
-  Read/Grep/Edit steps).
+  shorter than P this sample mostly shows the agent runtime's own memory moves, which can be far
+  larger than the call's (Read/Grep/Edit steps then get peaks of their own).
 - peak_mb = max(window memory) - baseline, floored at 0: the memory the call added over the
   baseline. Omitted when the baseline is unknown or there is no sample at or after the start.
 - ramp_ms = time from the step start to the (first) peak sample, clamped to [0, duration]; 0 when

@@ -20,8 +20,8 @@ The working directory is the last `[Current working directory: ...]` footer of a
 before the call (OpenHands prints the shell's cwd after each command), carried to following steps;
 the first command's cwd is unknown and left out. Rows have no timestamps, so steps have no duration.
 
-What each executing step recorded is its `outcome` (read from its tool result, matched by
-`tool_call_id`): a command's exit code from OpenHands' `[The command completed with exit code N.]`
+What each step recorded is its `recorded_outcome` and `recorded_output` (read from its tool
+result, matched by `tool_call_id`): a command's exit code from OpenHands' `[The command completed with exit code N.]`
 / `[Command finished with exit code N]` footer (-1, a command still running when OpenHands stopped
 waiting, is status `timeout` without an exit code) and the head of its output without those
 footers; an edit's or a view's status (`failed` when the editor answered `ERROR...`) and the head of
@@ -161,12 +161,12 @@ def _with_outcome(step: Step, text: str) -> Step:
             return step
         code = int(codes[-1])
         status = "timeout" if code < 0 else "ok" if code == 0 else "failed"
-        outcome = Outcome(status, code if 0 <= code <= 255 else None, output_head(_FOOTER.sub("", text).rstrip()))
+        outcome, output = Outcome(status, code if 0 <= code <= 255 else None), _FOOTER.sub("", text).rstrip()
     elif step.tool in ("edit", "read"):
-        outcome = Outcome("failed" if text.lstrip().startswith("ERROR") else "ok", None, output_head(text))
+        outcome, output = Outcome("failed" if text.lstrip().startswith("ERROR") else "ok"), text
     else:
         return step
-    return dataclasses.replace(step, outcome=outcome)
+    return dataclasses.replace(step, recorded_outcome=outcome, recorded_output=output_head(output))
 
 
 def _task(row: dict, instance: str | None, path: str | None, python: str | None) -> Task | None:

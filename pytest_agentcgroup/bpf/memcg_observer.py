@@ -15,7 +15,7 @@ import ctypes
 from dataclasses import dataclass, field, fields
 
 from . import features
-from .loader import BPFUnavailable, Loaded, ProgramSide
+from .loader import BPFUnavailable, RingBufferProgram
 
 EVENT_KINDS = {1: "reclaim_begin", 2: "reclaim_end", 3: "oom_victim"}
 
@@ -69,48 +69,30 @@ class ObserverStats:
         return None
 
 
-class MemcgObserver(ProgramSide):
+class MemcgObserver(RingBufferProgram):
+    program, ring, cgroups, event_struct = "memcg_observer", "agcg_obs_events", "agcg_obs_cgs", _Event
+    events: list[ObserverEvent]
+
     def __init__(self, *, page_faults: bool = False, runq: bool = True):
-        # page-fault counting is opt-in: a program on every user fault cost ~10 % on a
-        # fault-heavy microbenchmark here (tests/test_bpf_overhead.py); the rest costs ~1-2 %
+        # page-fault counting is opt-in: a program on every user fault costs far more than the rest
+        # on a fault-heavy workload (tests/test_bpf_overhead.py measures both)
         self.page_faults, self.runq = page_faults, runq
         if page_faults and (why := features.missing("tp:exceptions/page_fault_user")):
             raise BPFUnavailable(f"page-fault counting needs the exceptions:page_fault_user tracepoint, "
                                  f"which only x86 kernels have ({why})")
-        self.prog = Loaded("memcg_observer", cflags=["-DAGCG_PGFAULT"] if page_faults else [])
-        self.events: list[ObserverEvent] = []
-        try:
-            tps = TRACEPOINTS + ([PGFAULT_TP] if page_faults else []) + (RUNQ_TPS if runq else [])
-            for tp, fn in tps:
-                self.prog.attach_tracepoint(tp, fn)
-            self.prog.open_ring_buffer("agcg_obs_events", self._on_event)
-        except BaseException:
-            self.prog.close()
-            raise
+        tps = TRACEPOINTS + ([PGFAULT_TP] if page_faults else []) + (RUNQ_TPS if runq else [])
+        super().__init__(tracepoints=tps, cflags=["-DAGCG_PGFAULT"] if page_faults else [])
 
-    def _on_event(self, ctx, data, size):
-        e = ctypes.cast(data, ctypes.POINTER(_Event)).contents
-        self.events.append(ObserverEvent(EVENT_KINDS.get(e.kind, str(e.kind)), e.ts_ns, e.cgroup_id,
-                                         e.pid, e.value))
+    def _record(self, e) -> ObserverEvent:
+        return ObserverEvent(EVENT_KINDS.get(e.kind, str(e.kind)), e.ts_ns, e.cgroup_id, e.pid, e.value)
 
     def watch(self, *cgroup_ids: int) -> None:
-        table = self.prog["agcg_obs_cgs"]
         for cg in cgroup_ids:
-            table[ctypes.c_uint64(cg)] = ctypes.c_uint32(1)
+            self._mark(cg, ctypes.c_uint32(1))
 
     def unwatch(self, *cgroup_ids: int) -> None:
         for cg in cgroup_ids:
-            for name in ("agcg_obs_cgs", "agcg_obs_stats"):
-                try:
-                    del self.prog[name][ctypes.c_uint64(cg)]
-                except KeyError:
-                    pass
-
-    def poll(self, timeout_ms: int = 0) -> list[ObserverEvent]:
-        """Collect pending ring-buffer events; returns the new ones (also appended to .events)."""
-        n = len(self.events)
-        self.prog.poll(timeout_ms)
-        return self.events[n:]
+            self._unmark(cg, "agcg_obs_stats")
 
     def stats(self, cgroup_id: int) -> ObserverStats:
         st = ObserverStats()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from .loader import Loaded, ProgramSide
+from .loader import RingBufferProgram
 
 MODES = {"record": 0, "notify": 1, "stop": 2}
 
@@ -54,52 +54,37 @@ class ThrottleState:
     signal_ret: int
 
 
-class ReclaimThrottle(ProgramSide):
-    def __init__(self, *, track_stop: bool = True):
-        self.prog = Loaded("reclaim_throttle")
-        self.events: list[ThrottleEvent] = []
-        try:
-            self.prog.attach_tracepoint("vmscan:mm_vmscan_memcg_reclaim_begin", "agcg_thr_reclaim")
-            if track_stop:
-                self.prog.attach_tracepoint("sched:sched_switch", "agcg_thr_switch")
-            self.prog.open_ring_buffer("agcg_thr_events", self._on_event)
-        except BaseException:
-            self.prog.close()
-            raise
+def _mode_name(value: int) -> str:
+    return next((k for k, v in MODES.items() if v == value), str(value))
 
-    def _on_event(self, ctx, data, size):
-        e = ctypes.cast(data, ctypes.POINTER(_Event)).contents
-        mode = next((k for k, v in MODES.items() if v == e.mode), str(e.mode))
-        self.events.append(ThrottleEvent(e.cgroup_id, e.trigger_ns, e.action_ns, e.pid, e.tid, mode,
-                                         e.signal_ret))
+
+class ReclaimThrottle(RingBufferProgram):
+    program, ring, cgroups, event_struct = "reclaim_throttle", "agcg_thr_events", "agcg_thr_cgs", _Event
+    events: list[ThrottleEvent]
+
+    def __init__(self, *, track_stop: bool = True):
+        super().__init__(tracepoints=[("vmscan:mm_vmscan_memcg_reclaim_begin", "agcg_thr_reclaim")]
+                         + ([("sched:sched_switch", "agcg_thr_switch")] if track_stop else []))
+
+    def _record(self, e) -> ThrottleEvent:
+        return ThrottleEvent(e.cgroup_id, e.trigger_ns, e.action_ns, e.pid, e.tid, _mode_name(e.mode), e.signal_ret)
 
     def mark(self, cgroup_id: int, mode: str = "stop") -> None:
-        table = self.prog["agcg_thr_cgs"]
-        val = table.Leaf()
+        val = self.prog[self.cgroups].Leaf()
         val.mode, val.armed = MODES[mode], 1
-        table[ctypes.c_uint64(cgroup_id)] = val
+        self._mark(cgroup_id, val)
 
     def rearm(self, cgroup_id: int) -> None:
-        table = self.prog["agcg_thr_cgs"]
-        val = table[ctypes.c_uint64(cgroup_id)]
+        val = self.prog[self.cgroups][ctypes.c_uint64(cgroup_id)]    # KeyError when it is not marked
         val.armed = 1
-        table[ctypes.c_uint64(cgroup_id)] = val
+        self._mark(cgroup_id, val)
 
     def unmark(self, cgroup_id: int) -> None:
-        try:
-            del self.prog["agcg_thr_cgs"][ctypes.c_uint64(cgroup_id)]
-        except KeyError:
-            pass
+        self._unmark(cgroup_id)
 
     def state(self, cgroup_id: int) -> ThrottleState | None:
-        v = self.prog["agcg_thr_cgs"].get(ctypes.c_uint64(cgroup_id))
+        v = self._marked(cgroup_id)
         if v is None:
             return None
-        mode = next((k for k, m in MODES.items() if m == v.mode), str(v.mode))
-        return ThrottleState(mode, bool(v.armed), v.trigger_ns, v.action_ns, v.stopped_ns, v.pid,
+        return ThrottleState(_mode_name(v.mode), bool(v.armed), v.trigger_ns, v.action_ns, v.stopped_ns, v.pid,
                              v.triggers, v.reclaims, v.signal_ret)
-
-    def poll(self, timeout_ms: int = 0) -> list[ThrottleEvent]:
-        n = len(self.events)
-        self.prog.poll(timeout_ms)
-        return self.events[n:]

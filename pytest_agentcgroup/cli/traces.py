@@ -1,26 +1,9 @@
-"""`agentcgroup`: the command line of pytest-agentcgroup.
-
-    agentcgroup traces convert SRC... -o OUT [--format F] [--json]
-    agentcgroup traces validate FILE_OR_DIR... [--json]
-    agentcgroup traces stats FILE_OR_DIR... [--json]
-    agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
-    agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]
-    agentcgroup traces characterize FILE_OR_DIR... [--json]
-    agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG] [--step-timeout S]
-    agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed)
-    agentcgroup traces lock TRACES... [-o LOCK] [--project P] [--version V] [--again] [--build]
-    agentcgroup report DIR... [-o OUT] [--config TOML] [--trace ID]... [--default AXIS=VALUE]...
-    agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: docs/gate.md, "Tolerances")
-    agentcgroup images clean [--image NAME]...
-    agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
-
-Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
-0 everything worked; 1 bad input (a file or record that did not convert or validate,
-named on stderr, or nothing to do); 2 usage error (unknown option, missing argument, unknown format).
-"""
+"""`agentcgroup traces convert|validate|stats|characterize|fetch`: the trace files' command lines
+(convert public formats to the IR, check and summarise IR files, fetch rows from the Hub).
+The `traces` group's other commands have modules of their own (subsets.py: select and sweep; profile.py;
+fidelity.py)."""
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -29,38 +12,21 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from .traces import convert as registry
-from .traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
+from ..traces import convert as registry
+from ..traces.convert.atif import write_atif
+from ..traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
+from . import EXIT_BAD_INPUT, EXIT_OK
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+WRITERS = {"ir": write_trace, "atif": write_atif}        # `convert --to`
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error exits with EXIT_USAGE (it already does: 2) and says where to look."""
-
-    def error(self, message: str):  # pragma: no cover - argparse formats and exits
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
+def add_parsers(tsub) -> None:
     fmts = ", ".join(registry.formats())
-    p = _Parser(prog="agentcgroup", description="Trace-driven OS resource-control experiments for AI-agent "
-                "workloads. Work with agent traces: convert public formats to the trace IR, check IR files, "
-                "summarise them; report on results directories and compare two runs.",
-                epilog="Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error; compare: 1 = differences "
-                       "beyond tolerance, 2 = usage error or unreadable input.")
-    sub = p.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-    traces = sub.add_parser("traces", help="fetch, convert, validate, summarise and select agent traces",
-                            description="Fetch, convert, validate, summarise and select agent traces.")
-    tsub = traces.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
-    tsub.required = True
-
     c = tsub.add_parser(
         "convert", help="convert public agent-trace files to the trace IR",
-        description="Convert agent-trace files to IR files (OUT/<trace_id>.json, one trace each). Each "
+        description="Convert agent-trace files (IR files too) to IR files, or to ATIF with --to atif "
+                    "(OUT/<trace_id>.json, one trace each). Each "
                     f"file's format is sniffed unless --format is given (formats: {fmts}). A directory is "
                     "walked recursively; files no converter recognises are skipped there (but a file named "
                     "on the command line must be recognised). A bad file or record is reported on stderr "
@@ -69,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("sources", nargs="+", metavar="SRC", type=Path, help="trace files or directories")
     c.add_argument("-o", "--output", required=True, type=Path, metavar="OUT", help="output directory (created)")
     c.add_argument("-f", "--format", choices=registry.formats(), help="skip sniffing: read every file as this format")
+    c.add_argument("--to", choices=tuple(WRITERS), default="ir", help="output format (default: ir, the trace IR; "
+                   "atif: Harbor's Agent Trajectory Interchange Format)")
     c.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
     c.set_defaults(func=cmd_convert)
 
@@ -97,22 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--json", action="store_true", help="print the characterization as JSON on stdout")
     ch.set_defaults(func=cmd_characterize)
     _add_fetch(tsub)
-    _add_select(tsub)
-    from .profile import command as profile_command     # `traces profile` (issue 15)
-    profile_command.add_parser(tsub)
-    from .workspaces import command as workspace_command     # `traces lock`: tasks' PyPI workspaces
-    workspace_command.add_parser(tsub)
-    from .metrics import fidelity           # the emulator against recorded traces (issue 15)
-    fidelity.add_parser(tsub)
-    from . import machine_commands
-    from .reports import commands as report_commands
-    report_commands.add_parsers(sub)
-    machine_commands.add_parsers(sub)
-    return p
 
 
 def _add_fetch(tsub) -> None:
-    from .traces import fetch as F
+    from ..traces import fetch as F
     f = tsub.add_parser(
         "fetch", help="fetch N trajectories from a Hugging Face dataset without downloading all of it",
         description="Read only the parquet row groups that hold the first N rows of a Hugging Face dataset "
@@ -139,7 +95,7 @@ def _add_fetch(tsub) -> None:
 
 
 def cmd_fetch(args) -> int:
-    from .traces import fetch as F
+    from ..traces import fetch as F
     kw = dict(fmt=args.chunk_format, progress=not args.no_progress and sys.stderr.isatty())
     try:
         if args.source:
@@ -169,19 +125,6 @@ def cmd_fetch(args) -> int:
     if res.rows < args.rows:
         print(f"agentcgroup traces fetch: the source has only {res.rows} row(s)", file=sys.stderr)
     return EXIT_OK
-
-
-def _add_select(tsub) -> None:
-    from .traces import select as S
-    S.add_parser(tsub)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except BrokenPipeError:  # `agentcgroup ... | head`
-        return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +196,7 @@ def cmd_convert(args) -> int:
                     seen[r.trace_id] = str(path)
                     dest = _out_path(out, r.trace_id)
                     dest.parent.mkdir(parents=True, exist_ok=True)
-                    write_trace(r, dest)
+                    WRITERS[args.to](r, dest)
                     entry["traces"] += 1
                     entry["steps"] += len(r.steps)
             except TraceError as exc:
@@ -383,7 +326,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_characterize(args) -> int:
-    from .traces.characterize import characterize, format_table, load_traces
+    from ..traces.characterize import characterize, format_table, load_traces
     missing = [str(f) for f in args.files if not f.exists()]
     for m in missing:
         print(f"{m}: no such file or directory", file=sys.stderr)
@@ -406,7 +349,3 @@ def cmd_characterize(args) -> int:
     else:
         print(format_table(res))
     return EXIT_BAD_INPUT if bad else EXIT_OK
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -13,23 +13,23 @@ import ctypes
 import ipaddress
 import os
 
-from .loader import Loaded, ProgramSide
+from .loader import ProgramSide
 
 
 class EgressPolicy(ProgramSide):
+    program = "egress_policy"
+
     def __init__(self, *, allow=(), allow_loopback: bool = False):
-        self.prog = Loaded("egress_policy")
-        try:
-            cfg = self.prog["agcg_egr_config"]
-            leaf = cfg.Leaf()
-            leaf.allow_loopback = 1 if allow_loopback else 0
-            cfg[ctypes.c_int(0)] = leaf
-            for addr in allow:
-                self.allow(addr)
-        except BaseException:
-            self.prog.close()
-            raise
-        self.allow_loopback = allow_loopback
+        self.allow_loopback, self._allowed_at_load = allow_loopback, tuple(allow)
+        super().__init__()
+
+    def _set_up(self) -> None:
+        cfg = self.prog["agcg_egr_config"]
+        leaf = cfg.Leaf()
+        leaf.allow_loopback = 1 if self.allow_loopback else 0
+        cfg[ctypes.c_int(0)] = leaf
+        for addr in self._allowed_at_load:
+            self.allow(addr)
 
     def allow(self, addr: str) -> None:
         ip = ipaddress.IPv4Address(addr)        # IPv6 allow-lists are not supported

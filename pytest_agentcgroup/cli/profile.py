@@ -1,4 +1,4 @@
-"""`agentcgroup traces profile`: the command line of the profiler (run.py), with a progress line on
+"""`agentcgroup traces profile`: the command line of the profiler (profile/run.py), with a progress line on
 stderr and one message for whatever stops it (a bad trace file, a missing workspace, no cgroups
 or executor here)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..cgroups.host import CgroupUnavailable
 from ..errors import ExecutorUnavailable
-from .run import ProfileError, Settings, profile_traces
+from ..profile.run import ProfileError, Settings, profile_traces
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 

@@ -1,6 +1,6 @@
 """`agentcgroup traces lock`: pin the PyPI workspace of each trace's task in a corpus's lock file
-(choose.py picks the release and resolves the environment; network: PyPI), and with --build build
-them into the cache now (build.py) so that replays need no network at all."""
+(workspaces/choose.py picks the release and resolves the environment; network: PyPI), and with
+--build build them into the cache now (workspaces/build.py) so that replays need no network at all."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +9,9 @@ from pathlib import Path
 
 from ..traces.ir import TraceError, read_traces
 from ..traces.task import task_of
-from .build import build, built_dir
-from .lock import LOCK_FILE, LockFile, WorkspaceError, task_key
-
-EXIT_OK, EXIT_BAD_INPUT = 0, 1
+from ..workspaces.build import build, built_dir
+from ..workspaces.lock import LOCK_FILE, LockFile, WorkspaceError, task_key
+from . import EXIT_BAD_INPUT, EXIT_OK
 
 
 def add_parser(tsub) -> argparse.ArgumentParser:
@@ -47,7 +46,7 @@ def _traces(paths: list[Path]):
 
 
 def cmd_lock(args) -> int:
-    from .choose import lock        # packaging: only when locking (`agentcgroup` itself starts without it)
+    from ..workspaces.choose import lock     # packaging: only when locking (`agentcgroup` starts without it)
     out = args.output or ((args.files[0] if args.files[0].is_dir() else args.files[0].parent) / LOCK_FILE)
     bad = 0
     try:

@@ -1,5 +1,6 @@
-"""`agentcgroup report` and `agentcgroup compare`: the command line of the reports (wired into
-pytest_agentcgroup/cli.py). pandas and matplotlib are imported only when a command runs."""
+"""`agentcgroup report` (the HTML report, the Markdown results page, the published pages) and
+`agentcgroup compare`: the command line of the reports (reports/).
+pandas and matplotlib are imported only when a command runs."""
 from __future__ import annotations
 
 import json
@@ -9,18 +10,28 @@ from pathlib import Path
 
 def add_parsers(sub) -> None:
     r = sub.add_parser(
-        "report", help="build the HTML report (figures, sortable table, runs.csv) of results directories",
+        "report", help="build the HTML report, or the Markdown results page, of results directories",
         description="Read runs (a run directory, or a results directory, which means its newest run, as its "
                     "`latest` link; each holds metrics.jsonl, or gw*/metrics.jsonl of xdist workers) and write "
                     "OUT/index.html (summary, figures, a sortable table of runs), OUT/runs.csv (a row per trace "
                     "× arm × seed), OUT/columns.csv (unit and provenance of each column) and OUT/figures/*.png. "
+                    "With --markdown, OUT/results.md instead of index.html: the run's results page in MyST "
+                    "Markdown for the documentation (provenance, summary.json's figures, the figures, a table "
+                    "per test). With --publish FILE, the results page of every run FILE lists (make docs). "
                     "Needs the `report` extra.",
-        epilog="Example: agentcgroup report results -o report --config experiments/agentcgroup.toml. "
+        epilog="Example: agentcgroup report results -o report --config experiments/agentcgroup.toml; "
+               "agentcgroup report --publish docs/results/published.toml. "
                "Exit codes: 0 ok, 1 bad input (file and line named on stderr), 2 usage error.")
-    r.add_argument("dirs", nargs="+", metavar="DIR", type=Path,
+    r.add_argument("dirs", nargs="*", metavar="DIR", type=Path,
                    help="run directories, or results directories (= their newest run)")
-    r.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="OUT",
-                   help="report directory (created; default %(default)s)")
+    r.add_argument("-o", "--output", type=Path, metavar="OUT",
+                   help="report directory (created; default report, with --publish FILE's directory/pages)")
+    r.add_argument("--markdown", action="store_true",
+                   help="write OUT/results.md, the results page in MyST Markdown, instead of the HTML report")
+    r.add_argument("--title", metavar="TEXT", help="the Markdown page's title (default: the run's name)")
+    r.add_argument("--publish", type=Path, metavar="FILE",
+                   help="write the Markdown results page of every run FILE lists (TOML: [[run]] name, run, "
+                        "title, config, traces; docs/results/published.toml) into OUT/<name>/results.md")
     r.add_argument("--config", type=Path, metavar="TOML",
                    help="experiment config file: draws each arm's limits on the memory figures")
     r.add_argument("--trace", action="append", metavar="ID", help="trace for a memory-vs-limit figure (repeatable; "
@@ -28,8 +39,8 @@ def add_parsers(sub) -> None:
     r.add_argument("--default", action="append", metavar="AXIS=VALUE", help="a sweep axis's default value for the "
                    "ablation deltas (repeatable; default: the axis's first value in the results)")
     r.add_argument("--characterize", action="append", type=Path, metavar="TRACES",
-                   help="IR trace file or directory for the characterization page (repeatable; default: the "
-                        "--config's corpus; neither: no such page)")
+                   help="IR trace file or directory for the characterization page of the HTML report (repeatable; "
+                        "default: the --config's corpus; neither: no such page)")
     r.set_defaults(func=cmd_report)
 
     from ..metrics.compare import SYNTAX, default_rules
@@ -77,11 +88,30 @@ def _missing_report_extra(command: str) -> bool:
     return False
 
 
+def _report_usage(args) -> str | None:
+    """What is wrong with this combination of report's arguments, or None."""
+    if args.publish is not None:
+        extra = [f for f, v in (("DIR", args.dirs), ("--config", args.config), ("--trace", args.trace),
+                                ("--default", args.default), ("--title", args.title),
+                                ("--characterize", args.characterize)) if v]
+        return f"--publish takes its runs and their settings from FILE, not from {', '.join(extra)}" if extra else None
+    if not args.dirs:
+        return "give a run or results directory (DIR), or --publish FILE"
+    if args.markdown and args.characterize:
+        return "--characterize makes a page of the HTML report, not of --markdown"
+    if args.title and not args.markdown:
+        return "--title is the --markdown page's"
+    return None
+
+
 def cmd_report(args) -> int:
+    problem = _report_usage(args)
+    if problem:
+        print(f"agentcgroup report: {problem}", file=sys.stderr)
+        return 2
     if _missing_report_extra("report"):
         return 2
-    from .frames import ResultsError
-    from .html import build_report
+    from ..reports.frames import ResultsError
     defaults = {}
     for item in args.default or []:
         axis, sep, value = item.partition("=")
@@ -89,14 +119,28 @@ def cmd_report(args) -> int:
             print(f"agentcgroup report: --default {item!r}: expected AXIS=VALUE", file=sys.stderr)
             return 2
         defaults[axis] = _value(value)
+    out = args.output or Path("report")
     try:
-        index = build_report(args.dirs, args.output, config=args.config, traces=args.trace, defaults=defaults,
+        if args.publish is not None:
+            from ..reports.publish import publish
+            pages = publish(args.publish, args.output)
+            for page in pages:
+                print(f"results page: {page} (runs.csv, columns.csv, figures/ beside it)")
+            return 0
+        if args.markdown:
+            from ..reports.markdown import build_page
+            page = build_page(args.dirs, out, config=args.config, traces=args.trace, defaults=defaults,
+                              title=args.title)
+            print(f"results page: {page} (runs.csv, columns.csv, figures/ beside it)")
+            return 0
+        from ..reports.html import build_report
+        index = build_report(args.dirs, out, config=args.config, traces=args.trace, defaults=defaults,
                              characterize=args.characterize)
     except ResultsError as exc:
         print(f"agentcgroup report: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"agentcgroup report: cannot write {exc.filename or args.output}: {exc.strerror}", file=sys.stderr)
+        print(f"agentcgroup report: cannot write {exc.filename or out}: {exc.strerror}", file=sys.stderr)
         return 1
     print(f"report: {index} (runs.csv, columns.csv, figures/ beside it)")
     return 0
@@ -105,8 +149,8 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     from ..metrics.compare import RuleError, parse_rules
     from ..metrics.registry import REGISTRY
-    from .comparison import compare
-    from .frames import ResultsError
+    from ..reports.comparison import compare
+    from ..reports.frames import ResultsError
     try:
         rules = parse_rules(",".join(args.tol)) if args.tol else None
     except RuleError as exc:

@@ -1,5 +1,6 @@
-"""`agentcgroup images` and `agentcgroup doctor`: the command lines about this machine's set-up (its
-Docker images, the programs set-up installs). cli.py registers them (add_parsers)."""
+"""`agentcgroup images`, `emulator`, `bpf` and `doctor`: the command lines about this machine's set-up
+(the Docker images and the emulator binaries it built, the BPF features its kernel offers, the
+programs set-up installs)."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +10,8 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
 
 def add_parsers(sub) -> None:
     _add_images(sub)
+    _add_emulator(sub)
+    _add_bpf(sub)
     _add_doctor(sub)
 
 
@@ -29,8 +32,35 @@ def _add_images(sub) -> None:
     c.set_defaults(func=cmd_images_clean)
 
 
+def _add_emulator(sub) -> None:
+    emulator = sub.add_parser("emulator", help="the resource emulator's binaries, compiled on first use",
+                              description="The resource emulator's binaries, compiled on first use into a "
+                                          "cache keyed by the source's hash.")
+    esub = emulator.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(emulator))
+    esub.required = True
+    c = esub.add_parser(
+        "clean", help="remove the emulator binaries this user built, so that the next run compiles it again",
+        description="Remove the emulator binaries this user built in its cache directories (only files it "
+                    "owns), so that the next run compiles the emulator from its source as a fresh machine "
+                    "would. Prints each file removed; silent when there is none.")
+    c.set_defaults(func=cmd_emulator_clean)
+
+
+def _add_bpf(sub) -> None:
+    bpf = sub.add_parser("bpf", help="the kernel's BPF features the policy arms need",
+                         description="The kernel's BPF features the policy arms need.")
+    bsub = bpf.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(bpf))
+    bsub.required = True
+    f = bsub.add_parser(
+        "features", help="which BPF features this host offers, one line each with the reason",
+        description="Probe which BPF features this host offers (each probe loads nothing that outlives it) "
+                    "and print one line per feature: yes or no, its name, and why. Arms and tests that "
+                    "need an absent feature skip with that reason. Exit 0 whatever the answer.")
+    f.set_defaults(func=cmd_bpf_features)
+
+
 def _add_doctor(sub) -> None:
-    from . import programs
+    from .. import programs
     d = sub.add_parser(
         "doctor", help="check that the programs of the set-up groups are installed",
         description=f"Check that every program of the given hostsetup.sh groups (and of base and setup) is on "
@@ -42,7 +72,7 @@ def _add_doctor(sub) -> None:
 
 
 def cmd_doctor(args) -> int:
-    from . import programs
+    from .. import programs
     groups = [g for arg in args.groups for g in arg.split(",") if g] or list(programs.DEFAULT_GROUPS)
     try:
         return EXIT_BAD_INPUT if programs.check(groups) else EXIT_OK
@@ -52,8 +82,8 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_images_clean(args) -> int:
-    from .engines.docker import remove_project_images
-    from .errors import ExecutorUnavailable
+    from ..engines.docker import remove_project_images
+    from ..errors import ExecutorUnavailable
     try:
         removed = remove_project_images(args.image)
     except ExecutorUnavailable as exc:
@@ -61,4 +91,17 @@ def cmd_images_clean(args) -> int:
         return EXIT_BAD_INPUT
     for name in removed:
         print(f"removed image {name}")
+    return EXIT_OK
+
+
+def cmd_emulator_clean(args) -> int:
+    from ..replay.emulator_build import remove_built
+    for path in remove_built():
+        print(f"removed {path}")
+    return EXIT_OK
+
+
+def cmd_bpf_features(args) -> int:
+    from ..bpf.features import report
+    print(report())
     return EXIT_OK

@@ -1,0 +1,109 @@
+"""`agentcgroup traces select` and `agentcgroup traces sweep`: the corpus's subsets, drawn seeded and
+stratified (traces/select.py) or, for the paper subset, spread over memory peaks with the limits
+Experiment 1 sweeps (traces/sweep.py)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..traces import sweep
+from ..traces.corpus import MANIFEST
+from ..traces.select import DEFAULT_SIZES, PAPER_MIN, build, coverage, load
+
+
+
+def add_parsers(tsub) -> None:
+    s = tsub.add_parser(
+        "select", help="classify IR traces and write seeded stratified subsets (smoke, dev, paper, full)",
+        description="Classify each bash step (test, install, build, vcs, search, fileops, other) and each "
+                    "trace (length short/medium/long, dominant category, bursty), then draw seeded stratified "
+                    "subsets - smoke (5), dev (20), paper (50-100), full (all) - each contained in the next, "
+                    "covering as many (format, length, category, bursty) strata as their size allows. Writes "
+                    "OUT/traces/*.json and OUT/manifest.json (a corpus the plugin loads).",
+        epilog="Example: agentcgroup traces select traces/converted -o traces/selected --seed 7. Exit codes: "
+               "0 ok, 1 bad input (an invalid IR file is named and skipped; no traces at all), 2 usage error.")
+    s.add_argument("files", nargs="+", metavar="FILE_OR_DIR", type=Path, help="IR files or directories")
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="OUT", help="output directory (created)")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default 0): same seed, same subsets")
+    s.add_argument("--smoke", type=int, default=DEFAULT_SIZES["smoke"], metavar="N", help="smoke size (default 5)")
+    s.add_argument("--dev", type=int, default=DEFAULT_SIZES["dev"], metavar="N", help="dev size (default 20)")
+    s.add_argument("--paper", type=int, default=DEFAULT_SIZES["paper"], metavar="N",
+                   help=f"paper size, {PAPER_MIN}-100 (default 100; fewer when the input is smaller)")
+    s.add_argument("--subsets", default="smoke,dev,paper,full",
+                   help="subsets to write (comma-separated; traces outside them are not written)")
+    s.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
+    s.set_defaults(func=cmd_select)
+
+    w = tsub.add_parser(
+        "sweep", help="the paper subset (spread over memory peaks) and the limits Experiment 1 sweeps",
+        description=sweep.__doc__.split("\n")[0] + " Prints the subset's size, its peak percentiles and the "
+                    "matrix's `ablations` list (TOML) that sets each swept arm's limit per point.",
+        epilog="Example: agentcgroup traces sweep traces --write-manifest. Exit codes: 0 ok, 1 unreadable or "
+               "empty manifest, 2 usage error.")
+    w.add_argument("traces", type=Path, help="the corpus directory (with manifest.json)")
+    w.add_argument("-n", type=int, default=sweep.PAPER_SIZE, help=f"paper subset size (default {sweep.PAPER_SIZE})")
+    w.add_argument("--write-manifest", action="store_true", help="write the subset as subsets.paper")
+    w.set_defaults(func=cmd_sweep)
+
+
+def cmd_select(args) -> int:
+    if not PAPER_MIN <= args.paper <= 100:
+        print(f"agentcgroup traces select: --paper must be {PAPER_MIN}-100, not {args.paper}", file=sys.stderr)
+        return 2
+    names = [n.strip() for n in args.subsets.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("smoke", "dev", "paper", "full")]
+    if unknown or not names:
+        print(f"agentcgroup traces select: unknown subset {unknown[0] if unknown else '(none)'!r} "
+              "(known: smoke, dev, paper, full)", file=sys.stderr)
+        return 2
+    missing = [p for p in args.files if not p.exists()]
+    for p in missing:
+        print(f"{p}: no such file or directory", file=sys.stderr)
+    traces, errors = load(p for p in args.files if p.exists())
+    for e in errors:
+        print(e, file=sys.stderr)
+    if not traces:
+        print("agentcgroup traces select: no IR traces found", file=sys.stderr)
+        return 1
+    manifest = build(traces, args.output, seed=args.seed,
+                     sizes={"smoke": args.smoke, "dev": args.dev, "paper": args.paper}, write=names)
+    cov = coverage(manifest)
+    if args.json:
+        json.dump({"output": str(args.output), "seed": args.seed, "traces": len(traces), "subsets": cov,
+                   "errors": errors + [f"{p}: no such file or directory" for p in missing]}, sys.stdout, indent=1)
+        print()
+    else:
+        for name, c in cov.items():
+            print(f"{name}: {c['traces']} trace(s), {c['strata']}/{c['of_strata']} strata; categories "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(c["categories"].items()))
+                  + "; lengths " + ", ".join(f"{k} {v}" for k, v in sorted(c["lengths"].items()))
+                  + f"; bursty {c['bursty']}")
+        print(f"wrote {len(manifest['traces'])} trace(s) and {MANIFEST} to {args.output}")
+    return 1 if errors or missing else 0
+
+
+def cmd_sweep(args) -> int:
+    try:
+        data, entries = sweep.manifest_entries(args.traces)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{args.traces / 'manifest.json'}: cannot read the full subset's entries: {exc}", file=sys.stderr)
+        return 1
+    if args.n < 1:
+        print(f"-n {args.n}: the paper subset needs at least one trace", file=sys.stderr)
+        return 2
+    if not entries:
+        print(f"{args.traces / 'manifest.json'}: the full subset is empty: no trace peaks to sweep", file=sys.stderr)
+        return 1
+    ids = sweep.paper_subset(entries, args.n)
+    peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
+    limits = sweep.sweep_limits([peaks[t] for t in ids])
+    if args.write_manifest:
+        data["subsets"]["paper"] = ids
+        (args.traces / "manifest.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
+                                                   encoding="utf-8")
+    print(f"# paper subset: {len(ids)} of {len(entries)} traces; trace peaks (MiB, derived from the recorded "
+          f"profiles): {', '.join(f'{k} {v}' for k, v in limits.items())}")
+    print(sweep.matrix_toml(limits))
+    return 0
+

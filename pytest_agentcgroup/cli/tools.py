@@ -1,0 +1,116 @@
+"""`agentcgroup tools ...`: the corpus-building tools, run by hand to regenerate what traces/ ships
+(tools/build_corpus.py, tools/browser_record.py, tools/recorded_here.py), and the shipped web app
+the browser traces replay against, served for a look at it (tenants/webapp.py)."""
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from . import EXIT_BAD_INPUT, EXIT_OK
+
+
+def add_parsers(sub) -> None:
+    tools = sub.add_parser("tools", help="regenerate the shipped corpus (maintainers' tools); serve the web app",
+                           description="The tools that regenerate what traces/ ships, run by hand (each "
+                                       "family's README names its command), and the shipped web app.")
+    tsub = tools.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(tools))
+    tsub.required = True
+
+    b = tsub.add_parser(
+        "build-corpus", help="build the claude-code corpus (traces/claude-code, manifest, README) from its dataset",
+        description="Convert the agentcgroup-claude-code dataset (SRC/<model>/<task>/tool_calls.json ...) into "
+                    "OUT/claude-code/<model>/<task>.json, one IR trace each, plus the synthetic noisy "
+                    "neighbours, and write OUT/manifest.json (subsets smoke, dev, paper, full, noisy; other "
+                    "families' entries kept) and OUT/README.md. Deterministic: the same input gives "
+                    "byte-identical output.",
+        epilog="Example: agentcgroup tools build-corpus ../shared/datasets/agentcgroup-claude-code traces. "
+               "Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error.")
+    b.add_argument("src", type=Path, help="agentcgroup-claude-code dataset root")
+    b.add_argument("out", type=Path, help="output trace directory (e.g. traces/)")
+    b.set_defaults(func=cmd_build_corpus)
+
+    r = tsub.add_parser(
+        "browser-record", help="build the browser traces (traces/playwright, subset browser)",
+        description="Convert Playwright's test-asset trace archives and record the scripted sessions on the "
+                    "shipped web app with chromium (Playwright tracing on), into OUT/playwright/ with its "
+                    "README; the manifest's playwright family is rewritten whole (subset browser).",
+        epilog="Example: agentcgroup tools browser-record ../shared/datasets/playwright-trace traces. Exit "
+               "codes: 0 ok, 1 bad input or a recording that failed (named on stderr), 2 usage error.")
+    # required: the manifest's playwright family is rewritten whole, converted traces included
+    r.add_argument("datasets", type=Path, help="the playwright-trace dataset directory (../shared/datasets/...)")
+    r.add_argument("out", type=Path, help="the trace corpus directory (e.g. traces/)")
+    r.set_defaults(func=cmd_browser_record)
+
+    h = tsub.add_parser(
+        "recorded-here", help="the recorded-here corpus: its workspace (from PyPI, pinned) or its command traces",
+        description="`workspace DIR`: build the workspace the recorded-here commands run in (more-itertools' "
+                    "sdist unpacked and a wheels/ directory, every file from PyPI checked against the sha256 "
+                    "pinned in tools/recorded_here.py; a complete workspace is kept as it is). `traces DIR`: "
+                    "write the command traces (no profiles: `agentcgroup traces profile` records them). "
+                    "Prints what it wrote.",
+        epilog="Example: agentcgroup tools recorded-here workspace .cache/recorded-here/workspace (make "
+               "recorded-here). Exit codes: 0 ok, 1 a download or pip failed (named on stderr), 2 usage error.")
+    h.add_argument("what", choices=("workspace", "traces"), help="what to build")
+    h.add_argument("dir", type=Path, metavar="DIR", help="where to build it")
+    h.set_defaults(func=cmd_recorded_here)
+
+    w = tsub.add_parser(
+        "webapp", help="serve the web app the browser traces replay against, on loopback",
+        description="Serve the shipped web app on 127.0.0.1 and an ephemeral port (its URL is printed) until "
+                    "interrupted (^C). State (sessions, carts, orders) is kept in memory.")
+    w.set_defaults(func=cmd_webapp)
+
+
+def cmd_build_corpus(args) -> int:
+    from ..tools.build_corpus import build
+    from ..traces.ir import TraceError
+    try:
+        result = build(args.src, args.out)
+    except TraceError as exc:
+        print(f"agentcgroup tools build-corpus: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    subsets = result["manifest"]["subsets"]
+    print(f"wrote {len(subsets['full'])} traces to {args.out}; "
+          + ", ".join(f"{k}: {len(v)}" for k, v in subsets.items()))
+    for name, st in result["stats"].items():
+        print(f"{name}: recorded {st['recorded_s']} s; step peaks {st['all']}; bash {st['bash']}")
+    return EXIT_OK
+
+
+def cmd_browser_record(args) -> int:
+    from ..tools.browser_record import build
+    from ..traces.ir import TraceError
+    try:
+        entries = build(args.datasets, args.out)
+    except (TraceError, RuntimeError) as exc:
+        print(f"agentcgroup tools browser-record: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for e in entries:
+        print(f"{e['trace_id']}: {e['steps']} steps, {e['total_step_ms']} ms recorded")
+    return EXIT_OK
+
+
+def cmd_recorded_here(args) -> int:
+    from ..tools import recorded_here
+    # a failed download or pip run ends with SystemExit and its one-line message
+    if args.what == "workspace":
+        print(recorded_here.build_workspace(args.dir))
+    else:
+        for path in recorded_here.write_traces(args.dir):
+            print(path)
+    return EXIT_OK
+
+
+def cmd_webapp(args) -> int:
+    from ..tenants.webapp import serve
+    server = serve()
+    print(server.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+    return EXIT_OK
