@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.bpf.controller import Rules
-from pytest_agentcgroup.cgroups.arms import Arm
+from pytest_agentcgroup.arms import Arm, Rules
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.harness import experiment as harness_exp
 from pytest_agentcgroup.metrics import claims, kinds

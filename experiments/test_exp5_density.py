@@ -7,7 +7,7 @@ checks the claims on its own metrics (largest_k_held; survival_pct, high_p95_all
 every one with its values and verdict. The budget is one inner cgroup with a hard limit
 (v2 `memory.max`, v1 `memory.limit_in_bytes`) below the sum of the agents' peaks; each agent is a
 workload cgroup under it, each of its tool calls a step cgroup below that with the arm's per-step
-limits or policy (cgroups/arms.py ArmPlacement, the same placement every experiment uses):
+limits or policy (cgroups/placement.py ArmPlacement, the same placement every experiment uses):
 
     <test>/k<K>/                budget: the hard limit shared by the K agents
         a<i>/                   agent i (replays traces[i % n] with the emulate executor)
@@ -37,7 +37,7 @@ import pytest
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.harness import experiment as harness_exp
 from pytest_agentcgroup.metrics import claims, kinds
-from pytest_agentcgroup.bpf.controller import Rules
+from pytest_agentcgroup.arms import Rules
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.metrics import density as dens
 from pytest_agentcgroup.metrics.budgets import harness_failures

@@ -6,7 +6,7 @@
     time_scale = 0.05                    # replay 20x faster than recorded
     step_timeout_s = 120
 
-    [arms.<name>]                        # see cgroups/arms.py; policy arms: bpf/controller.py
+    [arms.<name>]                        # see arms.py; policy arms: bpf/controller.py
     [experiments.<name>]
     description = "..."
     subset = "smoke"                     # a manifest subset, or comma-separated trace ids
@@ -26,7 +26,7 @@ Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenan
 density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
 (kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
-May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims), traces.numbers (its
+May import: arms (arms and the policy's rules), metrics/ (budgets, kinds, claims), traces.numbers (its
 memory bound). Read by reports/ and the pytest side.
 """
 from __future__ import annotations
@@ -37,8 +37,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .bpf.controller import Rules
-from .cgroups.arms import Arm, ArmError
+from .arms import Arm, ArmError, Rules
 from .metrics import kinds
 from .metrics.budgets import BudgetError, validate
 from .metrics.claims import Claim, ClaimError
@@ -95,7 +94,7 @@ _HOLD = Number(0, why="ms of recorded time")
 #: anything else reads it, so an impossible value is one ConfigError naming the file and the key's
 #: full path (not a failure in each test's setup); and every number of the file must be finite (TOML
 #: has nan and inf, which no setting means). What a key needs beyond its range (a cpu_max string, a
-#: high limit under the max) the parsers check: cgroups/arms.py, bpf/rules.py, metrics/.
+#: high limit under the max) the parsers check: arms.py, metrics/.
 NUMBERS: dict[str, Number] = {
     "time_scale": Number(0, strict=True, why="recorded durations are multiplied by it: 0 would replay every step "
                          "in no time, a negative one before it started"),

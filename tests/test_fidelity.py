@@ -16,7 +16,8 @@ import time
 import pytest
 
 from pytest_agentcgroup import cli
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.replay import EmulateExecutor, replay
 from pytest_agentcgroup.traces.ir import Curve, Measure, Profile, Step, Trace, write_trace
 from recording import COMMANDS, record_step, record_trace

@@ -29,12 +29,12 @@ MODULE_MAX_LINES = 450
 
 #: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
 #: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
-#: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant above
+#: programs, the table of programs the project starts; arms, the arms and policy rules as data) at the bottom, the Docker engine below the executors that use it, the browser tenant above
 #: replay, the experiment config above metrics (it validates budgets), and the pytest side
 #: (harness/), the corpus tools and the entry points (plugin.py, cli/) on top.
 RANKS = {
     "errors": 0,
-    "proc": 1, "traces": 1, "programs": 1,
+    "proc": 1, "traces": 1, "programs": 1, "arms": 1,
     "engines": 2,
     "replay": 3,
     "tenants": 4,
@@ -121,8 +121,10 @@ def test_every_room_has_a_rank():
     assert {_room(m) for m in MODULES} <= set(RANKS), {_room(m) for m in MODULES} - set(RANKS)
 
 
-def test_cgroups_imports_nothing_from_replay():
-    bad = {m: sorted(t for t in ts if _room(t) == "replay") for m, ts in GRAPH.items() if _room(m) == "cgroups"}
+@pytest.mark.parametrize("room", ["replay", "traces"])
+def test_cgroups_imports_nothing_from(room):
+    # replay is handed a Placement; the placement is handed each step's kind (kind_of)
+    bad = {m: sorted(t for t in ts if _room(t) == room) for m, ts in GRAPH.items() if _room(m) == "cgroups"}
     assert not {m: t for m, t in bad.items() if t}
 
 

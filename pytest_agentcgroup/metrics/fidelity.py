@@ -2,7 +2,7 @@
 kernel counted for the emulation with what it counted for the real command.
 
 A step is compared when its trace recorded its duration and its peak (`agentcgroup traces profile`
-writes such traces). Each is emulated in a cgroup of its own (cgroups/arms.py ArmPlacement, an
+writes such traces). Each is emulated in a cgroup of its own (cgroups/placement.py ArmPlacement, an
 unlimited arm) made ahead, with the emulator's launcher already joined to it: pool=True, the spawn
 path the experiments replay through. (A spawn that joins in the forked child is slower, the more so
 while the kernel tears down another run's cgroups: timed from before the spawn, the emulator would
@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..arms import Arm
 from ..cgroups import RunTree, detect
-from ..cgroups.arms import Arm, ArmPlacement
+from ..cgroups.placement import ArmPlacement
 from ..replay import EmulateExecutor, replay
 from ..replay.executors.base import DEFAULT_TIMEOUT_S
 from ..replay.executors.emulate import measure_exit_tail_ms
