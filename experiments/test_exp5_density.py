@@ -1,7 +1,7 @@
 """Experiment 5 — density: K agents replayed at once under one host memory budget, K stepped up.
 
 Settings and hypotheses: `[experiments.exp5]` of the config file (experiments/agentcgroup.toml),
-checked at load by metrics/density.py; without that section both tests skip saying so. Its arms
+checked at load by studies/density.py; without that section both tests skip saying so. Its arms
 (--agentcgroup-arms selects among them) run one after the other inside each test, so each test
 checks the claims on its own metrics (largest_k_held; survival_pct, high_p95_alloc_ms), printing
 every one with its values and verdict. The budget is one inner cgroup with a hard limit
@@ -36,11 +36,11 @@ import pytest
 
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.harness import experiment as harness_exp
-from pytest_agentcgroup.metrics import claims, kinds
+from pytest_agentcgroup.studies import claims, kinds
 from pytest_agentcgroup.arms import Rules
 from pytest_agentcgroup.cgroups.node import MB
-from pytest_agentcgroup.metrics import density as dens
-from pytest_agentcgroup.metrics.budgets import harness_failures
+from pytest_agentcgroup.studies import density as dens
+from pytest_agentcgroup.studies.budgets import harness_failures
 from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
 from pytest_agentcgroup import proc
 from pytest_agentcgroup.harness.settings import setting

@@ -12,8 +12,8 @@
     subset = "smoke"                     # a manifest subset, or comma-separated trace ids
     arms = ["unlimited", "static-toolcall"]
     time_scale = 0.05                    # overrides [defaults]
-    claims = ["agentcgroup.oom_kills < static-toolcall.oom_kills"]   # see metrics/claims.py, metrics/kinds.py
-    [experiments.<name>.budgets.<arm>]   # see metrics/budgets.py
+    claims = ["agentcgroup.oom_kills < static-toolcall.oom_kills"]   # see studies/claims.py, studies/kinds.py
+    [experiments.<name>.budgets.<arm>]   # see studies/budgets.py
     [experiments.<name>.matrix]          # optional sweep: every combination is a test per trace × arm
     seeds = [0, 1]                       # repetitions, recorded as `seed` (the emulator is deterministic)
     ablations = [{ name = "half-limit", arms = { static-toolcall = { memory_max_mb = 256 } } }]
@@ -23,11 +23,11 @@ An ablation or size is a named set of overrides of the experiment: executor, tim
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 
 Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenants, probe; exp5:
-density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
+density, replication), checked at load by studies/kinds.py, and only the keys their tests read
 (kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
-May import: arms (arms and the policy's rules), metrics/ (budgets, kinds, claims), traces.numbers (its
-memory bound). Read by reports/ and the pytest side.
+May import: arms (arms and the policy's rules), studies/ (budgets, kinds, claims, tables),
+traces.numbers (its memory bound). Read by reports/ and the pytest side.
 """
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .arms import Arm, ArmError, Rules
-from .metrics import kinds
-from .metrics.budgets import BudgetError, validate
-from .metrics.claims import Claim, ClaimError
-from .metrics.tables import TableError
+from .studies import kinds
+from .studies.budgets import BudgetError, validate
+from .studies.claims import Claim, ClaimError
+from .studies.tables import TableError
 from .traces.numbers import MAX_MEMORY_MB
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0}
@@ -136,9 +136,9 @@ class Experiment:
     settings: dict                      # executor, time_scale, step_timeout_s (file-level values)
     budgets: dict[str, dict] = field(default_factory=dict)
     matrix: tuple["Variant", ...] = ()
-    # experiment-specific tables, checked at load (exp2, exp3, exp5; metrics/kinds.py)
+    # experiment-specific tables, checked at load (exp2, exp3, exp5; studies/kinds.py)
     tables: dict = field(default_factory=dict)
-    claims: tuple[Claim, ...] = ()      # parsed and checked at load (metrics/claims.py)
+    claims: tuple[Claim, ...] = ()      # parsed and checked at load (studies/claims.py)
 
     def variants(self, arms: dict[str, Arm]) -> list[tuple["Variant", "Experiment", dict[str, Arm]]]:
         """(variant, the experiment with its overrides, the arms with theirs) for every point of

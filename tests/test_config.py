@@ -8,7 +8,7 @@ import pytest
 
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.arms import Arm
-from pytest_agentcgroup.metrics.budgets import check, predict
+from pytest_agentcgroup.studies.budgets import check, predict
 
 REPO = Path(__file__).resolve().parents[1]
 

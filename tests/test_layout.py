@@ -29,9 +29,11 @@ MODULE_MAX_LINES = 450
 
 #: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
 #: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
-#: programs, the table of programs the project starts; arms, the arms and policy rules as data) at the bottom, the Docker engine below the executors that use it, the browser tenant above
-#: replay, the experiment config above metrics (it validates budgets), and the pytest side
-#: (harness/), the corpus tools and the entry points (plugin.py, cli/) on top.
+#: programs, the table of programs the project starts; arms, the arms and policy rules as data) at
+#: the bottom, the Docker engine below the executors that use it, the browser tenant above replay,
+#: the experiments' studies (settings tables, claims, budgets) above metrics, the experiment config
+#: above them (it validates the studies' tables), and the pytest side (harness/), the corpus tools
+#: and the entry points (plugin.py, cli/) on top.
 RANKS = {
     "errors": 0,
     "proc": 1, "traces": 1, "programs": 1, "arms": 1,
@@ -41,10 +43,11 @@ RANKS = {
     "cgroups": 5,
     "bpf": 6, "profile": 6,
     "metrics": 7,
-    "config": 8,
-    "reports": 9,
-    "harness": 10, "tools": 10,
-    "plugin": 11, "cli": 11, "": 11,        # "": the package's own __init__ (its small data API)
+    "studies": 8,
+    "config": 9,
+    "reports": 10,
+    "harness": 11, "tools": 11,
+    "plugin": 12, "cli": 12, "": 12,        # "": the package's own __init__ (its small data API)
 }
 
 

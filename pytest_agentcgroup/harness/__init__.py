@@ -2,5 +2,5 @@
 settings.py, collect.py, fixtures.py, session.py, controller.py, state.py — see plugin.py.
 
 May import everything below it (arms, traces/, proc, errors, replay/, tenants/, engines/, cgroups/, bpf/,
-metrics/, config, reports.table). Imported only by plugin.py (and experiments, for `setting`).
+metrics/, studies/, config, reports.table). Imported only by plugin.py (and experiments, for `setting`).
 """

@@ -3,7 +3,7 @@ replay, the Docker engine, and the policy arms' controllers. This module owns ev
 what they make (close_session; plugin.py's sessionfinish only calls it again after an interrupt).
 
 May import everything below the pytest side (arms, traces/, proc, replay/, engines/, cgroups/, bpf/,
-metrics/, config) and the harness's settings, state, collect and session.
+metrics/, studies/, config) and the harness's settings, state, collect and session.
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from ..cgroups.container import cgroup_parent, steps_in_container
 from ..cgroups.isolate import WorkerIsolation
 from ..cgroups.placement import ArmPlacement, apply_limits
 from ..engines.docker import DockerEngine
-from ..metrics import budgets, reservation
+from ..metrics import reservation
 from ..metrics.records import SUMMARY_METRICS, step_record, summarize
 from ..replay import ExecutorUnavailable, make_executor, replay
+from ..studies import budgets
 from ..traces.classify import step_kind
 from ..traces.ir import Trace, TraceError
 from .collect import Case

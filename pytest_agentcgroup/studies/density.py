@@ -21,7 +21,7 @@ at which priority, the budget arithmetic, what "held" means for one K and the la
     rounds = 1
     arm_overrides = { agentcgroup = { memory_high_mb = 128 }, bpf-soft = { memory_high_mb = 128 } }
 
-    claims = ["agentcgroup.survival_pct >= bpf-soft.survival_pct"]   # metrics/claims.py; CLAIM_METRICS
+    claims = ["agentcgroup.survival_pct >= bpf-soft.survival_pct"]   # studies/claims.py; CLAIM_METRICS
 """
 from __future__ import annotations
 
