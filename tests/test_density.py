@@ -50,6 +50,12 @@ def test_slowdown_and_survival():
     assert dens.survival([]) is None
 
 
+def test_every_figure_a_claim_reads_is_declared_with_its_unit_direction_and_provenance():
+    assert set(dens.CLAIM_METRICS) <= set(dens.METRICS)
+    for m in dens.METRICS.values():
+        assert m.unit and m.better in ("lower", "higher", "none") and m.provenance in ("recorded", "derived"), m
+
+
 def test_shipped_exp5_settings_load_and_the_budget_binds():
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
     t = conf.experiments["exp5"].tables
