@@ -30,7 +30,8 @@ what happens once per session, after every test has run, whichever process ran i
   terminal summary too. Each experiment test's report says its experiment and arm (REPORT_CASE),
   so an arm that did not run is named with its skip reason.
 
-May import: metrics/ (store, benchjson, environment, gate), studies/ (kinds, claims) and pytest.
+May import: metrics/ (store, benchjson, gate), studies/ (kinds, claims), the harness's environment and
+pytest.
 """
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ from pathlib import Path
 
 import pytest
 
-from ..metrics import benchjson, environment, gate, store
-from ..studies import claims, kinds
+from ..metrics import benchjson, gate, store
 from ..metrics.store import begin_session, merge_workers, worker_dirs
+from ..studies import claims, kinds
+from . import environment
 
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
 WORKERINPUT_CONTINUES = "agentcgroup_continues"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-from ..replay.replayer import StepResult
 from ..traces.ir import Step
 from . import reservation
 from .metric import Metric
@@ -75,8 +74,9 @@ METRICS = {m.name: m for m in (
 )}
 
 
-def step_record(result: StepResult, step: Step, *, config: str, time_scale: float, executor: str) -> dict:
-    """The metrics.jsonl line of one step."""
+def step_record(result, step: Step, *, config: str, time_scale: float, executor: str) -> dict:
+    """The metrics.jsonl line of one step: `result` is what the replayer returned for it (a
+    replay/replayer.py StepResult, read by its fields: metrics/ does not import the replay)."""
     c = result.counters
     rec = {
         "trace_id": result.trace_id, "step_id": result.step_id, "tool": result.tool, "cmd": result.cmd,
