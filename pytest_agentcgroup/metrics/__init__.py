@@ -2,6 +2,6 @@
 the results store (runs never overwritten), the comparison core and the regression gate, the
 benchmark JSON format, the emulator's fidelity against recorded steps.
 
-May import: replay/ and cgroups/ (the fidelity runner), traces/. Never studies/, config, reports/
-or the pytest side.
+May import: traces/ (the IR). Never replay/ or cgroups/ (the metric core reads what they produce:
+profile/ and the pytest side run them), nor studies/, config, reports/ or the pytest side.
 """
