@@ -1,7 +1,7 @@
 """Experiment 2 — timescale mismatch: how fast do controllers react to the same memory burst?
 
 Controllers (the experiment's arms; settings and claims in `[experiments.exp2]` of the config file,
-experiments/agentcgroup.toml, checked at load by metrics/timescale.py; select some with
+experiments/agentcgroup.toml, checked at load by studies/timescale.py; select some with
 --agentcgroup-arms):
   poll_<N>ms    user space reads memory.failcnt (v1) / memory.events `max` (v2) every N ms
   psi           a PSI trigger on the burst cgroup's memory.pressure (window: what the host allows)
@@ -18,7 +18,7 @@ overshoot = touched at stop - touched at onset: the memory the controller's dela
 for information only; it is not the task stopping and nothing is asserted on it.
 A co-located probe process (sleep 1 ms, measure lateness) runs throughout; its p99 per controller
 phase is reported too. The claims (e.g. `ebpf_kernel.p99_ms <= 1.0`) read each controller's result
-row (metrics/timescale.py COLUMNS); every one is printed with its values and verdict, and a refuted
+row (studies/timescale.py COLUMNS); every one is printed with its values and verdict, and a refuted
 one fails the test.
 """
 from __future__ import annotations
@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup.harness import experiment as harness_exp
-from pytest_agentcgroup.metrics import claims, kinds
-from pytest_agentcgroup.metrics.timescale import COLUMNS, poll_period_ms
+from pytest_agentcgroup.studies import claims, kinds
+from pytest_agentcgroup.studies.timescale import COLUMNS, poll_period_ms
 
 MIB = 1 << 20
 

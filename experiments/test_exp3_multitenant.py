@@ -2,7 +2,7 @@
 noisy neighbour (C: CPU hog, fork bomb, allocation stress) at once, under each arm.
 
 Settings and hypotheses: `[experiments.exp3]` of the config file (experiments/agentcgroup.toml),
-checked at load by metrics/multitenant.py; one test per arm of it (--agentcgroup-arms selects).
+checked at load by studies/multitenant.py; one test per arm of it (--agentcgroup-arms selects).
 Each tenant has its own cgroup under the test's
 workload cgroup: `A` (the browser: web app, Playwright, chromium — one process tree, so it carries
 the arm's hard ceiling, if any, on the tenant cgroup), `B` (its container's cgroup nests there, each
@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.bpf.controller import Rules
-from pytest_agentcgroup.cgroups.arms import Arm
+from pytest_agentcgroup.arms import Arm, Rules
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.harness import experiment as harness_exp
-from pytest_agentcgroup.metrics import claims, kinds
-from pytest_agentcgroup.metrics.multitenant import RUN_METRICS, TENANT_METRICS, figures
+from pytest_agentcgroup.studies import claims, kinds
+from pytest_agentcgroup.studies.multitenant import RUN_METRICS, TENANT_METRICS, figures
 from pytest_agentcgroup.metrics.records import percentile, step_record
 from pytest_agentcgroup.replay import ExecutorUnavailable, make_executor, replay
 from pytest_agentcgroup.tenants.browser import BrowserTenant, missing as browser_missing

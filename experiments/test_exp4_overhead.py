@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.cgroups.arms import ArmPlacement
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent
 from pytest_agentcgroup.cgroups.host import _mounts
 from pytest_agentcgroup.metrics.records import percentile

@@ -1,13 +1,13 @@
 """Experiment 5 — density: K agents replayed at once under one host memory budget, K stepped up.
 
 Settings and hypotheses: `[experiments.exp5]` of the config file (experiments/agentcgroup.toml),
-checked at load by metrics/density.py; without that section both tests skip saying so. Its arms
+checked at load by studies/density.py; without that section both tests skip saying so. Its arms
 (--agentcgroup-arms selects among them) run one after the other inside each test, so each test
 checks the claims on its own metrics (largest_k_held; survival_pct, high_p95_alloc_ms), printing
 every one with its values and verdict. The budget is one inner cgroup with a hard limit
 (v2 `memory.max`, v1 `memory.limit_in_bytes`) below the sum of the agents' peaks; each agent is a
 workload cgroup under it, each of its tool calls a step cgroup below that with the arm's per-step
-limits or policy (cgroups/arms.py ArmPlacement, the same placement every experiment uses):
+limits or policy (cgroups/placement.py ArmPlacement, the same placement every experiment uses):
 
     <test>/k<K>/                budget: the hard limit shared by the K agents
         a<i>/                   agent i (replays traces[i % n] with the emulate executor)
@@ -36,12 +36,13 @@ import pytest
 
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.harness import experiment as harness_exp
-from pytest_agentcgroup.metrics import claims, kinds
-from pytest_agentcgroup.bpf.controller import Rules
+from pytest_agentcgroup.studies import claims, kinds
+from pytest_agentcgroup.arms import Rules
 from pytest_agentcgroup.cgroups.node import MB
-from pytest_agentcgroup.metrics import density as dens
-from pytest_agentcgroup.metrics.budgets import harness_failures
-from pytest_agentcgroup.metrics.records import Metric, percentile, step_record
+from pytest_agentcgroup.studies import density as dens
+from pytest_agentcgroup.studies.density import METRICS
+from pytest_agentcgroup.studies.budgets import harness_failures
+from pytest_agentcgroup.metrics.records import percentile, step_record
 from pytest_agentcgroup import proc
 from pytest_agentcgroup.harness.settings import setting
 from pytest_agentcgroup.replay import EmulateExecutor, replay
@@ -54,20 +55,6 @@ pytestmark = pytest.mark.experiment(name="exp5")
 #: priority, memory footprints replayed at 50-100x): their numbers, not ours, printed beside ours.
 PUBLISHED = {"survival_no_policy_pct": 66.0, "survival_bpf_pct": 100.0,
              "high_p95_alloc_no_policy_ms": 70.97, "high_p95_alloc_bpf_ms": 50.14, "high_p95_alloc_change_pct": -29.0}
-
-METRICS = {m.name: m for m in (
-    Metric("traces_completed", "count", "higher", "recorded", "agents whose every step ran to its end (exit 0)"),
-    Metric("oom_kills", "count", "lower", "recorded",
-           "kernel OOM kills in the agents' cgroups (v2 memory.events.local | v1 memory.oom_control oom_kill)"),
-    Metric("slowdown_p95", "ratio", "lower", "derived",
-           "95th percentile over the agents of tool time (sum of step wall clock) / the same agent's solo tool time"),
-    Metric("largest_k_held", "count", "higher", "derived",
-           "largest stepped K with no kill, every trace completed and p95 slowdown within the budget"),
-    Metric("survival_pct", "%", "higher", "derived", "agents that finished without an OOM kill"),
-    Metric("high_p95_alloc_ms", "ms", "lower", "derived",
-           "95th percentile of the high agent's allocation latency: wall time to allocate and touch one MiB "
-           "in the emulator (recorded per MiB, replay/emulator.c ALLOC_LOG)"),
-)}
 
 
 # -- settings ---------------------------------------------------------------------------------------

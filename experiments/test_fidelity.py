@@ -17,6 +17,7 @@ import pytest
 
 from pytest_agentcgroup.cgroups import CgroupUnavailable
 from pytest_agentcgroup.metrics import fidelity
+from pytest_agentcgroup.profile import fidelity as fidelity_run
 from pytest_agentcgroup.replay import ExecutorUnavailable
 from pytest_agentcgroup.traces.ir import read_traces
 
@@ -33,7 +34,7 @@ def test_fidelity_on_the_recorded_here_corpus(capsys):
     traces = [t for f in files for t in read_traces(f)]
     before = os.getloadavg()
     try:
-        em = fidelity.emulate(traces, repeat=REPEAT)
+        em = fidelity_run.emulate(traces, repeat=REPEAT)
     except CgroupUnavailable as exc:
         pytest.skip(f"cannot emulate in cgroups: {exc}")
     except ExecutorUnavailable as exc:

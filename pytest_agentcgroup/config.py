@@ -8,14 +8,14 @@
     max_divergence = 0.2                 # real commands: share of steps that may end otherwise than recorded
     workspace = "DIR"                    # real commands: the task's working copy (default: a provider's)
 
-    [arms.<name>]                        # see cgroups/arms.py; policy arms: bpf/controller.py
+    [arms.<name>]                        # see arms.py; policy arms: bpf/controller.py
     [experiments.<name>]
     description = "..."
     subset = "smoke"                     # a manifest subset, or comma-separated trace ids
     arms = ["unlimited", "static-toolcall"]
     time_scale = 0.05                    # overrides [defaults]
-    claims = ["agentcgroup.oom_kills < static-toolcall.oom_kills"]   # see metrics/claims.py, metrics/kinds.py
-    [experiments.<name>.budgets.<arm>]   # see metrics/budgets.py
+    claims = ["agentcgroup.oom_kills < static-toolcall.oom_kills"]   # see studies/claims.py, studies/kinds.py
+    [experiments.<name>.budgets.<arm>]   # see studies/budgets.py
     [experiments.<name>.matrix]          # optional sweep: every combination is a test per trace × arm
     seeds = [0, 1]                       # repetitions, recorded as `seed` (the emulator is deterministic)
     ablations = [{ name = "half-limit", arms = { static-toolcall = { memory_max_mb = 256 } } }]
@@ -25,11 +25,11 @@ An ablation or size is a named set of overrides of the experiment: executor, tim
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 
 Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenants, probe; exp5:
-density, replication), checked at load by metrics/kinds.py, and only the keys their tests read
+density, replication), checked at load by studies/kinds.py, and only the keys their tests read
 (kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
 
-May import: cgroups/ (arms), bpf/ (the policy's rules), metrics/ (budgets, kinds, claims), traces.numbers (its
-memory bound). Read by reports/ and the pytest side.
+May import: arms (arms and the policy's rules), studies/ (budgets, kinds, claims, tables),
+traces.numbers (its memory bound). Read by reports/ and the pytest side.
 """
 from __future__ import annotations
 
@@ -39,13 +39,12 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .bpf.controller import Rules
-from .cgroups.arms import Arm, ArmError
-from .metrics import kinds
+from .arms import Arm, ArmError, Rules
 from .metrics.faithfulness import DEFAULT_MAX_DIVERGENCE
-from .metrics.budgets import BudgetError, validate
-from .metrics.claims import Claim, ClaimError
-from .metrics.tables import TableError
+from .studies import kinds
+from .studies.budgets import BudgetError, validate
+from .studies.claims import Claim, ClaimError
+from .studies.tables import TableError
 from .traces.numbers import MAX_MEMORY_MB
 
 DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0,
@@ -99,7 +98,7 @@ _HOLD = Number(0, why="ms of recorded time")
 #: anything else reads it, so an impossible value is one ConfigError naming the file and the key's
 #: full path (not a failure in each test's setup); and every number of the file must be finite (TOML
 #: has nan and inf, which no setting means). What a key needs beyond its range (a cpu_max string, a
-#: high limit under the max) the parsers check: cgroups/arms.py, bpf/rules.py, metrics/.
+#: high limit under the max) the parsers check: arms.py, metrics/.
 NUMBERS: dict[str, Number] = {
     "time_scale": Number(0, strict=True, why="recorded durations are multiplied by it: 0 would replay every step "
                          "in no time, a negative one before it started"),
@@ -143,9 +142,9 @@ class Experiment:
     settings: dict                      # executor, time_scale, step_timeout_s (file-level values)
     budgets: dict[str, dict] = field(default_factory=dict)
     matrix: tuple["Variant", ...] = ()
-    # experiment-specific tables, checked at load (exp2, exp3, exp5; metrics/kinds.py)
+    # experiment-specific tables, checked at load (exp2, exp3, exp5; studies/kinds.py)
     tables: dict = field(default_factory=dict)
-    claims: tuple[Claim, ...] = ()      # parsed and checked at load (metrics/claims.py)
+    claims: tuple[Claim, ...] = ()      # parsed and checked at load (studies/claims.py)
 
     def variants(self, arms: dict[str, Arm]) -> list[tuple["Variant", "Experiment", dict[str, Arm]]]:
         """(variant, the experiment with its overrides, the arms with theirs) for every point of

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from pytest_agentcgroup.bpf import features
-from pytest_agentcgroup.bpf.controller import NEEDS, Controller, Rules
+from pytest_agentcgroup.arms import Rules
+from pytest_agentcgroup.bpf.controller import NEEDS, Controller
 from pytest_agentcgroup import proc as spawn
 
 pytestmark = pytest.mark.root   # loads eBPF programs (and makes cgroups)
@@ -144,12 +145,14 @@ def test_bpf_soft_control_arm_sets_same_limits_without_ebpf(run_tree):
 
 
 def test_a_policy_arms_pids_max_reaches_each_step(tree):
-    from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+    from pytest_agentcgroup.arms import Arm
+    from pytest_agentcgroup.cgroups.placement import ArmPlacement
+    from pytest_agentcgroup.traces.classify import step_kind
     from pytest_agentcgroup.traces.ir import Step
     arm = Arm.from_dict("soft-pids", {"policy": "agentcgroup", "memory_high_mb": 48, "pids_max": 7,
                                       "rules": {"ebpf": False}})
     with Controller(Rules.from_arm(arm)) as ctl:
-        placement = ArmPlacement(arm, tree.workload("pids"), tree.controllers, policy=ctl)
+        placement = ArmPlacement(arm, tree.workload("pids"), tree.controllers, policy=ctl, kind_of=step_kind)
         placement.begin_step(Step(0, "bash", {"command": "true"}))
         cg = placement.step_cg
         pids = cg.unified if cg.host.mode == "v2" else cg.paths["pids"]
@@ -259,9 +262,11 @@ def test_normal_step_is_only_observed_and_released_with_no_soft_limit(run_tree):
 
 
 def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tree):
-    from pytest_agentcgroup.cgroups.arms import Arm, ArmError, ArmPlacement
+    from pytest_agentcgroup.arms import Arm, ArmError
+    from pytest_agentcgroup.cgroups.placement import ArmPlacement
     from pytest_agentcgroup.bpf.controller import policy_for
     from pytest_agentcgroup.replay import make_executor, replay
+    from pytest_agentcgroup.traces.classify import step_kind
     from pytest_agentcgroup.traces.ir import parse_trace
     from helpers import synthetic_step
     trace = parse_trace({"schema": "agentcgroup-trace/1", "trace_id": "synthetic/burst",
@@ -278,9 +283,12 @@ def test_placement_runs_a_trace_under_the_policy_and_reports_what_it_did(run_tre
         ArmPlacement(arm, run_tree.workload("none"), run_tree.controllers)
     ctl = policy_for(arm)
     try:
+        with pytest.raises(ArmError, match="needs each step's kind"):     # cgroups/ does not classify steps
+            ArmPlacement(arm, run_tree.workload("kindless"), run_tree.controllers, policy=ctl)
         with ctl.running():
             results = replay(trace, make_executor("emulate", time_scale=1.0, step_timeout_s=60),
-                             ArmPlacement(arm, run_tree.workload("w"), run_tree.controllers, policy=ctl))
+                             ArmPlacement(arm, run_tree.workload("w"), run_tree.controllers, policy=ctl,
+                                          kind_of=step_kind))
     finally:
         ctl.close()
     got = [(r.counters["kind"], r.counters["priority"], r.counters["throttles"] > 0, r.exit_code) for r in results]

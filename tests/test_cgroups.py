@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup.cgroups import RunTree
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.cgroups.tree import PREFIX, sweep_stale
 from pytest_agentcgroup.proc import run
@@ -347,7 +348,8 @@ def test_arm_cpu_weight_and_cap_land_in_the_step_cgroup(tree):
 
 
 def test_policy_arm_gives_each_step_the_cpu_weight_of_its_priority(tree):
-    from pytest_agentcgroup.bpf.controller import Controller, Rules
+    from pytest_agentcgroup.arms import Rules
+    from pytest_agentcgroup.bpf.controller import Controller
     if "cpu" not in tree.controllers:
         import pytest
         pytest.skip(f"no cpu controller for the run here (controllers: {', '.join(tree.controllers)})")

@@ -113,7 +113,8 @@ def test_a_policy_steps_cpu_weight_not_taken_is_recorded_with_why(tree):
     # The rules give low steps a cpu weight; this step's cgroup has no cpu controller (v2: its
     # parent's subtree_control lacks cpu; hybrid: no v1 cpu directory): the memory policy runs,
     # and what the controller reports for the record says why the weight is missing.
-    from pytest_agentcgroup.bpf.controller import Controller, Rules
+    from pytest_agentcgroup.arms import Rules
+    from pytest_agentcgroup.bpf.controller import Controller
     parent = tree.root.child("no-cpu", ("memory", "pids"), inner=True)
     step = parent.child("s0", ("memory", "pids"), inner=False)
     rules = Rules.from_dict({"ebpf": False, "memory_high_mb": 48, "priorities": {"default": "low"},

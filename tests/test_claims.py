@@ -1,4 +1,4 @@
-"""The claim language (metrics/claims.py) and where the config checks it (metrics/kinds.py): every
+"""The claim language (studies/claims.py) and where the config checks it (studies/kinds.py): every
 mistake is one ConfigError naming the file, the key and the claim; a verdict shows the claim, the
 values compared and holds / refuted / not measured / not checked."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import config as cfgmod
-from pytest_agentcgroup.metrics import claims, kinds
+from pytest_agentcgroup.studies import claims, kinds
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = ["agentcgroup", "static-toolcall", "unlimited"]

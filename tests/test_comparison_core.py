@@ -116,7 +116,7 @@ def test_exact_counts_either_direction_in_both_checks():
 def test_the_registry_covers_every_summary_metric_and_its_defaults_parse():
     assert set(SUMMARY_METRICS) <= set(REGISTRY), "a summary metric without a registry entry is never compared"
     for m in REGISTRY.values():
-        assert m.better in ("lower", "higher", "none") and m.unit and m.meaning, m
+        assert m.better in ("lower", "higher", "none") and m.unit and m.source, m
         assert m.provenance in ("recorded", "derived", "synthetic", "measured"), m
         if m.name in SUMMARY_METRICS:
             assert (m.unit, m.better, m.provenance) == (SUMMARY_METRICS[m.name].unit, SUMMARY_METRICS[m.name].better,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import config as cfgmod
-from pytest_agentcgroup.cgroups.arms import Arm
-from pytest_agentcgroup.metrics.budgets import check, predict
+from pytest_agentcgroup.arms import Arm
+from pytest_agentcgroup.studies.budgets import check, predict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def test_shipped_configuration_loads_and_names_the_six_arms():
 
 
 def test_shipped_policy_arms_differ_only_in_ebpf():
-    from pytest_agentcgroup.bpf.controller import Rules
+    from pytest_agentcgroup.arms import Rules
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
     dyn, soft = (Rules.from_arm(conf.arms[a]) for a in ("agentcgroup", "bpf-soft"))
     assert dyn.ebpf and not soft.ebpf

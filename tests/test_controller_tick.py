@@ -3,7 +3,8 @@ removed (found by Experiment 5: Cgroup.id stats the directory, tick() raised Fil
 the loop's thread, the thread ended, and every throttled step stayed stopped)."""
 from __future__ import annotations
 
-from pytest_agentcgroup.bpf.controller import Controller, Rules, _Step
+from pytest_agentcgroup.arms import Rules
+from pytest_agentcgroup.bpf.controller import Controller, _Step
 
 
 class GoneCgroup:

@@ -1,4 +1,4 @@
-"""Experiment 5's pure logic (metrics/density.py): agents and priorities, the budget arithmetic, what
+"""Experiment 5's pure logic (studies/density.py): agents and priorities, the budget arithmetic, what
 "held" means and the largest K held, survival, claims; its settings checked at load; and a config
 without Experiment 5 skipping both of its tests with the reason."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_agentcgroup import config as cfgmod
-from pytest_agentcgroup.metrics import density as dens, kinds
+from pytest_agentcgroup.studies import density as dens, kinds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,6 +50,12 @@ def test_slowdown_and_survival():
     assert dens.survival([]) is None
 
 
+def test_every_figure_a_claim_reads_is_declared_with_its_unit_direction_and_provenance():
+    assert set(dens.CLAIM_METRICS) <= set(dens.METRICS)
+    for m in dens.METRICS.values():
+        assert m.unit and m.better in ("lower", "higher", "none") and m.provenance in ("recorded", "derived"), m
+
+
 def test_shipped_exp5_settings_load_and_the_budget_binds():
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
     t = conf.experiments["exp5"].tables
@@ -77,7 +83,7 @@ BASE = "[arms.a]\n[arms.b]\n[experiments.exp5]\n"
      "experiments.exp5.replication.arms: no arm named 'c'"),
     (BASE + "[experiments.exp5.replication]\nhigh = 't'\nlow = ['t']\narms = ['a']\nbudget_mb = 5\n"
      "arm_overrides = { c = { memory_high_mb = 1 } }\n", "replication.arm_overrides: expected a table"),
-    # claims: one language (metrics/claims.py), exp5's metrics, one test's metrics per claim
+    # claims: one language (studies/claims.py), exp5's metrics, one test's metrics per claim
     (BASE + "claims = ['a.survival >= b.survival']\n",
      "experiments.exp5.claims[0]: claim 'a.survival >= b.survival': a.survival: no metric 'survival'"),
     (BASE + "claims = ['a.survival_pct >= z.survival_pct']\n", "claim 'a.survival_pct >= z.survival_pct': z.survival_pct: no arm 'z'"),

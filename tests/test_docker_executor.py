@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.engines.docker import DockerEngine

@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from helpers import EXP_MODULE
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.metrics import faithfulness
 from pytest_agentcgroup.metrics.records import step_record
 from pytest_agentcgroup.replay import SandboxExecutor, replay

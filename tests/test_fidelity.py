@@ -16,7 +16,8 @@ import time
 import pytest
 
 from pytest_agentcgroup import cli
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.replay import EmulateExecutor, replay
 from pytest_agentcgroup.traces.ir import Curve, Measure, Profile, Step, Trace, write_trace
 from recording import COMMANDS, record_step, record_trace
@@ -277,7 +278,7 @@ def test_a_curve_emulation_ends_its_own_exit_before_the_recorded_end():
 
 
 def test_a_cpu_counter_not_read_is_no_cpu_figure_not_a_miss():
-    from pytest_agentcgroup.metrics.fidelity import _row
+    from pytest_agentcgroup.profile.fidelity import _row
     from pytest_agentcgroup.replay.replayer import StepResult
     step = curve_step([(0, 8), (100, 8)], 100, cpu_ms=50)
     r = StepResult("t", 0, "bash", "x", True, 101.0, 0, None, False, "recorded",

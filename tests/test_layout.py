@@ -29,23 +29,27 @@ MODULE_MAX_LINES = 450
 
 #: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
 #: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
-#: programs, the table of programs the project starts) at the bottom, the Docker engine below the executors that use it, the browser tenant and
-#: the tasks' workspaces (built outside the sandbox, handed to an executor) above
-#: replay, the experiment config above metrics (it validates budgets), and the pytest side
-#: (harness/), the corpus tools and the entry points (plugin.py, cli/) on top.
+#: programs, the table of programs the project starts; arms, the arms and policy rules as data) at
+#: the bottom, the Docker engine below the executors that use it, the browser tenant and
+#: the tasks' workspaces (built outside the sandbox, handed to an executor) above replay,
+#: the experiments' studies (settings tables, claims, budgets) and the trace measurements (profile/:
+#: profiling, the emulator's fidelity run) above metrics, the experiment config above the studies
+#: (it validates their tables), and the pytest side (harness/), the corpus tools and the entry
+#: points (plugin.py, cli/) on top.
 RANKS = {
     "errors": 0,
-    "proc": 1, "traces": 1, "programs": 1,
+    "proc": 1, "traces": 1, "programs": 1, "arms": 1,
     "engines": 2,
     "replay": 3,
     "tenants": 4, "workspaces": 4,
     "cgroups": 5,
-    "bpf": 6, "profile": 6,
+    "bpf": 6,
     "metrics": 7,
-    "config": 8,
-    "reports": 9,
-    "harness": 10, "tools": 10,
-    "plugin": 11, "cli": 11, "": 11,        # "": the package's own __init__ (its small data API)
+    "studies": 8, "profile": 8,
+    "config": 9,
+    "reports": 10,
+    "harness": 11, "tools": 11,
+    "plugin": 12, "cli": 12, "": 12,        # "": the package's own __init__ (its small data API)
 }
 
 
@@ -122,8 +126,14 @@ def test_every_room_has_a_rank():
     assert {_room(m) for m in MODULES} <= set(RANKS), {_room(m) for m in MODULES} - set(RANKS)
 
 
-def test_cgroups_imports_nothing_from_replay():
-    bad = {m: sorted(t for t in ts if _room(t) == "replay") for m, ts in GRAPH.items() if _room(m) == "cgroups"}
+@pytest.mark.parametrize("room, below", [
+    ("cgroups", "replay"),      # replay is handed a Placement
+    ("cgroups", "traces"),      # the placement is handed each step's kind (kind_of)
+    ("metrics", "replay"),      # the metric core reads records, never runs a replay...
+    ("metrics", "cgroups"),     # ...nor makes cgroups (profile/ and the pytest side do)
+])
+def test_a_room_imports_nothing_from(room, below):
+    bad = {m: sorted(t for t in ts if _room(t) == below) for m, ts in GRAPH.items() if _room(m) == room}
     assert not {m: t for m, t in bad.items() if t}
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import SandboxExecutor, replay
 from pytest_agentcgroup.proc import run

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, replay
 from pytest_agentcgroup.replay.executors import Launch
@@ -93,7 +95,8 @@ def test_pooled_placement_discards_the_parked_shell_when_the_policy_refuses_a_st
             return {}
 
     work = tree.workload("pool-refused")
-    placement = ArmPlacement(Arm("static-toolcall"), work, tree.controllers, pool=True, policy=Refusing())
+    placement = ArmPlacement(Arm("static-toolcall"), work, tree.controllers, pool=True, policy=Refusing(),
+                             kind_of=lambda step: None)
     taken, take = [], placement.pool.take
     placement.pool.take = lambda: taken.append(take()) or taken[-1]
     with pytest.raises(RuntimeError, match="refused"):

@@ -61,7 +61,7 @@ def test_a_cpu_weight_the_step_could_not_take_is_in_its_record_with_why():
 
 
 def test_the_run_trees_of_xdist_workers_merge_into_what_every_one_had():
-    from pytest_agentcgroup.metrics.environment import merge_run_trees
+    from pytest_agentcgroup.harness.environment import merge_run_trees
     a = {"controllers": ["memory", "pids", "cpu"], "refused": {}}
     b = {"controllers": ["memory", "pids"], "refused": {"cpu": "w1: the kernel refused +cpu"}}
     assert merge_run_trees([]) is None

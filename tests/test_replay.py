@@ -10,7 +10,9 @@ import threading
 
 import pytest
 
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.node import MB
 from pytest_agentcgroup.replay import EmulateExecutor, SandboxExecutor, replay
 from pytest_agentcgroup.proc import SpawnError, run

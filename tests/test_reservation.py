@@ -11,7 +11,8 @@ import pytest
 
 from helpers import step_rec, write_results
 from pytest_agentcgroup import config as cfgmod
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.usage import integral_mib_ms
 from pytest_agentcgroup.metrics import reservation as rv
 from pytest_agentcgroup.metrics.records import SUMMARY_METRICS, summarize

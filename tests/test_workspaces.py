@@ -140,7 +140,8 @@ def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp
     """more-itertools 10.5.0's sdist (it carries its tests) at the path an OpenHands run would use,
     its environment at the agent's interpreter's path: the project imports from the workspace, the
     environment's pytest runs its tests, and `pip show` names the locked release, in the sandbox."""
-    from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+    from pytest_agentcgroup.arms import Arm
+    from pytest_agentcgroup.cgroups.placement import ArmPlacement
     from pytest_agentcgroup.replay import SandboxExecutor, replay
     from pytest_agentcgroup.workspaces.build import build, is_built
     path = "/workspace/more-itertools__more-itertools__10.5"

@@ -2,5 +2,5 @@
 loaded by <name>.py here, on what loader.py shares; loader.programs_dir() finds the C sources), the
 host's BPF features, and the policy controller that acts on the programs' events.
 
-May import: cgroups/ (host layout, nodes, arms) and traces/. Never metrics/ or anything above.
+May import: arms (the data), cgroups/ (host layout, nodes) and traces/. Never metrics/ or anything above.
 """

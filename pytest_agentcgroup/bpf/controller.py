@@ -1,6 +1,6 @@
 """The dynamic `agentcgroup` arm: an event-driven controller, and its `bpf-soft` control arm.
 
-Rules are data (bpf/rules.py checks them): an arm's `rules` table in experiments/agentcgroup.toml
+Rules are data (arms.py Rules checks them): an arm's `rules` table in experiments/agentcgroup.toml
 (the arm's own memory_high_mb / memory_max_mb are the limits), or a dict:
 
     [arms.agentcgroup]
@@ -68,12 +68,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from ..cgroups.arms import Arm
+from ..arms import Arm, Rules
 from ..cgroups.host import CgroupUnavailable
 from ..cgroups.node import MB, Cgroup
 from .external import ExternalLoader
 from .loader import ClosedOnExit
-from .rules import PRIORITIES, Rules  # noqa: F401  (Rules is how callers build a policy)
 
 #: Kernel features an arm with ebpf = true needs (names of features.probe()).
 NEEDS = ("root", "bcc", "kernel_headers", "bpf_syscall", "ringbuf", "tracefs", "tp:vmscan/mm_vmscan_memcg_reclaim_begin")
@@ -125,7 +124,7 @@ class _Step:
 
 
 class Controller(ClosedOnExit):
-    """Acts on the steps it is given (add_step/remove_step, the StepPolicy of cgroups/arms.py).
+    """Acts on the steps it is given (add_step/remove_step, the StepPolicy of cgroups/placement.py).
     Thread-safe: `start()` runs the event loop in a thread while the caller adds and removes steps."""
 
     def __init__(self, rules: Rules):

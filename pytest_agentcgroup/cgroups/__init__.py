@@ -1,7 +1,8 @@
 """Cgroups: detect the host's layout, build the run's hierarchy, apply arms, read counters.
 
-May import: proc, traces/ (step kinds). Never replay/, tenants/, engines/ or anything above:
-replay is handed a Placement (arms.py ArmPlacement) by the pytest side.
+May import: proc, arms (the data). Never traces/, replay/, tenants/, engines/ or anything above:
+replay is handed a Placement (placement.py ArmPlacement) by the pytest side, and ArmPlacement
+each step's kind (a kind_of function).
 """
 from .host import CgroupHost, CgroupUnavailable, detect
 from .node import Cgroup, Counters

@@ -1,5 +1,5 @@
-"""`agentcgroup traces fidelity`: the emulator replays recorded traces and is compared per step with
-the recording (metrics/fidelity.py), the gate's verdict as the exit code."""
+"""`agentcgroup traces fidelity`: the emulator replays recorded traces (profile/fidelity.py) and is
+compared per step with the recording (metrics/fidelity.py), the gate's verdict as the exit code."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..cgroups import CgroupUnavailable
 from ..metrics import fidelity
+from ..profile import fidelity as fidelity_run
 from ..replay import ExecutorUnavailable
 from ..traces.ir import TraceError, read_traces
 
@@ -60,7 +61,7 @@ def cmd_fidelity(args) -> int:
         return fidelity.EXIT_BAD_INPUT
     before = os.getloadavg()
     try:
-        em = fidelity.emulate(traces, repeat=args.repeat)
+        em = fidelity_run.emulate(traces, repeat=args.repeat)
     except CgroupUnavailable as exc:
         print(f"agentcgroup traces fidelity: cannot emulate in cgroups: {exc}", file=sys.stderr)
         return fidelity.EXIT_BAD_INPUT

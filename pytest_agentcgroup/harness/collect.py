@@ -3,7 +3,7 @@ ablations, sizes), each with a stable, readable id; a test using `agentcgroup_ar
 An experiment the config does not have, or whose arms the selection leaves out, is one skipped test
 saying so (never a collection error: `-k exp1` with a config holding only exp1 runs).
 
-May import: config, traces/, cgroups.arms, metrics (store: a case's results key; kinds) and the
+May import: config, traces/, arms, metrics (store: a case's results key), studies (kinds) and the
 harness's settings and state.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from .. import config as cfgmod
-from ..cgroups.arms import Arm
-from ..metrics import kinds
+from ..arms import Arm
 from ..metrics.store import run_key
+from ..studies import kinds
 from ..traces.ir import TraceError
 from .settings import setting
 from .state import STATE

@@ -19,7 +19,7 @@ what happens once per session, after every test has run, whichever process ran i
   environment snapshot in `machine_info["agentcgroup"]`.
 * the regression gate (metrics/gate.py) against `--agentcgroup-baseline`, and
   `--agentcgroup-save-baseline`.
-* claims comparing arms that separate tests measure (metrics/kinds.py): checked here once every
+* claims comparing arms that separate tests measure (studies/kinds.py): checked here once every
   test has run (`check_claims`, after the run loop, before the session finishes), for trace x arm
   experiments (exp1, exp4) on the run's records (a resumed run's earlier ones included, the xdist
   workers' files read), for exp3 on the figures each arm's test put on its report (FIGURES, a user
@@ -30,7 +30,8 @@ what happens once per session, after every test has run, whichever process ran i
   terminal summary too. Each experiment test's report says its experiment and arm (REPORT_CASE),
   so an arm that did not run is named with its skip reason.
 
-May import: metrics/ (store, benchjson, environment, gate, kinds, claims) and pytest.
+May import: metrics/ (store, benchjson, gate), studies/ (kinds, claims), the harness's environment and
+pytest.
 """
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ from pathlib import Path
 
 import pytest
 
-from ..metrics import benchjson, claims, environment, gate, kinds, store
+from ..metrics import benchjson, gate, store
 from ..metrics.store import begin_session, merge_workers, worker_dirs
+from ..studies import claims, kinds
+from . import environment
 
 WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
 WORKERINPUT_CONTINUES = "agentcgroup_continues"

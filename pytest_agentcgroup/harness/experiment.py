@@ -2,14 +2,14 @@
 asks of the harness: its settings from the config (a skip naming the missing section), the arms
 this session selected, and the outcome of its claims.
 
-May import: config, metrics (claims) and the harness's collect, controller and state.
+May import: config, studies (claims) and the harness's collect, controller and state.
 """
 from __future__ import annotations
 
 import pytest
 
 from .. import config as cfgmod
-from ..metrics import claims as claimlang
+from ..studies import claims as claimlang
 from .collect import missing, selected_arms
 from .controller import FIGURES
 from .state import STATE

@@ -2,8 +2,8 @@
 replay, the Docker engine, and the policy arms' controllers. This module owns every teardown of
 what they make (close_session; plugin.py's sessionfinish only calls it again after an interrupt).
 
-May import everything below the pytest side (traces/, proc, replay/, engines/, cgroups/, bpf/,
-metrics/, config) and the harness's settings, state, collect and session.
+May import everything below the pytest side (arms, traces/, proc, replay/, engines/, cgroups/, bpf/,
+metrics/, studies/, config) and the harness's settings, state, collect and session.
 """
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from ..bpf.controller import Rules, missing_features, policy_for
+from ..arms import Arm, Rules
+from ..bpf.controller import missing_features, policy_for
 from ..bpf.loader import BPFBuildError, BPFUnavailable
 from ..cgroups import CgroupUnavailable, RunTree, detect
-from ..cgroups.arms import Arm, ArmPlacement
 from ..cgroups.container import cgroup_parent, steps_in_container
 from ..cgroups.isolate import WorkerIsolation
+from ..cgroups.placement import ArmPlacement, apply_limits
 from ..engines.docker import DockerEngine
-from ..metrics import budgets, reservation
+from ..metrics import reservation
 from ..metrics.records import SUMMARY_METRICS, step_record, summarize
 from ..replay import ExecutorUnavailable, make_executor, replay
+from ..studies import budgets
+from ..traces.classify import step_kind
 from ..traces.ir import Trace, TraceError
 from . import faithful
 from .collect import Case
@@ -76,7 +79,7 @@ def step_cgroups(workload_cgroup, agentcgroup_tree: RunTree):
     def make(name: str, arm: Arm | None = None, *, inner: bool = False):
         cg = workload_cgroup.child(name, agentcgroup_tree.controllers, inner=inner)
         if arm is not None:
-            arm.apply(cg)
+            apply_limits(arm, cg)
         return cg
     return make
 
@@ -358,7 +361,7 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
         if policy is not None and policy not in running:
             policy.start()
             running.append(policy)
-        return ArmPlacement(arm, target, agentcgroup_tree.controllers, policy=policy, kind_of=kind_of,
+        return ArmPlacement(arm, target, agentcgroup_tree.controllers, policy=policy, kind_of=kind_of or step_kind,
                             nest_in=nest_in, pool=pool, time_scale=time_scale)
     try:
         yield make

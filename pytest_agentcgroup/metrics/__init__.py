@@ -1,6 +1,7 @@
-"""Metrics: step records (each metric with unit, direction, provenance), the results store (runs
-never overwritten), budgets, the regression gate, the benchmark JSON format, the environment snapshot.
+"""Metrics: the one metric type (unit, direction, provenance), step records, the metric registry,
+the results store (runs never overwritten), the comparison core and the regression gate, the
+benchmark JSON format, the emulator's fidelity against recorded steps.
 
-May import: replay/ (StepResult), cgroups/, bpf/ (features), traces/, programs (git, for the
-checkout's commit). Never config, reports/ or the pytest side.
+May import: traces/ (the IR). Never replay/ or cgroups/ (the metric core reads what they produce:
+profile/ and the pytest side run them), nor studies/, config, reports/ or the pytest side.
 """

@@ -22,13 +22,12 @@ The emulate executor runs no recorded command (its exit is the emulator's): noth
 """
 from __future__ import annotations
 
-from ..replay.replayer import StepResult
 from ..traces.ir import Step
 
 REAL_EXECUTORS = ("sandbox", "docker")
 HEAD_CHARS = 200
 #: The share of compared steps that may diverge before a trace × arm fails (config `max_divergence`).
-#: 0.2: the issue's bar for a faithful replay is >= 80 % of executed steps without divergence.
+#: 0.2: a faithful replay runs at least 80 % of its compared steps as the trajectory recorded them.
 DEFAULT_MAX_DIVERGENCE = 0.2
 
 
@@ -44,7 +43,7 @@ def first_line(text: str | None) -> str | None:
     return line[:HEAD_CHARS - 3] + "..." if len(line) > HEAD_CHARS else line
 
 
-def arm_kill(result: StepResult) -> str | None:
+def arm_kill(result) -> str | None:
     """What the arm did to the step on purpose, if anything: an OOM kill, a policy kill, its timeout."""
     c = result.counters
     if c.get("oom_kills", 0) > 0:
@@ -56,9 +55,9 @@ def arm_kill(result: StepResult) -> str | None:
     return None
 
 
-def step_fields(result: StepResult, step: Step, executor: str) -> dict:
-    """The faithfulness fields of one step's record (module docstring); {} when there is nothing to
-    compare (the emulate executor, no recorded outcome, a step that executes nothing here)."""
+def step_fields(result, step: Step, executor: str) -> dict:
+    """The faithfulness fields of one step's record (module docstring; `result` is a replay
+    StepResult, read by its fields); {} when there is nothing to compare (the emulate executor, no recorded outcome, a step that executes nothing here)."""
     rec = step.recorded_outcome or step.outcome
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
@@ -74,7 +73,7 @@ def step_fields(result: StepResult, step: Step, executor: str) -> dict:
     return {**out, "diverged": why is not None, **({"divergence": why} if why else {})}
 
 
-def _divergence(result: StepResult, step: Step, status: str, code: int | None) -> str | None:
+def _divergence(result, step: Step, status: str, code: int | None) -> str | None:
     said = f"exit {code}" if code is not None else status
     if result.error:
         return f"could not be started ({result.error}); recorded {said}"

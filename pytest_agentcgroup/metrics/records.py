@@ -1,34 +1,19 @@
 """What a replay measured, as records: one per step (metrics.jsonl) and one per config (summary).
 
-Every metric is declared once in METRICS with its unit, which direction is better, and where its
-number comes from (`recorded`: counted by the kernel or the wall clock in this run; `derived`:
-computed from recorded numbers, like a percentile). Replayed *inputs* say their own provenance in
+Every metric is declared once in METRICS (a metric.py Metric) with its unit, which direction is
+better, and where its number comes from (`recorded`: counted by the kernel or the wall clock in
+this run; `derived`: computed from recorded numbers, like a percentile). Replayed *inputs* say their own provenance in
 `profile_source` (recorded/derived/synthetic: see the trace IR).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from ..replay.replayer import StepResult
 from ..traces.ir import Step
 from . import faithfulness, reservation
+from .metric import Metric
 
 MB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    unit: str
-    better: str            # "lower" | "higher" | "none"
-    provenance: str        # recorded | derived
-    source: str            # where the number is read from
-
-    def describe(self, value) -> dict:
-        return {"value": value, "unit": self.unit, "better": self.better,
-                "provenance": self.provenance, "source": self.source}
-
 
 _KERNEL_OOM = "v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill (step + workload cgroup)"
 METRICS = {m.name: m for m in (
@@ -89,8 +74,9 @@ METRICS = {m.name: m for m in (
 )}
 
 
-def step_record(result: StepResult, step: Step, *, config: str, time_scale: float, executor: str) -> dict:
-    """The metrics.jsonl line of one step."""
+def step_record(result, step: Step, *, config: str, time_scale: float, executor: str) -> dict:
+    """The metrics.jsonl line of one step: `result` is what the replayer returned for it (a
+    replay/replayer.py StepResult, read by its fields: metrics/ does not import the replay)."""
     c = result.counters
     rec = {
         "trace_id": result.trace_id, "step_id": result.step_id, "tool": result.tool, "cmd": result.cmd,

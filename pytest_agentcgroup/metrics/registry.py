@@ -2,11 +2,12 @@
 by — in the regression gate (gate.py) and in `agentcgroup compare` (reports/comparison.py), both
 through the comparison core (compare.py).
 
-Each entry says the metric's unit, which direction is better (`lower`, `higher`, or `none`: any
-change is only a change, compared with `exact`), where the number comes from (`recorded` by the
-kernel or the wall clock in this run, `derived` from recorded numbers, `synthetic`, or `measured`
-by a benchmark), one line of meaning, and its default tolerance (docs/gate.md, "Tolerances"). One
-default per metric serves both commands: the same noise gets the same allowance.
+Each entry is a Metric (metric.py): its unit, which direction is better (`lower`, `higher`, or
+`none`: any change is only a change, compared with `exact`), where the number comes from
+(`recorded` by the kernel or the wall clock in this run, `derived` from recorded numbers,
+`synthetic`, or `measured` by a benchmark), one line of what it is, and its default tolerance
+(docs/gate.md, "Tolerances"). One default per metric serves both commands: the same noise gets the
+same allowance.
 
 `regression` marks the metrics a regression check (the gate, `compare --only-worse`) checks when no
 rules are given: outcomes that a baseline saved on another day must still match — kills, timeouts,
@@ -17,29 +18,16 @@ Adding a metric is one entry here (and the number in records.summarize or compar
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
+from .metric import Metric
 from .records import SUMMARY_METRICS
 
 
-@dataclass(frozen=True)
-class TestMetric:
-    name: str
-    unit: str
-    better: str                  # lower | higher | none
-    provenance: str              # recorded | derived | synthetic | measured
-    meaning: str
-    tolerance: str | None        # default tolerance; None: compared only when a rule names the metric
-    regression: bool = False     # in the regression check's default rules
-
-    __test__ = False             # not a pytest test class, despite the name
-
-
-def _summary(name: str, tolerance: str | None, regression: bool = False) -> TestMetric:
-    """A number of a test's summary (records.summarize): unit, direction, provenance and meaning as
-    records.py declares them, so that they are said once."""
-    m = SUMMARY_METRICS[name]
-    return TestMetric(name, m.unit, m.better, m.provenance, m.source, tolerance, regression)
+def _summary(name: str, tolerance: str | None, regression: bool = False) -> Metric:
+    """A number of a test's summary (records.summarize): unit, direction, provenance and source as
+    records.py declares them, so that they are said once, with the test's tolerance."""
+    return replace(SUMMARY_METRICS[name], tolerance=tolerance, regression=regression)
 
 
 # Defaults are for two runs of the same study on one (possibly shared, small) machine. Counts of
@@ -50,7 +38,7 @@ def _summary(name: str, tolerance: str | None, regression: bool = False) -> Test
 # controller did (throttles, freezes) and forks refused at pids.max follow timing like limit hits;
 # a controller kill is an outcome, exact like an OOM kill.
 # The order is the order of the default rules and of `compare`'s rows.
-REGISTRY: dict[str, TestMetric] = {m.name: m for m in (
+REGISTRY: dict[str, Metric] = {m.name: m for m in (
     _summary("oom_kills", "+0", regression=True),
     _summary("timeouts", "+0", regression=True),
     _summary("policy_kills_total", "+0"),
@@ -65,15 +53,15 @@ REGISTRY: dict[str, TestMetric] = {m.name: m for m in (
     _summary("latency_p50_ms", "+100%+100"),
     _summary("latency_p95_ms", "+100%+500", regression=True),
     _summary("latency_p99_ms", None),
-    TestMetric("latency_total_ms", "ms", "lower", "derived", "sum of latency_ms over the test's steps", None),
-    TestMetric("cpu_total_ms", "ms", "lower", "derived", "sum of cpu_ms over the test's steps", "+100%+500"),
-    TestMetric("peak_rss_mb", "MiB", "lower", "derived", "largest max_rss_mb of the test's steps", "+10%+8"),
+    Metric("latency_total_ms", "ms", "lower", "derived", "sum of latency_ms over the test's steps", None),
+    Metric("cpu_total_ms", "ms", "lower", "derived", "sum of cpu_ms over the test's steps", "+100%+500"),
+    Metric("peak_rss_mb", "MiB", "lower", "derived", "largest max_rss_mb of the test's steps", "+10%+8"),
     _summary("total_steps", "exact"),
     # what ran is exact: a step that stops (or starts) executing changes what the run measured
     _summary("executed_steps", "exact", regression=True),
     _summary("unstarted_steps", "+0", regression=True),
-    TestMetric("failed_steps", "count", "lower", "derived",
-               "executed steps with a non-zero exit code or a signal", "+0"),
+    Metric("failed_steps", "count", "lower", "derived",
+           "executed steps with a non-zero exit code or a signal", "+0"),
     # what the arm's limits reserved and the steps used (metrics/reservation.py): compared only when a
     # rule names them — reserved follows the arm's limits exactly, used follows sampling and load
     *(_summary(m, None) for m in ("step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s",

@@ -121,7 +121,7 @@ def trace_peak_mb(steps) -> float | None:
 
 def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
     """The reservation fields of a replayed step's metrics.jsonl record (replay.StepResult `result`
-    of IR `step` of `trace` under cgroups.arms.Arm `arm`): the one call the plugin makes."""
+    of IR `step` of `trace` under arms.Arm `arm`): the one call the plugin makes."""
     c = result.counters
     # Only a low-priority step is held at its soft limit (stopped there until a grant); the
     # controller never holds a normal or high step, which may grow to the ceiling as under bpf-soft:

@@ -194,7 +194,7 @@ def point_latest(run: Path) -> None:
 
 
 def mark_finished(run: Path, exitstatus: int, run_tree: dict | None = None) -> None:
-    """`run_tree`: the run's cgroup controllers and those left out with why (environment.merge_run_trees)."""
+    """`run_tree`: the run's cgroup controllers and those left out with why (harness/environment.py merge_run_trees)."""
     _write_atomic(run / COMPLETE_FILE, json.dumps({
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "exitstatus": exitstatus,
         **({"run_tree": run_tree} if run_tree is not None else {})}) + "\n")

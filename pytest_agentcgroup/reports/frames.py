@@ -19,7 +19,8 @@ from functools import cached_property
 from pathlib import Path
 
 from ..metrics.compare import test_values
-from ..metrics.records import METRICS, SUMMARY_METRICS, Metric
+from ..metrics.metric import Metric
+from ..metrics.records import METRICS, SUMMARY_METRICS
 from ..metrics.registry import REGISTRY
 from ..metrics.store import METRICS_FILE, NoRun, resolve_run, worker_dirs
 
@@ -28,8 +29,7 @@ from ..metrics.store import METRICS_FILE, NoRun, resolve_run, worker_dirs
 #: per-test row derives from a trace's steps (the metric registry), plus the replayed inputs (their
 #: provenance is the trace's own, per step in `profile_source`).
 COLUMNS: dict[str, Metric] = {**METRICS, **SUMMARY_METRICS, **{
-    m.name: Metric(m.name, m.unit, m.better, m.provenance, m.meaning)
-    for m in REGISTRY.values() if m.name not in SUMMARY_METRICS}, **{m.name: m for m in (
+    m.name: m for m in REGISTRY.values() if m.name not in SUMMARY_METRICS}, **{m.name: m for m in (
     Metric("traces", "count", "none", "derived", "distinct traces replayed"),
     Metric("executed_steps", "count", "none", "derived", "steps that ran a command (sandbox skips edits/reads)"),
     Metric("replayed_duration_ms", "ms", "none", "trace", "the trace's step duration × the executor's time_scale "

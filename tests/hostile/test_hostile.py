@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.cgroups.arms import Arm, ArmPlacement
+from pytest_agentcgroup.arms import Arm
+
+from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.replay import SandboxExecutor, replay, stepguard
 from pytest_agentcgroup.traces.ir import Step, Trace
 

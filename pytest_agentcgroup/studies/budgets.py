@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cgroups.arms import Arm
-from .records import percentile
+from ..arms import Arm
+from ..metrics.records import percentile
 
 BUDGET_KEYS = ("oom_kills", "mem_high_events", "throttles", "policy_kills", "latency_overhead_p95_ms",
                "latency_overhead_max_ms")

@@ -8,16 +8,16 @@ loading `[experiments.<name>]` that differs between experiments (config.py does 
     exp5   tables density, replication (density.py); each test checks the claims on its metrics
     other  a trace x arm experiment (exp1, exp4, ...): one test per trace x arm, so a claim that
            compares arms is checked at the end of the session on the run's merged records, each
-           metric the sum over the arm's tests of a per-test metric of registry.py (SUMMED)
+           metric the sum over the arm's tests of a per-test metric of metrics/registry.py (SUMMED)
 
-May import: metrics (timescale, multitenant, density, tables, claims, registry, compare).
+May import: studies (timescale, multitenant, density, tables, claims), metrics (registry, compare).
 """
 from __future__ import annotations
 
 from . import claims as claimlang
 from . import density, multitenant, timescale
-from .compare import test_key, test_values
-from .registry import REGISTRY
+from ..metrics.compare import test_key, test_values
+from ..metrics.registry import REGISTRY
 from .tables import TableError
 
 KINDS = {"exp2": timescale, "exp3": multitenant, "exp5": density}

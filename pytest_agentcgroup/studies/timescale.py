@@ -11,13 +11,13 @@ read). The bursts themselves: experiments/test_exp2_timescale.py.
 A controller (its arm) is `poll_<N>ms` (user space polls the limit counter every N ms), `psi` (a PSI
 trigger), `ebpf_ringbuf` (eBPF event, user space stops the worker) or `ebpf_kernel` (eBPF stops it).
 
-May import: metrics.records (Metric), metrics.tables.
+May import: metrics.metric (Metric), studies.tables.
 """
 from __future__ import annotations
 
 import re
 
-from .records import Metric
+from ..metrics.metric import Metric
 from .tables import TableError, number, table
 
 TABLES = ("burst", "probe")

@@ -16,11 +16,11 @@ the run's own figures (`page_load_ratio`, `b_p95_ratio`, `probe_p99_ms`). Each a
 a claim on one arm (or `*`: every arm, each on its own) is checked in that arm's test, a claim
 comparing arms at the end of the session (harness/controller.py).
 
-May import: metrics.records (Metric), metrics.tables.
+May import: metrics.metric (Metric), studies.tables.
 """
 from __future__ import annotations
 
-from .records import Metric
+from ..metrics.metric import Metric
 from .tables import TableError, number, table, trace_list
 
 TABLES = ("tenants", "probe")

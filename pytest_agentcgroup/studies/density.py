@@ -1,6 +1,7 @@
 """Experiment 5 — density: K agents under one host memory budget. The pure part (no cgroups, no
 processes): the settings of `[experiments.exp5]` and their checks, which agent replays which trace
-at which priority, the budget arithmetic, what "held" means for one K and the largest K held.
+at which priority, the budget arithmetic, what "held" means for one K and the largest K held,
+and what each figure of its tests is (METRICS).
 
     [experiments.exp5.density]
     traces = ["claude-code/local/pydicom__pydicom-2065", ...]   # agent i replays traces[i % n]
@@ -21,12 +22,13 @@ at which priority, the budget arithmetic, what "held" means for one K and the la
     rounds = 1
     arm_overrides = { agentcgroup = { memory_high_mb = 128 }, bpf-soft = { memory_high_mb = 128 } }
 
-    claims = ["agentcgroup.survival_pct >= bpf-soft.survival_pct"]   # metrics/claims.py; CLAIM_METRICS
+    claims = ["agentcgroup.survival_pct >= bpf-soft.survival_pct"]   # studies/claims.py; CLAIM_METRICS
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..metrics.metric import Metric
 from .tables import TableError, number as _number, table as _table, trace_list as _trace_list
 
 #: the priority labels a policy arm's placement keys each agent's steps by (they replace the step
@@ -40,6 +42,20 @@ CLAIM_METRICS = {"largest_k_held": "test_exp5_density", "survival_pct": "test_ex
                  "high_p95_alloc_ms": "test_exp5_agentcgroup_replication"}
 
 REPLICATION_METRICS = ("survival_pct", "high_p95_alloc_ms")
+#: what each figure of its tests is (the benchmark JSON's extra_info, and the metrics a claim reads)
+METRICS = {m.name: m for m in (
+    Metric("traces_completed", "count", "higher", "recorded", "agents whose every step ran to its end (exit 0)"),
+    Metric("oom_kills", "count", "lower", "recorded",
+           "kernel OOM kills in the agents' cgroups (v2 memory.events.local | v1 memory.oom_control oom_kill)"),
+    Metric("slowdown_p95", "ratio", "lower", "derived",
+           "95th percentile over the agents of tool time (sum of step wall clock) / the same agent's solo tool time"),
+    Metric("largest_k_held", "count", "higher", "derived",
+           "largest stepped K with no kill, every trace completed and p95 slowdown within the budget"),
+    Metric("survival_pct", "%", "higher", "derived", "agents that finished without an OOM kill"),
+    Metric("high_p95_alloc_ms", "ms", "lower", "derived",
+           "95th percentile of the high agent's allocation latency: wall time to allocate and touch one MiB "
+           "in the emulator (recorded per MiB, replay/emulator.c ALLOC_LOG)"),
+)}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The environment a run measured in, for the benchmark JSON's `machine_info["agentcgroup"]` and the
 run directory's run.json: a result is only comparable with another one taken on a like host
 (kernel, cgroup layout, BPF features, CPU, memory, package versions, seeds) from the same code
-(the checkout's commit)."""
+(the checkout's commit). Read by the run's controller (controller.py).
+
+May import: cgroups/ (the host's layout), bpf/ (features), programs (git). Nothing of the pytest side."""
 from __future__ import annotations
 
 import importlib.metadata

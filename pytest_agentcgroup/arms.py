@@ -1,0 +1,219 @@
+"""Arms: the resource-control configurations an experiment compares. Arms are data (TOML):
+
+    [arms.static-toolcall]
+    description = "a child cgroup per tool call with a fixed per-step limit"
+    memory_max_mb = 512          # hard limit: above it the kernel reclaims, then OOM-kills
+    memory_high_mb = 384         # soft limit (v2 memory.high; v1: see Cgroup.set_memory_high)
+    pids_max = 512
+    cpu_weight = 100             # share of CPU against sibling cgroups: 1..10000 (v2 cpu.weight;
+                                 # v1 cpu.shares = weight x 1024 / 100, clamped to 2..262144)
+    cpu_max = "50000 100000"     # CPU cap "QUOTA PERIOD" in us (v2 cpu.max; v1 cfs_quota/period_us)
+    # cpu_max_cpus = 0.5         # ... or as a number of CPUs (quota = cpus x a 100 ms period)
+    scope = "step"               # where the limits go: "step" (each tool call's cgroup) or
+                                 # "trace" (the workload cgroup shared by all steps)
+
+Steps always run in their own child cgroup, whatever the scope, so every arm measures each step the
+same way; the scope only decides which cgroup carries the limits.
+
+A policy arm adds a controller that acts on each step while it runs:
+
+    [arms.agentcgroup]
+    policy = "agentcgroup"       # the dynamic arm (bpf/controller.py); scope is always "step"
+    memory_high_mb = 512         # the soft limit the policy acts at
+    memory_max_mb = 2048         # the hard ceiling
+    [arms.agentcgroup.rules]     # the policy's own rules (hold times, priorities, ...): its Rules
+
+A policy arm's rules are data too (Rules below, checked at load so a bad value is one ArmError
+naming its key); bpf/controller.py shows the table and what each rule does. Both are plain data:
+placing an arm's limits on cgroups is cgroups/placement.py's, running its policy bpf/controller.py's.
+
+May import: nothing of the package.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MB = 1024 * 1024                            # the arms' limits are in MiB
+
+SCOPES = ("step", "trace")
+LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
+CPU_KEYS = ("cpu_weight", "cpu_max", "cpu_max_cpus")
+CPU_PERIOD_US = 100_000                     # the period of cpu_max_cpus (both kernels' default)
+# the kernel's bounds: a quota of at least 1 ms, a period of 1 ms .. 1 s (v1 and v2 alike)
+CPU_QUOTA_MIN_US, CPU_PERIOD_RANGE_US = 1000, (1000, 1_000_000)
+
+
+class ArmError(ValueError):
+    """An arm definition that cannot be applied; names the arm and the key."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    description: str = ""
+    scope: str = "step"
+    memory_max_mb: float | None = None
+    memory_high_mb: float | None = None
+    pids_max: int | None = None
+    cpu_weight: int | None = None
+    cpu_max: str | None = None                                         # "QUOTA PERIOD" (us)
+    cpu_max_cpus: float | None = None                                  # or a number of CPUs
+    policy: str | None = None                                          # e.g. "agentcgroup"
+    rules: dict = field(default_factory=dict, hash=False)              # the policy's rules, as written
+
+    @classmethod
+    def from_dict(cls, name: str, raw: dict, *, where: str = "arms") -> "Arm":
+        if not isinstance(raw, dict):
+            raise ArmError(f"{where}.{name}: expected a table, got {type(raw).__name__}")
+        unknown = set(raw) - {"description", "scope", "policy", "rules", *LIMIT_KEYS, *CPU_KEYS}
+        if unknown:
+            raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; "
+                           f"expected description, scope, policy, rules, {', '.join(LIMIT_KEYS + CPU_KEYS)}")
+        scope = raw.get("scope", "step")
+        if scope not in SCOPES:
+            raise ArmError(f"{where}.{name}.scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
+        policy, rules = raw.get("policy"), raw.get("rules", {})
+        if policy is not None and (not isinstance(policy, str) or not policy):
+            raise ArmError(f"{where}.{name}.policy: expected a policy name, got {policy!r}")
+        if not isinstance(rules, dict):
+            raise ArmError(f"{where}.{name}.rules: expected a table, got {type(rules).__name__}")
+        if rules and policy is None:
+            raise ArmError(f"{where}.{name}.rules: rules without a policy (set policy = \"agentcgroup\")")
+        if policy is not None and scope != "step":
+            raise ArmError(f"{where}.{name}.scope: a policy acts on each step's cgroup; scope must be \"step\"")
+        for key in LIMIT_KEYS:
+            val = raw.get(key)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0):
+                raise ArmError(f"{where}.{name}.{key}: expected a positive number, got {val!r}")
+        hi, mx = raw.get("memory_high_mb"), raw.get("memory_max_mb")
+        if hi is not None and mx is not None and hi > mx:
+            raise ArmError(f"{where}.{name}: memory_high_mb ({hi}) above memory_max_mb ({mx}) can never be reached")
+        if raw.get("cpu_weight") is not None:
+            check_cpu_weight(raw["cpu_weight"], f"{where}.{name}.cpu_weight")
+        if raw.get("cpu_max") is not None and raw.get("cpu_max_cpus") is not None:
+            raise ArmError(f"{where}.{name}: cpu_max and cpu_max_cpus both set; give the cap once")
+        if raw.get("cpu_max") is not None:
+            _cpu_max(raw["cpu_max"], f"{where}.{name}.cpu_max")
+        cpus = raw.get("cpu_max_cpus")
+        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float))
+                                 or cpus * CPU_PERIOD_US < CPU_QUOTA_MIN_US):
+            raise ArmError(f"{where}.{name}.cpu_max_cpus: expected a number of CPUs >= "
+                           f"{CPU_QUOTA_MIN_US / CPU_PERIOD_US} (1 ms per 100 ms period), got {cpus!r}")
+        return cls(name=name, description=str(raw.get("description", "")), scope=scope,
+                   memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"),
+                   cpu_weight=raw.get("cpu_weight"), cpu_max=raw.get("cpu_max"), cpu_max_cpus=cpus,
+                   policy=policy, rules=dict(rules))
+
+    @property
+    def limits(self) -> dict:
+        return {k: getattr(self, k) for k in LIMIT_KEYS + CPU_KEYS if getattr(self, k) is not None}
+
+    @property
+    def needs_cpu(self) -> bool:
+        """Whether the arm sets anything only the cpu controller can do: its own weight or cap. Its
+        policy rules' weights by priority do not count: without a cpu controller the policy leaves
+        them out (and counts it), so an arm that controls memory still runs where cpu is not delegated."""
+        return any(getattr(self, k) is not None for k in CPU_KEYS)
+
+    @property
+    def cpu_quota(self) -> tuple[int, int] | None:
+        """(quota_us, period_us) of the arm's CPU cap, or None."""
+        if self.cpu_max is not None:
+            return _cpu_max(self.cpu_max, f"arms.{self.name}.cpu_max")
+        if self.cpu_max_cpus is not None:
+            return round(self.cpu_max_cpus * CPU_PERIOD_US), CPU_PERIOD_US
+        return None
+
+
+def check_cpu_weight(val, where: str) -> int:
+    """A cpu weight as cgroup v2 takes it: an integer 1..10000 (ArmError naming `where`)."""
+    if isinstance(val, bool) or not isinstance(val, int) or not 1 <= val <= 10000:
+        raise ArmError(f"{where}: expected an integer 1..10000 (cgroup v2 cpu.weight; 100 = an ordinary "
+                       f"task), got {val!r}")
+    return val
+
+
+def _cpu_max(val, where: str) -> tuple[int, int]:
+    """ "QUOTA PERIOD" in microseconds -> (quota, period), within the kernel's bounds."""
+    parts = val.split() if isinstance(val, str) else []
+    lo, hi = CPU_PERIOD_RANGE_US
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[0]) < CPU_QUOTA_MIN_US \
+            or not lo <= int(parts[1]) <= hi:
+        raise ArmError(f"{where}: expected \"QUOTA PERIOD\" in microseconds (quota >= {CPU_QUOTA_MIN_US}, "
+                       f"period {lo}..{hi}, e.g. \"50000 100000\" for half a CPU), got {val!r}")
+    return int(parts[0]), int(parts[1])
+
+
+PRIORITIES = ("low", "normal", "high")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The dynamic arm's rules: an arm's `rules` table plus the arm's limits (from_arm), or a dict."""
+    ebpf: bool = True
+    memory_high_mb: float | None = None
+    memory_max_mb: float | None = None
+    hold_ms: float = 200
+    freeze_after: int = 3
+    freeze_hold_ms: float = 1000
+    kill_after: int = 2
+    window_ms: float = 5000
+    raise_step_mb: float = 0
+    raise_max_mb: float = 0
+    priorities: dict = field(default_factory=lambda: {"default": "normal"})
+    cpu_weight: dict = field(default_factory=dict)     # priority -> cpu weight (1..10000), where given
+    external_loader: tuple = ()
+
+    @classmethod
+    def from_dict(cls, raw: dict, *, where: str = "agentcgroup rules") -> "Rules":
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ArmError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; expected "
+                           f"{', '.join(cls.__dataclass_fields__)}")
+        for key, val in raw.items():
+            if key == "ebpf" and not isinstance(val, bool):
+                raise ArmError(f"{where}.ebpf: expected true or false, got {val!r}")
+            if key in ("priorities", "external_loader", "ebpf", "cpu_weight") or val is None and key.startswith("memory_"):
+                continue
+            least = 1 if key == "freeze_after" else 0
+            if isinstance(val, bool) or not isinstance(val, (int, float)) or val < least:
+                raise ArmError(f"{where}.{key}: expected a number >= {least}, got {val!r}")
+        pri = raw.get("priorities", {"default": "normal"})
+        if not isinstance(pri, dict):
+            raise ArmError(f"{where}.priorities: expected a table (step kind -> low|normal|high)")
+        bad = {k: v for k, v in pri.items() if v not in PRIORITIES}
+        if bad:
+            raise ArmError(f"{where}.priorities: expected one of {', '.join(PRIORITIES)}, got {bad}")
+        cpu = raw.get("cpu_weight", {})
+        if not isinstance(cpu, dict) or set(cpu) - set(PRIORITIES):
+            raise ArmError(f"{where}.cpu_weight: expected a table priority ({', '.join(PRIORITIES)}) -> "
+                           f"weight, got {cpu!r}")
+        for level, w in cpu.items():
+            check_cpu_weight(w, f"{where}.cpu_weight.{level}")
+        loader = raw.get("external_loader", ())
+        if not isinstance(loader, (list, tuple)) or not all(isinstance(a, str) for a in loader):
+            raise ArmError(f"{where}.external_loader: expected an argv list of strings")
+        return cls(**{**raw, "priorities": dict(pri), "cpu_weight": dict(cpu), "external_loader": tuple(loader)})
+
+    @classmethod
+    def from_arm(cls, arm: Arm) -> "Rules":
+        """The rules of a policy arm: its `rules` table plus the arm's own limits."""
+        where = f"arms.{arm.name}.rules"
+        if arm.policy != "agentcgroup":
+            raise ArmError(f"arms.{arm.name}.policy: unknown policy {arm.policy!r}; expected \"agentcgroup\"")
+        for key in ("memory_high_mb", "memory_max_mb"):
+            if key in arm.rules:
+                raise ArmError(f"{where}.{key}: set the limits on the arm itself (arms.{arm.name}.{key})")
+        return cls.from_dict({**arm.rules, "memory_high_mb": arm.memory_high_mb,
+                              "memory_max_mb": arm.memory_max_mb}, where=where)
+
+    def priority(self, kind: str | None) -> str:
+        return self.priorities.get(kind or "", self.priorities.get("default", "normal"))
+
+    @property
+    def soft_bytes(self) -> int | None:
+        return int(self.memory_high_mb * MB) if self.memory_high_mb is not None else None
+
+    @property
+    def ceiling_bytes(self) -> int | None:
+        return int(self.memory_max_mb * MB) if self.memory_max_mb is not None else None
