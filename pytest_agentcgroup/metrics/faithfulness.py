@@ -57,7 +57,8 @@ def arm_kill(result) -> str | None:
 
 def step_fields(result, step: Step, executor: str) -> dict:
     """The faithfulness fields of one step's record (module docstring; `result` is a replay
-    StepResult, read by its fields); {} when there is nothing to compare (the emulate executor, no recorded outcome, a step that executes nothing here)."""
+    StepResult, read by its fields); {} when there is nothing to compare (the emulate executor, no
+    recorded outcome, a step that executes nothing here)."""
     rec = step.recorded_outcome or step.outcome
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
