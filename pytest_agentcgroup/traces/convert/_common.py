@@ -192,6 +192,33 @@ def check_type(val: Any, types, where: Where, *, step=None, field=None) -> Any:
     return val
 
 
+def need_items(doc: Any, key: str, where: Where, *, what: str, empty: str) -> list:
+    """The non-empty list `doc[key]` of a document that must be `what` (an object), or one error
+    naming the field; `empty` says what an empty list lacks."""
+    if not isinstance(doc, dict):
+        raise fail(f"expected {what}, got {type(doc).__name__}", where)
+    items = need(doc, key, list, where)
+    if not items:
+        raise fail(empty, where, field=key)
+    return items
+
+
+def row_trajectory(row: Any, where: Where, *, empty: str) -> tuple[list, str | None]:
+    """A dataset row's `trajectory` (a list, or that list as a JSON string as some exports store it)
+    and its `instance_id` (or None); `empty` says what an empty trajectory lacks ("no messages")."""
+    if not isinstance(row, dict):
+        raise fail(f"expected a row object, got {type(row).__name__}", where)
+    traj = need(row, "trajectory", (list, str), where)
+    if isinstance(traj, str):
+        traj = check_type(loads(traj, where), list, where, field="trajectory")
+    if not traj:
+        raise fail(f"empty trajectory: {empty}", where, field="trajectory")
+    instance = row.get("instance_id")
+    if instance is not None:
+        check_type(instance, str, where, field="instance_id")
+    return traj, instance
+
+
 def check_str(val: Any, where: Where, *, step=None, field=None) -> str:
     """A string we keep in step args: str, no NUL, at most MAX_ARG_BYTES."""
     check_type(val, str, where, step=step, field=field)
@@ -411,11 +438,17 @@ def iter_row_results(path: Path, fmt: str, columns: Iterable[str],
     """A Trace or a TraceError per row of a dataset export (parquet, a JSON array or JSONL), each
     row converted by `convert_row(row, where, source, record)`; a file unreadable as a whole raises."""
     path = Path(path)
-    source = make_source(fmt, path)
     rows = iter_parquet(path, columns) if path.suffix == ".parquet" else iter_json_rows(path)
+    return record_results(rows, str(path), make_source(fmt, path), convert_row)
+
+
+def record_results(rows: Iterable[tuple[int, Any]], name: str, source: dict,
+                   convert_row: Callable[[Any, Where, dict, int], Trace]) -> Iterator[Trace | TraceError]:
+    """`convert_row(row, where, source, record)` guarded for each (record, row) of file `name`; a
+    row that was already a TraceError (unreadable) passes through."""
     for rec, row in rows:
         if isinstance(row, TraceError):
             yield row
             continue
-        where = {"file": str(path), "record": rec}
+        where = {"file": name, "record": rec}
         yield guard(where, lambda: convert_row(row, where, source, rec))

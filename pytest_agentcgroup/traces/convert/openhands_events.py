@@ -34,7 +34,7 @@ from typing import Any, Iterator
 
 from ..ir import Measure, Step, Trace, TraceError
 from ._common import (check_bool, check_number, check_str, check_type, fail, finish, guard, head, id_part,
-                      iter_json_rows, load_json_file, make_source, make_trace_id, need, strict)
+                      iter_json_rows, load_json_file, make_source, make_trace_id, need, record_results, strict)
 
 FORMAT = "openhands-events"
 
@@ -82,14 +82,13 @@ def iter_results(path: Path) -> Iterator[Trace | TraceError]:
         records = enumerate(data)
     else:
         records = iter_json_rows(path)
-    for rec, row in records:
-        if isinstance(row, TraceError):
-            yield row
-            continue
-        where = {"file": name, "record": rec}
-        inst = row.get("instance_id") if isinstance(row, dict) else None
-        tid = make_trace_id(FORMAT, id_part(inst, f"record{rec}"), rec)
-        yield guard(where, lambda: _record(row, where, source, tid))
+    yield from record_results(records, name, source, _numbered_record)
+
+
+def _numbered_record(row: Any, where: dict, source: dict, rec: int) -> Trace:
+    """Record `rec` of a file of records, named by its instance_id where it has one."""
+    inst = row.get("instance_id") if isinstance(row, dict) else None
+    return _record(row, where, source, make_trace_id(FORMAT, id_part(inst, f"record{rec}"), rec))
 
 
 def _record(row: Any, where: dict, source: dict, trace_id: str) -> Trace:

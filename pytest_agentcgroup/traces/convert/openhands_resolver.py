@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import Step, Trace, TraceError
-from ._common import (check_str, check_type, fail, finish, guard, head, id_part, iter_json_rows, load_json_file,
-                      make_source, make_trace_id, need, recorded_ms, strict)
+from ._common import (check_str, check_type, fail, finish, head, id_part, iter_json_rows, load_json_file,
+                      make_source, make_trace_id, need, need_items, record_results, recorded_ms, strict)
 from . import openhands_events as events
 
 FORMAT = "openhands-resolver"
@@ -76,8 +76,6 @@ def convert(path: Path) -> Iterator[Trace]:
 
 def iter_results(path: Path) -> Iterator[Trace | TraceError]:
     path = Path(path)
-    source = make_source(FORMAT, path)
-    name = str(path)
     if path.suffix == ".jsonl":
         rows = iter_json_rows(path)
     else:
@@ -85,15 +83,11 @@ def iter_results(path: Path) -> Iterator[Trace | TraceError]:
         if isinstance(data, dict):
             data = [data]
         if not isinstance(data, list):
-            yield fail(f"expected resolver records (an object or an array), got {type(data).__name__}", {"file": name})
+            yield fail(f"expected resolver records (an object or an array), got {type(data).__name__}",
+                       {"file": str(path)})
             return
         rows = enumerate(data)
-    for rec, row in rows:
-        if isinstance(row, TraceError):
-            yield row
-            continue
-        where = {"file": name, "record": rec}
-        yield guard(where, lambda: convert_record(row, where, source, rec))
+    yield from record_results(rows, str(path), make_source(FORMAT, path), convert_record)
 
 
 def _record_name(row: dict, where: dict, rec: int) -> tuple[str, dict]:
@@ -112,11 +106,7 @@ def _record_name(row: dict, where: dict, rec: int) -> tuple[str, dict]:
 
 
 def convert_record(row: Any, where: dict, source: dict, rec: int) -> Trace:
-    if not isinstance(row, dict):
-        raise fail(f"expected a record object, got {type(row).__name__}", where)
-    history = need(row, "history", list, where)
-    if not history:
-        raise fail("empty history", where, field="history")
+    history = need_items(row, "history", where, what="a record object", empty="empty history")
     instruction = row.get("instruction") if isinstance(row.get("instruction"), str) else None
     name, extra = _record_name(row, where, rec)
     pairs = _pairs(history, where)

@@ -42,7 +42,7 @@ from ..ir import Outcome, Step, Trace, TraceError
 from ..task import WORKSPACE_PATH, Task
 from ._common import (check_bool, check_number, check_str, check_type, fail, finish, head, id_part,
                       iter_row_results, loads, make_trace_id, need, output_head, parquet_columns,
-                      parquet_schema_text, strict)
+                      parquet_schema_text, row_trajectory, strict)
 
 FORMAT = "openhands-rows"
 COLUMNS = ("trajectory_id", "instance_id", "repo", "trajectory")
@@ -104,16 +104,7 @@ def _last_cwd(text: str) -> str | None:
 
 
 def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
-    if not isinstance(row, dict):
-        raise fail(f"expected a row object, got {type(row).__name__}", where)
-    traj = need(row, "trajectory", (list, str), where)
-    if isinstance(traj, str):  # some exports store the message list as a JSON string
-        traj = check_type(loads(traj, where), list, where, field="trajectory")
-    if not traj:
-        raise fail("empty trajectory: no messages", where, field="trajectory")
-    instance = row.get("instance_id")
-    if instance is not None:
-        check_type(instance, str, where, field="instance_id")
+    traj, instance = row_trajectory(row, where, empty="no messages")
     steps: list[Step] = []
     cwd: str | None = None
     waiting: dict[str, int] = {}        # tool_call_id -> index of its step, until its result is seen

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import Step, Trace, TraceError
-from ._common import (check_str, check_type, fail, finish, head, id_part, iter_row_results, loads, make_trace_id,
-                      need, parquet_columns, parquet_schema_text, strict)
+from ._common import (check_str, fail, finish, head, id_part, iter_row_results, make_trace_id,
+                      need, parquet_columns, parquet_schema_text, row_trajectory, strict)
 from ._swe_agent import last_fenced_block, swe_agent_step, swe_footer
 
 FORMAT = "swe-agent-rows"
@@ -56,16 +56,7 @@ def iter_results(path: Path) -> Iterator[Trace | TraceError]:
 
 
 def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
-    if not isinstance(row, dict):
-        raise fail(f"expected a row object, got {type(row).__name__}", where)
-    traj = need(row, "trajectory", (list, str), where)
-    if isinstance(traj, str):
-        traj = check_type(loads(traj, where), list, where, field="trajectory")
-    if not traj:
-        raise fail("empty trajectory: no turns", where, field="trajectory")
-    instance = row.get("instance_id")
-    if instance is not None:
-        check_type(instance, str, where, field="instance_id")
+    traj, instance = row_trajectory(row, where, empty="no turns")
     steps: list[Step] = []
     cwd: str | None = None
     open_file: str | None = None

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 
 from ..ir import Measure, Step, Trace, TraceError
 from ._common import (check_number, check_str, check_type, fail, finish, guard, head, id_part, load_json_file,
-                      loads, make_source, make_trace_id, need, recorded_ms, strict)
+                      loads, make_source, make_trace_id, need, need_items, recorded_ms, strict)
 from ._swe_agent import swe_agent_step, swe_footer
 
 FORMAT = "swe-agent-traj"
@@ -35,12 +35,11 @@ _SOURCE = re.compile(r'"source"\s*:\s*"(?:agent|user|environment)"')
 
 
 def sniff(path: Path) -> bool:
-    path = Path(path)
-    if path.suffix == ".traj":
-        return True
-    if path.suffix != ".json":
-        return False
-    text = head(path).decode("utf-8", "replace")
+    """A `.traj` file by its name; a `.json` one by its head."""
+    suffix = Path(path).suffix
+    if suffix != ".json":
+        return suffix == ".traj"
+    text = head(Path(path)).decode("utf-8", "replace")
     return (text.lstrip().startswith("{") and _TRAJ.search(text) is not None and _OBS.search(text) is not None
             and _ACTION.search(text) is not None and _SOURCE.search(text) is None)
 
@@ -91,11 +90,7 @@ def _initial_cwd(history: Any) -> str | None:
 
 
 def convert_traj(data: Any, where: dict, source: dict, trace_id: str) -> Trace:
-    if not isinstance(data, dict):
-        raise fail(f"expected a .traj object, got {type(data).__name__}", where)
-    traj = need(data, "trajectory", list, where)
-    if not traj:
-        raise fail("empty trajectory: no steps", where, field="trajectory")
+    traj = need_items(data, "trajectory", where, what="a .traj object", empty="empty trajectory: no steps")
     cwd = _initial_cwd(data.get("history"))
     if cwd is not None:
         cwd = check_str(cwd, where, field="history")
