@@ -65,6 +65,8 @@ def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_
     ({"wheels": [{"file": "x.whl", "sha256": "b" * 64}]}, "wheels[0]", "needs its name and version"),
     ({"eol": "crlf"}, "eol", 'expected "lf" or nothing'),
     ({"version": ""}, "version", "expected a non-empty string"),
+    ({"interpreter": "/tmp/python3"}, "interpreter", "is not a system python"),
+    ({"interpreter": "/usr/bin/python3-evil"}, "interpreter", "is not a system python"),
 ])
 def test_a_lock_that_is_not_one_is_named_by_file_task_and_field(tmp_path, over, field, why):
     path = write_lock(tmp_path, **over)

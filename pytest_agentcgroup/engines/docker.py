@@ -41,7 +41,9 @@ from .rootfs import DebootstrapFailed, debootstrap, prune_for_image
 # Every image this project makes is named agentcgroup/<name>:<tag>; `remove_images()` removes them
 # all. AGENTCGROUP_LOCAL_IMAGE names another tag for the local image (a throw-away build to test it).
 IMAGE_NAMESPACE = "agentcgroup/"
-LOCAL_IMAGE = os.environ.get("AGENTCGROUP_LOCAL_IMAGE") or "agentcgroup/bookworm-python:1"
+#: the tag says what is in the image: a new one when its content changes (2: pruned, rootfs.prune_for_image),
+#: since an image of the tag, once built, is reused
+LOCAL_IMAGE = os.environ.get("AGENTCGROUP_LOCAL_IMAGE") or "agentcgroup/bookworm-python:2"
 SESSION_LABEL = "agentcgroup.session"
 STATE_DIR = Path("/run/agentcgroup-dockerd")
 

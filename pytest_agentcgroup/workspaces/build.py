@@ -100,12 +100,14 @@ def _environment(entry: Locked, env: Path, src: Path) -> None:
         pip(python, ["install", "--no-deps", "--require-hashes", "--only-binary=:all:", "--no-compile",
                      "--index-url", SIMPLE_INDEX, "-r", str(req)], what=what)
         req.unlink()
-    site = _site_packages(python, what)
+    site = _site_packages(env, entry.interpreter_version, what)
     env_site = str(site).replace(str(env), entry.env_path, 1)
     (site / "_agentcgroup_workspace.pth").write_text(entry.path + "\n")
     _dist_info(entry, src, site)
     _relocate(env, entry.env_path)
-    done = subprocess.run([python, "-m", "compileall", "-q", "-f", "-j", "0", "-s", str(site), "-p", env_site, str(site)],
+    # the system interpreter the environment was made from (same bytecode), isolated and without
+    # site: compiling reads the files, it runs none of them
+    done = subprocess.run([entry.interpreter, "-I", "-S", "-m", "compileall", "-q", "-f", "-j", "0", "-s", str(site), "-p", env_site, str(site)],
                           capture_output=True, text=True, timeout=1800)
     if done.returncode not in (0, 1):       # 1: a file that does not compile (a test fixture): kept as it is
         raise WorkspaceError(f"{what}: compileall failed: {done.stderr.strip()[-500:]}")
@@ -126,12 +128,13 @@ def _to_lf(src: Path) -> None:
         path.write_bytes(data.replace(b"\r\n", b"\n"))
 
 
-def _site_packages(python: str, what: str) -> Path:
-    done = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, timeout=60)
-    if done.returncode != 0:
-        raise WorkspaceError(f"{what}: its python does not run: {done.stderr.strip()[-300:]}")
-    return Path(done.stdout.strip())
+def _site_packages(env: Path, version: str, what: str) -> Path:
+    # Read from the layout `python -m venv` makes, not by starting the environment's python: its
+    # wheels come from the trace's task, and a .pth file of theirs would run on the host (site)
+    site = env / "lib" / f"python{'.'.join(version.split('.')[:2])}" / "site-packages"
+    if not site.is_dir():
+        raise WorkspaceError(f"{what}: the environment has no {site}")
+    return site
 
 
 def _dist_info(entry: Locked, src: Path, site: Path) -> None:

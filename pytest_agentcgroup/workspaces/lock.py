@@ -81,6 +81,10 @@ def task_key(task: Task) -> str | None:
     return None
 
 
+#: the interpreters a lock may name: the system's (the sandbox shows the host's /usr read-only)
+INTERPRETER = re.compile(r"/usr(/local)?/bin/python3(\.\d+)?")
+
+
 def clean_abs(path) -> bool:
     return (isinstance(path, str) and path.startswith("/") and not path.startswith("//") and path != "/"
             and os.path.normpath(path) == path and "\0" not in path and "\n" not in path and len(path) <= 4096)
@@ -101,6 +105,9 @@ def parse_entry(key: str, raw, where: str) -> Locked:
     for k in ("path", "env_path", "interpreter"):
         if not clean_abs(raw[k]):
             raise bad(k, f"{raw[k]!r} is not a clean absolute path")
+    if not INTERPRETER.fullmatch(raw["interpreter"]):
+        # a lock may come with a corpus: the host runs this program to make the environment
+        raise bad("interpreter", f"{raw['interpreter']!r} is not a system python (/usr/bin or /usr/local/bin, python3[.N])")
     pins = [("sdist", raw.get("sdist"))] + [(f"wheels[{i}]", w) for i, w in enumerate(raw.get("wheels") or [])]
     if not isinstance(raw.get("wheels", []), list):
         raise bad("wheels", "expected a list")
