@@ -18,3 +18,13 @@ def test_prune_for_image_empties_its_directories_and_follows_no_symlink(tmp_path
     prune_for_image(root)
     assert all((root / rel).is_dir() and not any((root / rel).iterdir()) for rel in IMAGE_PRUNE)
     assert (canary / "keep").read_text() == "host file" and (root / "usr/bin/python3").exists()
+
+
+def test_prune_for_image_leaves_a_directory_reached_through_a_link_on_the_way(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (outside / "doc" / "pkg").mkdir(parents=True)
+    (outside / "doc" / "pkg" / "copyright").write_text("host file")
+    (root / "usr").mkdir(parents=True)
+    (root / "usr" / "share").symlink_to(outside, target_is_directory=True)
+    prune_for_image(root)
+    assert (outside / "doc" / "pkg" / "copyright").read_text() == "host file"

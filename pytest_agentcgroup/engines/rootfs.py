@@ -47,11 +47,13 @@ IMAGE_PRUNE = ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share
 
 def prune_for_image(root: Path) -> None:
     """Empty the IMAGE_PRUNE directories of `root` (the directories stay, as packages expect them).
-    Symlinks are removed, never followed: nothing outside `root` is touched."""
+    Symlinks are removed, never followed, and a directory reached through one is left alone:
+    nothing outside `root` is touched."""
+    inside = root.resolve()
     for rel in IMAGE_PRUNE:
         top = root / rel
-        if top.is_symlink() or not top.is_dir():
-            continue
+        if top.is_symlink() or not top.is_dir() or not top.resolve().is_relative_to(inside):
+            continue                            # a link on the way there (usr/share -> elsewhere) too
         for entry in top.iterdir():
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)

@@ -71,7 +71,11 @@ def save_image(engine, tar: Path, result: dict) -> None:
         vmharness.mark_image(tar)
     except Exception as exc:                    # ExecutorUnavailable, the SDK's errors, a full disk
         result["failure"] = f"the host has a Docker engine but could not give the guest its image: {exc}"
-        vmharness.mark_image(tar, result["failure"])
+        tar.unlink(missing_ok=True)             # a partial tarball: hundreds of MB on the guest's disk
+        try:
+            vmharness.mark_image(tar, result["failure"])
+        except OSError as mark:                 # the guest then waits IMAGE_WAIT_S; the failure still counts
+            result["failure"] += f" (and the guest could not be told: {mark})"
     finally:
         engine.release()
 
@@ -91,9 +95,13 @@ def boot_subset(out: Path, kernel_series: str) -> SubsetBoot:
     engine, what = acquire_engine()
     image, saved = (out / "docker-image.tar" if engine else None), {}
     saver = threading.Thread(target=save_image, args=(engine, image, saved), daemon=True) if engine else None
-    try:
-        if saver:
+    if saver:
+        try:
             saver.start()
+        except BaseException:
+            engine.release()
+            raise
+    try:
         # the session's longest chain (one core of emulation for most of it): ahead of the rest
         result = vmharness.boot(kernel, out, [guest_run(out)], docker_image=image, nice=-5)
     except vmharness.KernelMissing as exc:       # vng itself missing after set-up

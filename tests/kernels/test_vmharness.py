@@ -307,4 +307,4 @@ def test_run_killable_runs_at_the_priority_asked_and_its_children_inherit_it(tmp
     out = tmp_path / "nice"
     # field 19 of /proc/PID/stat is the nice value; the inner sh is a child of the one started
     rc = vmharness.run_killable(["sh", "-c", f"sh -c 'cut -d\" \" -f19 /proc/$$/stat' > {out}"], timeout_s=30, nice=5)
-    assert rc == 0 and out.read_text().strip() == str(os.getpriority(os.PRIO_PROCESS, 0) + 5)
+    assert rc == 0 and out.read_text().strip() == str(min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19))

@@ -40,8 +40,9 @@ SERIES = ("6.1", "6.12", "7.3")
 GUEST_CONTAINERD = "/run/agentcgroup-containerd/containerd.sock"
 #: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
 GUEST_TMP = "/tmp/agentcgroup-vm"
-#: how long the guest's preload waits for the host to finish the image it saves while the guest boots
-IMAGE_WAIT_S = 1200
+#: how long the guest's preload waits for the host to finish the image it saves while the guest
+#: boots (a cold debootstrap and save on a loaded host took ~3.5 min)
+IMAGE_WAIT_S = 900
 #: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
 #: 1393 s under software emulation on a shared 2-core host) and ~1300 s to spare for a loaded host
 BOOT_TIMEOUT_S = 2700
@@ -598,11 +599,12 @@ def run_killable(argv: list[str], *, timeout_s: float, nice: int = 0, **popen) -
     Ctrl-C or any error while waiting kills it too: nothing outlives us (vng, virtme-run, qemu).
     `nice`: its scheduling priority (nice(1)'s adjustment; below 0 needs root), inherited by all it
     starts: the work on a session's critical path runs before the work that has time to spare."""
+    what = argv[0]
     if nice:
         argv = [programs.require("nice"), "-n", str(nice), *argv]
     with _LOCK:
         if _STOPPED.is_set():
-            raise Stopped(f"not started, the session has ended: {argv[0]}")
+            raise Stopped(f"not started, the session has ended: {what}")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **popen)
         _RUNNING.add(proc)
     try:
