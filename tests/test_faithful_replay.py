@@ -75,17 +75,20 @@ def _result_of(rec):
 
 
 @needs_bwrap
-def test_a_step_the_arm_kills_on_purpose_is_not_a_divergence(tree):
-    """The arm's OOM kill (a 48 MiB hard limit under a 200 MiB allocation) and the step's timeout end
-    steps that the trajectory recorded as exit 0: both are said, neither counts against the replay."""
+def test_a_step_the_arm_kills_on_purpose_is_not_a_divergence_and_a_timeout_is(tree):
+    """The arm's OOM kill (a 48 MiB hard limit under a 200 MiB allocation) ends a step the trajectory
+    recorded as exit 0: said, not counted against the replay. A step that runs into its timeout here
+    (it did not there) is a divergence: the arm did not do that."""
     hog = "python3 -c 'b = bytearray(200 * 1024 * 1024); print(len(b))'"
     recs = run_sandbox(tree, [bash(0, hog, 0, "209715200"), bash(1, "sleep 20", 0, timeout_ms=500),
                               bash(2, "true", 0)], arm=Arm("static-toolcall", memory_max_mb=48), name="armkill")
     assert recs[0]["oom_kills"] >= 1 and recs[0]["diverged"] is None, recs[0]
     assert recs[0]["divergence"] == "not counted: OOM-killed under the arm's limit"
-    assert recs[1]["timed_out"] and recs[1]["diverged"] is None and "timeout" in recs[1]["divergence"]
+    assert recs[1]["timed_out"] and recs[1]["diverged"] is True
+    assert recs[1]["divergence"] == "killed at its timeout; recorded exit 0"
     assert recs[2]["diverged"] is False
-    assert faithfulness.tally(recs)[:3] == (1, 0, 2) and faithfulness.failure(recs, 0.0) is None
+    assert faithfulness.tally(recs)[:3] == (2, 1, 1) and "step 1" in faithfulness.failure(recs, 0.0)
+    assert faithfulness.failure(recs, 0.5) is None
 
 
 @needs_bwrap

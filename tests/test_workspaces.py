@@ -170,3 +170,25 @@ def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp
     assert " passed" in results[1].output
     assert results[2].output.strip() == "Version: 10.5.0"
     assert results[3].output.startswith("/opt/conda/envs/testbed/bin/pytest\npytest ")
+
+
+def test_an_sdist_with_a_hard_link_unpacks_and_one_pointing_out_is_one_message(tmp_path):
+    import io
+    import tarfile
+    from pytest_agentcgroup.workspaces.pypi import unpack_sdist
+
+    def sdist(link_to: str) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            data = b"hello\n"
+            info = tarfile.TarInfo("p-1.0/a.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            link = tarfile.TarInfo("p-1.0/b.txt")
+            link.type, link.linkname = tarfile.LNKTYPE, link_to
+            tar.addfile(link)
+        return buf.getvalue()
+    dest = unpack_sdist(sdist("p-1.0/a.txt"), "p-1.0.tar.gz", tmp_path / "ok")
+    assert (dest / "a.txt").read_text() == (dest / "b.txt").read_text() == "hello\n"
+    with pytest.raises(WorkspaceError, match="p-1.0.tar.gz: cannot unpack"):
+        unpack_sdist(sdist("/etc/passwd"), "p-1.0.tar.gz", tmp_path / "out")

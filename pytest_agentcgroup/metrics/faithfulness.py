@@ -13,8 +13,7 @@ Per step (metrics.jsonl, sandbox and docker executors, steps whose trace recorde
 A step diverges when it could not be started, was killed by a signal nobody counted, or ended
 otherwise than recorded: another exit code for a command; for an edit (no exit code), applied where
 the trajectory's failed or the other way round. Not counted (diverged null): a step the arm killed
-on purpose — an OOM kill the kernel counted, a kill by the policy controller, the step's timeout —
-and a step the trajectory itself recorded as cut short (timeout, oom, error): there is no outcome to
+on purpose — an OOM kill the kernel counted, a kill by the policy controller — and a step the trajectory itself recorded as cut short (timeout, oom, error): there is no outcome to
 compare with. The share is diverged / compared (steps with diverged true or false); a trace × arm
 whose share is above `max_divergence` fails, naming its first diverging step.
 
@@ -44,14 +43,14 @@ def first_line(text: str | None) -> str | None:
 
 
 def arm_kill(result) -> str | None:
-    """What the arm did to the step on purpose, if anything: an OOM kill, a policy kill, its timeout."""
+    """What the arm did to the step on purpose, if anything: an OOM kill or a policy kill. A timeout
+    is not the arm's: a step that hangs here (a download with no network) and ended as recorded
+    there diverged."""
     c = result.counters
     if c.get("oom_kills", 0) > 0:
         return "OOM-killed under the arm's limit"
     if c.get("policy_kills", 0) > 0:
         return "killed by the arm's policy"
-    if result.timed_out:
-        return "killed at its timeout"
     return None
 
 
@@ -78,6 +77,8 @@ def _divergence(result, step: Step, status: str, code: int | None) -> str | None
     said = f"exit {code}" if code is not None else status
     if result.error:
         return f"could not be started ({result.error}); recorded {said}"
+    if result.timed_out:
+        return f"killed at its timeout; recorded {said}"
     if result.signal:
         return f"killed by signal {result.signal}; recorded {said}"
     if step.tool == "edit" or code is None:

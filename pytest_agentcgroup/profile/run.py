@@ -186,7 +186,7 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
     finally:
         workload.remove()
     source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor, memory_fs)}
-    return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps))
+    return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps), task=trace.task)
 
 
 def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io: bool = True) -> Step:

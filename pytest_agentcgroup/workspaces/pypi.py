@@ -112,9 +112,11 @@ def unpack_sdist(data: bytes, filename: str, dest: Path) -> Path:
                 rel = m.name[len(top):].lstrip("/")
                 if rel:
                     m.name = rel
+                    if m.islnk():               # a hard link names its target by its path in the archive
+                        m.linkname = m.linkname[len(top):].lstrip("/")
                     keep.append(m)
             tar.extractall(dest, members=keep, filter="data")
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, KeyError) as exc:
         raise WorkspaceError(f"{filename}: cannot unpack: {exc}") from None
     return dest
 
