@@ -17,7 +17,7 @@ from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.metrics import faithfulness
 from pytest_agentcgroup.metrics.records import step_record
 from pytest_agentcgroup.replay import SandboxExecutor, replay
-from pytest_agentcgroup.replay.executors.base import Seed
+from pytest_agentcgroup.replay.executors.base import Seed, SeedFailed
 from pytest_agentcgroup.traces.ir import Outcome, Step, Trace, write_trace
 from pytest_agentcgroup.traces.task import Task
 
@@ -133,6 +133,17 @@ def test_a_seed_is_copied_to_the_tasks_path_with_its_environment_first_on_path(t
     assert recs[0]["replayed_head"] == "42" and recs[1]["replayed_head"] == "the environment python"
     assert recs[3]["replayed_head"] == "/opt/conda/envs/testbed/bin/python"
     assert not (src / "pkg" / "new").exists()              # the steps wrote their copy, not the seed
+
+
+@needs_bwrap
+def test_a_seed_that_does_not_fit_the_workspace_tmpfs_fails_the_replay_not_skips_it(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big").write_bytes(b"x" * (3 << 20))            # 3 MiB into a 2 MiB tmpfs
+    ex = SandboxExecutor(step_timeout_s=30, workspace_mb=2)
+    ex.seed = Seed(path=REPO_PATH, source=src)
+    with pytest.raises(SeedFailed, match=r"cannot copy the workspace .* into its 2 MiB tmpfs"):
+        ex.start(Trace("test/seed-too-big", {"format": "test"}, (bash(0, "true", 0),)))
 
 
 def _study(root, trace: Trace, *, workspace: str | None = None, max_divergence: float | None = None):

@@ -24,6 +24,7 @@ from ..engines.docker import DockerEngine
 from ..metrics import reservation
 from ..metrics.records import SUMMARY_METRICS, step_record, summarize
 from ..replay import ExecutorUnavailable, make_executor, replay
+from ..replay.executors.base import SeedFailed
 from ..studies import budgets
 from ..traces.classify import step_kind
 from ..traces.ir import Trace, TraceError
@@ -197,6 +198,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             placement = agentcgroup_placement(case.arm, nest_in=nest_in, pool=True, time_scale=executor.time_scale)
             placement.sample_usage(reservation.SAMPLE_PERIOD_S)
             replay(agentcgroup_trace, executor, placement, on_step=on_step)
+        except SeedFailed as exc:               # the workspace is there but could not be copied in
+            pytest.fail(str(exc), pytrace=False)
         except ExecutorUnavailable as exc:      # raised by executor.start(), before any step ran
             pytest.skip(str(exc))
         except Exception as exc:                # the executor crashed: the test fails, its records are kept

@@ -59,6 +59,11 @@ def _stepguard_problem() -> str | None:
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
+class SeedFailed(RuntimeError):
+    """A trace's workspace could not be put in place: its test fails (a replay without its workspace
+    is not one), where a missing executor skips."""
+
+
 @dataclass(frozen=True)
 class Seed:
     """What a trace's steps find when the trace starts: the directory `source` copied to `path` (the

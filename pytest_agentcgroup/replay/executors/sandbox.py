@@ -13,8 +13,8 @@ from ...errors import ExecutorUnavailable
 from ...proc import start_ticks
 from ...programs import require
 from ...traces.ir import Step, Trace
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, check_command, copy_tree, edit_argv, guarded,
-                   read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, check_command, copy_tree, edit_argv,
+                   guarded, read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
 
 
 SANDBOX_TMPFS = "agentcgroup-ws"           # the source name of the sandbox's per-trace tmpfs
@@ -155,7 +155,7 @@ class SandboxExecutor:
                 copy_tree(seed.env_source, Path(self.base) / "env", **owner)
         except OSError as exc:      # e.g. ENOSPC: the workspace tmpfs has a size
             self.stop()
-            raise ExecutorUnavailable(f"the sandbox executor cannot copy the workspace {seed.source} (and its "
+            raise SeedFailed(f"the sandbox executor cannot copy the workspace {seed.source} (and its "
                                       f"environment) into its {self.workspace_mb} MiB tmpfs: {exc}") from None
 
     def stop(self) -> None:
