@@ -193,8 +193,7 @@ def check_type(val: Any, types, where: Where, *, step=None, field=None) -> Any:
 
 
 def need_items(doc: Any, key: str, where: Where, *, what: str, empty: str) -> list:
-    """The non-empty list `doc[key]` of a document that must be `what` (an object), or one error
-    naming the field; `empty` says what an empty list lacks."""
+    """`doc[key]`, a non-empty list, of `doc` (which must be `what`); else one error naming the field."""
     if not isinstance(doc, dict):
         raise fail(f"expected {what}, got {type(doc).__name__}", where)
     items = need(doc, key, list, where)
@@ -204,8 +203,7 @@ def need_items(doc: Any, key: str, where: Where, *, what: str, empty: str) -> li
 
 
 def row_trajectory(row: Any, where: Where, *, empty: str) -> tuple[list, str | None]:
-    """A dataset row's `trajectory` (a list, or that list as a JSON string as some exports store it)
-    and its `instance_id` (or None); `empty` says what an empty trajectory lacks ("no messages")."""
+    """A row's `trajectory` (a list, or it as a JSON string as some exports store it) and `instance_id`."""
     if not isinstance(row, dict):
         raise fail(f"expected a row object, got {type(row).__name__}", where)
     traj = need(row, "trajectory", (list, str), where)
@@ -213,8 +211,7 @@ def row_trajectory(row: Any, where: Where, *, empty: str) -> tuple[list, str | N
         traj = check_type(loads(traj, where), list, where, field="trajectory")
     if not traj:
         raise fail(f"empty trajectory: {empty}", where, field="trajectory")
-    instance = row.get("instance_id")
-    if instance is not None:
+    if (instance := row.get("instance_id")) is not None:
         check_type(instance, str, where, field="instance_id")
     return traj, instance
 
@@ -444,8 +441,7 @@ def iter_row_results(path: Path, fmt: str, columns: Iterable[str],
 
 def record_results(rows: Iterable[tuple[int, Any]], name: str, source: dict,
                    convert_row: Callable[[Any, Where, dict, int], Trace]) -> Iterator[Trace | TraceError]:
-    """`convert_row(row, where, source, record)` guarded for each (record, row) of file `name`; a
-    row that was already a TraceError (unreadable) passes through."""
+    """`convert_row(row, where, source, record)` guarded per (record, row); a TraceError row passes."""
     for rec, row in rows:
         if isinstance(row, TraceError):
             yield row
