@@ -40,7 +40,7 @@ def debootstrap(root: Path, *, suite: str = "bookworm", include: Sequence[str] =
 
 #: what a root made for an image does without: apt's package lists and caches (steps have no
 #: network to use them), documentation, manual pages and translations: most of a minbase root's
-#: bytes, and what an engine that has to load the image (the kernel VM's) spends its time on.
+#: bytes, none of which a step reads.
 IMAGE_PRUNE = ("var/lib/apt/lists", "var/cache/apt", "usr/share/doc", "usr/share/man", "usr/share/info",
                "usr/share/locale")
 
