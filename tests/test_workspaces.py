@@ -149,10 +149,14 @@ def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp
     path = "/workspace/more-itertools__more-itertools__10.5"
     task = Task(instance_id="more-itertools__more-itertools-1", repository="more-itertools/more-itertools",
                 version="10.5", path=path, python="/opt/conda/envs/testbed/bin/python")
-    steps = (Step(0, "bash", {"command": f"cd {path} && python -c 'import more_itertools as m; print(m.__file__)'"}),
-             Step(1, "bash", {"command": "python -m pytest -q -x tests/test_recipes.py 2>&1 | tail -1"}),
-             Step(2, "bash", {"command": "pip show more-itertools > /tmp/show && sed -n 2p /tmp/show"}),
-             Step(3, "bash", {"command": "command -v pytest && pytest --version"}))
+    ok = Outcome("ok", 0)        # recorded outcomes: the replay keeps each step's output to compare
+    steps = (Step(0, "bash", {"command": f"cd {path} && python -c 'import more_itertools as m; print(m.__file__)'"},
+                  recorded_outcome=ok),
+             Step(1, "bash", {"command": "python -m pytest -q -x tests/test_recipes.py 2>&1 | tail -1"},
+                  recorded_outcome=ok),
+             Step(2, "bash", {"command": "pip show more-itertools > /tmp/show && sed -n 2p /tmp/show"},
+                  recorded_outcome=ok),
+             Step(3, "bash", {"command": "command -v pytest && pytest --version"}, recorded_outcome=ok))
     t = Trace("t/more-itertools", {"format": "test"}, steps, task=task)
     try:
         locked = choose.lock(t, version="10.5.0")
