@@ -20,12 +20,12 @@ May import: metrics.metric (Metric), studies.tables.
 """
 from __future__ import annotations
 
+from ..arms import PRIORITIES
 from ..metrics.metric import Metric
 from .tables import TableError, number, table, trace_list
 
 TABLES = ("tenants", "probe")
 KEYS = ()                    # besides description, arms, claims, TABLES: each tenant has its own settings
-PRIORITIES = ("low", "normal", "high")
 PER_ARM_TEST = True               # each arm is its own test: claims comparing arms wait for the session end
 
 #: a tenant's figures (one row per tenant and phase)
