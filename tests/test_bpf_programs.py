@@ -277,8 +277,11 @@ def test_task_stop_records_a_stopped_child_after_the_signal_and_not_a_sleeping_o
             assert wait_state(stopped.pid, "T") == "T"
             time.sleep(0.05)
             assert obs.seen(stopped.pid).stop_ns == seen.stop_ns
-            # the sleeper left the CPU many times (it was watched) but never stopped
-            slept = obs.seen(sleeper.pid)
+            # the sleeper left the CPU many times (it was watched) but never stopped; under
+            # emulation on a busy host it may take longer than here to leave it ten times
+            deadline = time.monotonic() + 30
+            while (slept := obs.seen(sleeper.pid)).switches <= 10 and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert slept.switches > 10 and slept.stop_ns == 0 and slept.onset_ns == 0, slept
         finally:
             for p in (sleeper, stopped):
@@ -311,7 +314,13 @@ def test_task_stop_measures_onset_stop_and_overshoot_of_a_throttled_burst(run_tr
             assert seen.onset_end_ns >= seen.onset_ns and seen.reclaims >= 1
             assert 0 < seen.onset_progress <= seen.stop_progress < 48 * MB, seen
             assert seen.overshoot_bytes == seen.stop_progress - seen.onset_progress
-            assert abs(seen.stop_ns - st.stopped_ns) < 1_000_000, (seen, st)   # the same switch-out
+            # the same switch-out: both stamp the first one in a stopped state, after the throttle's
+            # signal, and the child left the CPU no more until it was continued (comparing the two
+            # stamps' times instead measures the host: a busy host delays an emulated guest's
+            # second program by milliseconds)
+            assert st.stopped_ns and st.action_ns <= min(seen.stop_ns, st.stopped_ns), (seen, st)
+            assert wait_state(p.pid, "T") == "T"
+            assert obs.seen(p.pid).switches == seen.switches, (obs.seen(p.pid), seen)
             os.kill(p.pid, signal.SIGCONT)
             assert p.communicate(timeout=60)[0].strip() == "done" and p.returncode == 0
         finally:
