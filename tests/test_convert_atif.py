@@ -284,6 +284,18 @@ def test_numbers_keep_their_provenance_in_extra(tmp_path):
     assert back == trace and back.steps[0].native_tool is None
 
 
+def test_the_task_a_trace_ran_on_goes_out_and_comes_back(tmp_path):
+    from pytest_agentcgroup.traces.task import Task
+    task = Task(instance_id="PyPSA__linopy-79", repository="PyPSA/linopy", version="0.0",
+                path="/workspace/PyPSA__linopy__0.0")
+    trace = Trace("x/1", {"format": "x"}, (Step(0, "bash", {"command": "ls"}),), task=task)
+    doc = conv.to_atif(trace)
+    assert doc["extra"]["agentcgroup"]["task"] == task.to_json()
+    assert _one(_write(tmp_path, doc)).task == task
+    doc["extra"]["agentcgroup"]["task"]["commit"] = ""
+    expect_trace_error(conv, _write(tmp_path, doc), ("field 'extra.agentcgroup.task.commit'", "non-empty string"))
+
+
 def test_round_trip_from_atif(tmp_path):
     # ATIF of another producer -> IR -> ATIF -> IR: the second IR is the first
     first = _one(TERMINUS)

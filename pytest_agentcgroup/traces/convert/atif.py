@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import SCHEMA, Step, Trace, TraceError, parse_step
+from ..task import Task, parse_task
 from ._common import (check_number, check_str, check_type, fail, finish, guard, head, id_part, load_json_file,
                       make_source, make_trace_id, need, strict)
 from ._swe_agent import swe_agent_step
@@ -143,12 +144,21 @@ def convert_trajectory(doc: Any, where: dict, source: dict, trace_id: str) -> Tr
             raise fail(f"unsupported schema {ours['schema']!r:.60}; this reads {SCHEMA!r}", where,
                        field=f"extra.{EXTRA}.schema")
         source = check_type(ours.get("source"), dict, where, field=f"extra.{EXTRA}.source")
+    task = _task(ours.get("task"), where)
     steps: list[Step] = []
     for i, raw in enumerate(steps_raw):
         steps.extend(_steps(raw, f"steps[{i}]", len(steps), where))
     if not steps:
         raise fail("no agent steps: nothing to replay", where, field="steps")
-    return finish(trace_id, source, steps, where, what="steps")
+    return finish(trace_id, source, steps, where, what="steps", task=task)
+
+
+def _task(raw: Any, where: dict) -> Task | None:
+    """The task we wrote under extra.agentcgroup.task (None where there is none)."""
+    try:
+        return parse_task(raw, {"file": where.get("file"), "record": where.get("record")})
+    except TraceError as exc:
+        raise fail(exc.reason, where, field=f"extra.{EXTRA}.{exc.field}") from None
 
 
 def _agent_info(agent: dict, where: dict) -> dict:
@@ -290,7 +300,8 @@ def to_atif(trace: Trace) -> dict:
         agent["model_name"] = src["model"]
     return {"schema_version": WRITTEN_VERSION, "session_id": trace.trace_id, "agent": agent, "notes": NOTES,
             "steps": steps, "final_metrics": {"total_steps": len(steps)},
-            "extra": {EXTRA: {"schema": SCHEMA, "trace_id": trace.trace_id, "source": src}}}
+            "extra": {EXTRA: {"schema": SCHEMA, "trace_id": trace.trace_id, "source": src,
+                              **({"task": trace.task.to_json()} if trace.task else {})}}}
 
 
 def _label(*values: Any) -> str:
