@@ -26,7 +26,7 @@ ATIF has no tool durations (its timestamps are the model's turns), so steps have
 Writing (`to_atif`): one agent step per IR step, one tool call each (`function_name` the native tool,
 `arguments` the IR args). What ATIF has no field for goes under `extra.agentcgroup`: per step the IR
 tool, step_id, native_tool and every number with its provenance (duration_ms, profile, outcome,
-original); at the root the trace_id and source (licence, origin, its own measures). Reading our own
+original); at the root the trace_id, source (licence, origin, its own measures) and task. Reading our own
 files back restores the trace exactly from there.
 """
 from __future__ import annotations
