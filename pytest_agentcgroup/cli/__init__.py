@@ -46,6 +46,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see {self.prog} --help)\n")
 
 
+def command_group(sub, name: str, help: str, description: str):
+    """A command with subcommands (`agentcgroup NAME SUBCOMMAND ...`): its subparsers, one required."""
+    group = sub.add_parser(name, help=help, description=description)
+    commands = group.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
+    commands.required = True
+    return commands
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="agentcgroup", description="Trace-driven OS resource-control experiments for AI-agent "
                 "workloads. Work with agent traces: convert public formats to the trace IR, check IR files, "
@@ -55,10 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "beyond tolerance, 2 = usage error or unreadable input.")
     sub = p.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    traces = sub.add_parser("traces", help="fetch, convert, validate, summarise and select agent traces",
-                            description="Fetch, convert, validate, summarise and select agent traces.")
-    tsub = traces.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=_Parser)
-    tsub.required = True
+    tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",
+                         description="Fetch, convert, validate, summarise and select agent traces.")
     # the groups' modules import `EXIT_*` from here: imported once this module has run
     from . import fidelity, lock, machine, profile, report, subsets, tools, traces as trace_commands
     trace_commands.add_parsers(tsub)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
+from . import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, command_group
 
 
 def add_parsers(sub) -> None:
@@ -16,10 +16,8 @@ def add_parsers(sub) -> None:
 
 
 def _add_images(sub) -> None:
-    images = sub.add_parser("images", help="the Docker images this project builds",
-                            description="The Docker images this project builds (named agentcgroup/...).")
-    isub = images.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(images))
-    isub.required = True
+    isub = command_group(sub, "images", help="the Docker images this project builds",
+                         description="The Docker images this project builds (named agentcgroup/...).")
     c = isub.add_parser(
         "clean", help="remove the project's Docker images, so that the next run builds them again",
         description="Remove the Docker images this project built (every agentcgroup/... tag, and the "
@@ -33,11 +31,9 @@ def _add_images(sub) -> None:
 
 
 def _add_emulator(sub) -> None:
-    emulator = sub.add_parser("emulator", help="the resource emulator's binaries, compiled on first use",
-                              description="The resource emulator's binaries, compiled on first use into a "
-                                          "cache keyed by the source's hash.")
-    esub = emulator.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(emulator))
-    esub.required = True
+    esub = command_group(sub, "emulator", help="the resource emulator's binaries, compiled on first use",
+                         description="The resource emulator's binaries, compiled on first use into a "
+                                     "cache keyed by the source's hash.")
     c = esub.add_parser(
         "clean", help="remove the emulator binaries this user built, so that the next run compiles it again",
         description="Remove the emulator binaries this user built in its cache directories (only files it "
@@ -47,10 +43,8 @@ def _add_emulator(sub) -> None:
 
 
 def _add_bpf(sub) -> None:
-    bpf = sub.add_parser("bpf", help="the kernel's BPF features the policy arms need",
+    bsub = command_group(sub, "bpf", help="the kernel's BPF features the policy arms need",
                          description="The kernel's BPF features the policy arms need.")
-    bsub = bpf.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(bpf))
-    bsub.required = True
     f = bsub.add_parser(
         "features", help="which BPF features this host offers, one line each with the reason",
         description="Probe which BPF features this host offers (each probe loads nothing that outlives it) "

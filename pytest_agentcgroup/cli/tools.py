@@ -7,15 +7,13 @@ import sys
 import threading
 from pathlib import Path
 
-from . import EXIT_BAD_INPUT, EXIT_OK
+from . import EXIT_BAD_INPUT, EXIT_OK, command_group
 
 
 def add_parsers(sub) -> None:
-    tools = sub.add_parser("tools", help="regenerate the shipped corpus (maintainers' tools); serve the web app",
-                           description="The tools that regenerate what traces/ ships, run by hand (each "
-                                       "family's README names its command), and the shipped web app.")
-    tsub = tools.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=type(tools))
-    tsub.required = True
+    tsub = command_group(sub, "tools", help="regenerate the shipped corpus (maintainers' tools); serve the web app",
+                         description="The tools that regenerate what traces/ ships, run by hand (each "
+                                     "family's README names its command), and the shipped web app.")
 
     b = tsub.add_parser(
         "build-corpus", help="build the claude-code corpus (traces/claude-code, manifest, README) from its dataset",
