@@ -87,6 +87,27 @@ def test_a_lock_reads_back_as_written(tmp_path):
     assert LockFile.read(tmp_path / "absent.json").entries == {}
 
 
+def test_one_process_builds_a_workspace_and_another_waits_for_it_then_uses_it(tmp_path):
+    """Two xdist workers replaying one corpus: the second waits on the build lock, and once the
+    first has finished it takes the built workspace (it does not build it again, nor delete it)."""
+    import fcntl
+    import threading
+    from pytest_agentcgroup.workspaces import build as b
+    e = LockFile.read(write_lock(tmp_path)).entries["acme__widget-7"]
+    out = b.built_dir(e, tmp_path)
+    got = []
+    with open(tmp_path / f".{out.name}.lock", "a") as held:        # the first worker, building
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=lambda: got.append(b.build(e, tmp_path, index="http://127.0.0.1:9/")))
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and not got                       # waiting, not building beside it
+        out.mkdir()
+        (out / b.MARKER).write_text(b.entry_key(e))                # the first one's build, complete
+    waiter.join(10)
+    assert got == [b.seed_of(e, out)]                              # used as built (a build would fail: no index)
+
+
 def view(i, path, first_line, lines):
     head = f"Here's the result of running `cat -n` on {path}:\n" + "".join(
         f"{n:6}\t{text}\n" for n, text in enumerate(lines, first_line)) + "    99\tcut"

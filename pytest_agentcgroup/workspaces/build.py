@@ -16,6 +16,7 @@ write it): its environments' interpreters are run as this user, root included.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -64,10 +65,19 @@ def is_built(entry: Locked, root: Path | None = None) -> bool:
 
 
 def build(entry: Locked, root: Path | None = None, *, index: str = SIMPLE_INDEX) -> Seed:
-    """The Seed of `entry`'s workspace, built now when the cache does not hold it complete."""
+    """The Seed of `entry`'s workspace, built now when the cache does not hold it complete. One
+    process builds it at a time (xdist workers replaying one corpus): the others wait, then use it."""
     out = built_dir(entry, root)
     if is_built(entry, root):
         return seed_of(entry, out)
+    with open(out.parent / f".{out.name}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)           # released when closed, also by a process that dies
+        if is_built(entry, root):                  # built by the holder we waited for
+            return seed_of(entry, out)
+        return _build(entry, out, index)
+
+
+def _build(entry: Locked, out: Path, index: str) -> Seed:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index)
