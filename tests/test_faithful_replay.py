@@ -1,6 +1,6 @@
 """Real commands replayed against what their trace recorded (issue 23): each executed step's exit and
 output beside the recorded ones, a diverging step named with both first lines, a step the arm
-kills on purpose not counted, recorded edits applied in the sandbox before the commands that use
+kills on purpose not counted, recorded edits applied (sandbox and container) before the commands that use
 them, a task's workspace copied in (and its environment on PATH), and a trace whose task has no
 workspace failing by name instead of passing in an empty directory."""
 from __future__ import annotations
@@ -144,6 +144,61 @@ def test_a_seed_that_does_not_fit_the_workspace_tmpfs_fails_the_replay_not_skips
     ex.seed = Seed(path=REPO_PATH, source=src)
     with pytest.raises(SeedFailed, match=r"cannot copy the workspace .* into its 2 MiB tmpfs"):
         ex.start(Trace("test/seed-too-big", {"format": "test"}, (bash(0, "true", 0),)))
+
+
+def docker_executor(engine, tree, work, **kw):
+    from pytest_agentcgroup.cgroups.container import cgroup_parent, steps_in_container
+    from pytest_agentcgroup.replay import DockerExecutor
+    ex = DockerExecutor(engine, cgroup_parent=cgroup_parent(tree, work), step_timeout_s=60, **kw)
+    return ex, steps_in_container(tree, work, ex)
+
+
+def test_under_docker_a_seed_and_the_recorded_edits_are_there_for_the_commands(tree, tmp_path, agentcgroup_docker):
+    """The docker executor copies the task's workspace and environment into its container (the local
+    image: a read-only root) and applies the recorded edits there, as the sandbox does."""
+    src, env = tmp_path / "src", tmp_path / "env"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (src / "link").symlink_to("pkg/__init__.py")
+    (env / "bin").mkdir(parents=True)
+    tool = env / "bin" / "python"
+    tool.write_text("#!/bin/sh\necho the environment python\n")
+    tool.chmod(0o755)
+    script = f"{REPO_PATH}/greet.py"
+    steps = [bash(0, "python3 -c 'import pkg; print(pkg.VALUE)'", 0, "42"),
+             bash(1, "python --version", 0), bash(2, "command -v python", 0),
+             bash(3, "touch pkg/new && readlink link", 0, "pkg/__init__.py"),
+             edit(4, "create", script, file_text="print('hello from the agent')\n"),
+             bash(5, "python3 greet.py", 0, "hello from the agent"),
+             edit(6, "str_replace", script, old_str="hello from", new_str="goodbye from"),
+             bash(7, "python3 greet.py", 0, "goodbye from the agent"),
+             edit(8, "str_replace", script, old_str="text the file never had", new_str="x")]
+    trace = Trace("test/docker-seed", {"format": "test"}, tuple(steps), task=TASK)
+    work = tree.workload("docker-seed")
+    ex, nest_in = docker_executor(agentcgroup_docker, tree, work)
+    ex.seed = Seed(path=REPO_PATH, source=src, env_path="/opt/conda/envs/testbed", env_source=env)
+    results = replay(trace, ex, ArmPlacement(Arm("unlimited"), work, tree.controllers, nest_in=nest_in))
+    recs = [step_record(r, s, config="unlimited", time_scale=1.0, executor="docker") for r, s in zip(results, steps)]
+    assert [r["executed"] for r in recs] == [True] * len(steps), recs
+    assert recs[0]["replayed_head"] == "42" and recs[1]["replayed_head"] == "the environment python"
+    assert recs[2]["replayed_head"] == "/opt/conda/envs/testbed/bin/python"
+    assert recs[3]["replayed_head"] == "pkg/__init__.py"                 # a link stays a link
+    assert recs[5]["replayed_head"] == "hello from the agent" and recs[7]["replayed_head"] == "goodbye from the agent"
+    assert [r["step_id"] for r in recs if r.get("diverged")] == [8]     # the edit that does not apply
+    assert "did not appear verbatim" in recs[8]["replayed_head"]
+    assert not (src / "pkg" / "new").exists()                           # the steps wrote their copy
+
+
+def test_under_docker_a_seed_that_does_not_fit_fails_the_replay_naming_it(tree, tmp_path, agentcgroup_docker):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big").write_bytes(b"x" * (3 << 20))            # 3 MiB into a 2 MiB tmpfs
+    work = tree.workload("docker-seed-big")
+    ex, _ = docker_executor(agentcgroup_docker, tree, work, tmpfs_mb={"home": 2, "workspace": 2})
+    ex.seed = Seed(path=REPO_PATH, source=src)
+    with pytest.raises(SeedFailed, match=rf"cannot copy {src} to {REPO_PATH} in its container \(a 2 MiB tmpfs; exit 2\): tar: big: Wrote only"):
+        ex.start(Trace("test/seed-too-big", {"format": "test"}, (bash(0, "true", 0),), task=TASK))
+    assert ex.container is None                            # stopped: nothing left running
 
 
 def _study(root, trace: Trace, *, workspace: str | None = None, max_divergence: float | None = None):

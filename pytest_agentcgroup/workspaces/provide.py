@@ -42,9 +42,6 @@ def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path 
         src = Path(directory)
         if not src.is_dir():
             raise WorkspaceError(f"--agentcgroup-workspace {directory}: not a directory")
-        if executor == "docker":
-            raise WorkspaceError(f"--agentcgroup-workspace {directory}: the docker executor takes a task's workspace "
-                                 "from its image only; use the sandbox executor for a directory")
         path = task.path if task is not None and clean_abs(task.path) else trace_home(trace)
         return Provided(Seed(path=path, source=src), f"directory {directory} at {path}", "--agentcgroup-workspace")
     if task is None:
@@ -54,22 +51,19 @@ def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path 
     key = task_key(task)
     lock_path = (corpus / LOCK_FILE) if corpus is not None else None
     entry = LockFile.read(lock_path).entries.get(key) if lock_path is not None and key else None
-    if entry is not None and executor != "docker":
+    if entry is not None:
         try:
             seed = build(entry)
         except WorkspaceError as exc:
             raise WorkspaceError(f"trace {trace.trace_id}: the workspace of task {key} locked in {lock_path} "
                                  f"cannot be built: {exc}") from None
         return Provided(seed, entry.describe(), f"{entry.chosen_by} (locked in {lock_path})")
-    ways = ["--agentcgroup-workspace DIR (your own working copy of it)"]
+    ways = ["--agentcgroup-workspace DIR (your own working copy of it)",
+            f"a workspace lock entry for {key or 'it'} in {lock_path or LOCK_FILE} "
+            f"(agentcgroup traces lock TRACE -o {lock_path or LOCK_FILE}: built from PyPI on first use)",
+            "--agentcgroup-workspace empty (replay in an empty directory anyway)"]
     if executor == "docker":
         ways.insert(0, "the task's image in the Docker engine (docker load of a saved image works offline)")
-    else:
-        ways.append(f"a workspace lock entry for {key or 'it'} in {lock_path or LOCK_FILE} "
-                    f"(agentcgroup traces lock TRACE -o {lock_path or LOCK_FILE}: built from PyPI on first use)")
-        if entry is not None:
-            ways[-1] = f"the sandbox executor for the PyPI workspace locked in {lock_path}"
-    ways.append("--agentcgroup-workspace empty (replay in an empty directory anyway)")
     return _missing(trace, task.describe(), ways)
 
 

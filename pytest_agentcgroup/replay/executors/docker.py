@@ -29,6 +29,12 @@ directory that is not a clean absolute path, and a command too long to pass to a
 is removed when the trace ends, and the engine removes every container of the session at its end
 (also after a failure or Ctrl-C).
 
+A `seed` (base.Seed: the task's workspace and its Python environment, set before start) is copied
+in before the first step, as a tar on the stdin of a `tar -x` run in the container like a step
+(a tmpfs of its own where the root is read-only, TMPFS_MB "workspace" and "env"); the environment's
+bin/ leads the steps' PATH. A recorded edit is applied like a step, by editor.py under the image's
+/usr/bin/python3 (EDIT_PYTHON), its undo history in the state tmpfs.
+
 Not as strict as `docker run`/`docker exec`: a step entered with nsenter gets no Docker seccomp
 profile (Docker applies it only to what runc starts), and it runs as root of the host's user
 namespace, with the capabilities above. Of that profile it gets the parts that matter most, from
@@ -42,22 +48,31 @@ all) is the stricter one; this one exists to run a task's own image.
 """
 from __future__ import annotations
 
+import subprocess
+import tarfile
+import tempfile
 from pathlib import Path
 
 from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from ...errors import ExecutorUnavailable
 from ...programs import require
 from ...traces.ir import Step, Trace
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, check_command, guarded, read_cwd, require_stepguard,
-                   step_cwd, step_script, step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, check_command, edit_argv, guarded,
+                   read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
     "net_bind_service", "sys_chroot"))
-STATE = "/run/agentcgroup"          # tmpfs in the container: where a step's shell leaves its cwd
-# tmpfs sizes (MiB) of the container's writable places; "home" is the trace's working directory
-TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 1}
+STATE = "/run/agentcgroup"          # tmpfs in the container: a step's cwd, the edits' undo history
+# tmpfs sizes (MiB) of the container's writable places; "home" is the trace's working directory,
+# "workspace" and "env" a seed's (base.Seed) source and environment where they are elsewhere
+TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 16, "workspace": 1024, "env": 1024}
+# the interpreter a recorded edit is applied with (editor.py), in the container
+EDIT_PYTHON = "/usr/bin/python3"
+# how a seed's directory gets into the container: a tar on stdin, unpacked where the steps see it
+UNPACK = 'mkdir -p -- "$1" && exec tar -x -f - -C "$1"'
+SEED_TIMEOUT_S = 600
 # pid 1 of the container. It must reap (an orphan a step leaves is re-parented to it, and a zombie
 # holds its pid, counted by pids.max, until reaped) and must never exit: `kill -9 -1` from a step
 # kills every process of the PID namespace but pid 1, so Docker's own init (tini, `init=True`),
@@ -79,6 +94,10 @@ def instance_id(trace: Trace) -> str | None:
             return trace.source[key]
     last = trace.trace_id.rsplit("/", 1)[-1]
     return last if "__" in last else None
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 class DockerExecutor:
@@ -108,6 +127,7 @@ class DockerExecutor:
         self.container = None
         self.init_pid: int | None = None
         self.home = self.cwd = "/workspace"
+        self.seed: Seed | None = None       # set before start: copied in before the first step
 
     def image_for(self, trace: Trace) -> str:
         iid = instance_id(trace)
@@ -122,9 +142,17 @@ class DockerExecutor:
         local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
         # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
         # it must be able to, as it could where the trace was recorded. The state file is only read.
-        mb = self.tmpfs_mb
-        tmpfs = {"/tmp": f"exec,size={mb['/tmp']}m", STATE: f"size={mb[STATE]}m"} | (
-            {self.home: f"exec,size={mb['home']}m", "/root": f"exec,size={mb['/root']}m"} if local else {})
+        mb, seeded, room = self.tmpfs_mb, self._seeded(), {}
+        sizes = {"/tmp": mb["/tmp"], STATE: mb[STATE]}
+        if local:       # a read-only root: the seed's places, then home and /root where not inside one
+            for where, _, key in seeded:
+                within = next((t for t in sizes if _inside(where, t)), None)
+                if within is None:
+                    sizes[where], within = mb[key], where
+                room[where] = f"a {sizes[within]} MiB tmpfs"
+            sizes |= {p: mb[k] for p, k in ((self.home, "home"), ("/root", "/root"))
+                      if not any(_inside(p, t) for t in sizes)}
+        tmpfs = {path: ("" if path == STATE else "exec,") + f"size={size}m" for path, size in sizes.items()}
         self.container = self.engine.client.containers.run(
             image, INIT, detach=True, network_mode="none", read_only=local,
             tmpfs=tmpfs, working_dir=self.home, cap_drop=["ALL"], cap_add=[INIT_CAP], security_opt=["no-new-privileges"],
@@ -138,9 +166,64 @@ class DockerExecutor:
                 raise ExecutorUnavailable(f"image {image} has no setpriv (util-linux), which the docker "
                                           "executor uses to drop a step's capabilities")
             (root / STATE.lstrip("/")).mkdir(exist_ok=True)
+            for where, src, _ in seeded:
+                self._unpack(src, where, room.get(where, f"image {image}"))
         except BaseException:
             self.stop()
             raise
+
+    def _seeded(self) -> list[tuple[str, Path, str]]:
+        """(where the steps see it, the directory copied there, its TMPFS_MB key) of the seed."""
+        seed = self.seed
+        if seed is None:
+            return []
+        return [(where, src, size) for where, src, size in ((seed.path, seed.source, "workspace"),
+                                                             (seed.env_path, seed.env_source, "env"))
+                if where and src is not None]
+
+    def _unpack(self, src: Path, where: str, room: str) -> None:
+        """Copy the directory `src` to `where` in the container, before any step: a tar of it (regular
+        files, directories, symlinks as links, hard links; owned by root, the steps' uid) on the stdin
+        of a `tar -x` run in the container as a step is, but outside the trace (nothing of it has run)."""
+        argv = guarded([self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
+                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
+                        "/bin/sh", "-c", UNPACK, "sh", where])
+
+        def plain(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            if not (ti.isreg() or ti.isdir() or ti.issym() or ti.islnk()):
+                return None
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            return ti
+
+        why = None
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+                                    env={"PATH": CONTAINER_PATH}, cwd="/")
+            try:
+                with tarfile.open(fileobj=proc.stdin, mode="w|") as tar:
+                    for entry in sorted(src.iterdir()):
+                        tar.add(entry, arcname=entry.name, filter=plain)
+            except (OSError, tarfile.TarError) as exc:     # EPIPE: tar in the container gave up (ENOSPC ...)
+                why = str(exc)
+            finally:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+            try:
+                rc = proc.wait(timeout=SEED_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+                why = f"not done after {SEED_TIMEOUT_S} s"
+            err.seek(0)
+            said = err.read().decode(errors="replace").strip()
+        if rc != 0 or why:
+            lines = said.splitlines()
+            detail = "; ".join(lines[:3]) + (f" (and {len(lines) - 3} more lines)" if len(lines) > 3 else "")
+            raise SeedFailed(f"the docker executor cannot copy {src} to {where} in its container ({room}; "
+                             f"exit {rc}{', ' + why if why else ''}): {detail or 'no message'}")
 
     def stop(self) -> None:
         container, self.container, self.init_pid = self.container, None, None
@@ -156,15 +239,22 @@ class DockerExecutor:
 
     def launch(self, step: Step) -> Launch | None:
         self._sync_cwd()
-        if step.tool not in EXECUTING_TOOLS:
+        if step.tool == "edit":
+            program = edit_argv(step, EDIT_PYTHON, f"{STATE}/undo")
+            if program is None:
+                return None
+        elif step.tool not in EXECUTING_TOOLS:
             return None
+        else:
+            check_command(step)
+            if step.args.get("cwd"):
+                self.cwd = step_cwd(step)
+            program = ["/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]
         if self.init_pid is None:
             raise RuntimeError("DockerExecutor.launch() before start()")
-        check_command(step)
-        if step.args.get("cwd"):
-            self.cwd = step_cwd(step)
         argv = guarded([self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
-                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
-                        "/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command])
+                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all", *program])
         timeout = step_timeout(step, self.step_timeout_s)
-        return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": CONTAINER_PATH, "HOME": self.home})
+        env_bin = [f"{self.seed.env_path}/bin"] if self.seed is not None and self.seed.env_path else []
+        return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": ":".join([*env_bin, CONTAINER_PATH]),
+                                                                  "HOME": self.home})
