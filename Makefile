@@ -22,9 +22,10 @@ setup-kernels: setup
 	@bash pytest_agentcgroup/hostsetup.sh vm-kernels
 
 # pytest exit 5 means "no tests collected": treat it as a failure, not a pass.
-# tests/kernels/ runs its subset on kernel 6.12 here (--agentcgroup-kernels default).
+# tests/kernels/ runs its subset on kernel 6.12 here (--agentcgroup-kernels default); the slowest
+# host tests are listed at the end (the guest's own list is in its subset.log).
 test: setup-vm
-	@$(PY) -m pytest tests -q $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest tests -q --durations=15 $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
 # the edit-test loop: the host tests without a VM, docker, the slow ones or the package registries,
