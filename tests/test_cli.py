@@ -171,6 +171,12 @@ def test_validate_and_stats(batch, tmp_path, capsys):
     assert st["steps_per_trace"] == {"min": 5, "median": 55.0, "max": 78}
     assert cli.main(["traces", "stats", str(out)]) == 0
     assert "traces: 4   steps: 193" in capsys.readouterr().out
+    # a corpus's workspace lock and a cache in a dot-directory are beside its traces, not traces
+    (out / "workspaces.lock.json").write_text('{"schema": "agentcgroup-workspaces/1", "workspaces": {}}')
+    (out / ".cache").mkdir()
+    (out / ".cache" / "meta.json").write_text("{}")
+    assert cli.main(["traces", "validate", str(out)]) == 0
+    assert capsys.readouterr().out.count(": ok, 1 trace(s)") == 4
 
     bad = out / "bad.json"
     bad.write_text('{"schema": "agentcgroup-trace/1", "trace_id": "x", "source": {}, "steps": [{"step_id": 0, "tool": "teleport"}]}')

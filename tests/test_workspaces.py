@@ -12,7 +12,8 @@ import pytest
 from pytest_agentcgroup.traces.ir import Outcome, Step, Trace
 from pytest_agentcgroup.traces.task import Task
 from pytest_agentcgroup.workspaces import choose
-from pytest_agentcgroup.workspaces.lock import LOCK_FILE, SCHEMA, LockFile, WorkspaceError
+from pytest_agentcgroup.traces.corpus import LOCK_FILE
+from pytest_agentcgroup.workspaces.lock import SCHEMA, LockFile, WorkspaceError
 from pytest_agentcgroup.workspaces.provide import provide
 
 PATH = "/workspace/acme__widget__1.0"

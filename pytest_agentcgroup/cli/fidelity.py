@@ -11,6 +11,7 @@ from ..cgroups import CgroupUnavailable
 from ..metrics import fidelity
 from ..profile import fidelity as fidelity_run
 from ..replay import ExecutorUnavailable
+from ..traces.corpus import ir_files
 from ..traces.ir import TraceError, read_traces
 
 
@@ -31,21 +32,12 @@ def add_parser(tsub) -> None:
     f.set_defaults(func=cmd_fidelity)
 
 
-def _files(paths):
-    for p in paths:
-        if p.is_dir():
-            yield from (f for f in sorted(p.rglob("*")) if f.is_file() and f.suffix in (".json", ".jsonl")
-                        and f.name != "manifest.json")
-        else:
-            yield p
-
-
 def cmd_fidelity(args) -> int:
     if args.repeat < 1:
         print(f"agentcgroup traces fidelity: --repeat must be >= 1, got {args.repeat}", file=sys.stderr)
         return fidelity.EXIT_BAD_INPUT
     traces, bad = [], 0
-    for f in _files(args.files):
+    for f in ir_files(args.files):
         try:
             traces.extend(read_traces(f))
         except TraceError as exc:

@@ -7,10 +7,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..traces.corpus import LOCK_FILE
 from ..traces.ir import TraceError, read_traces
 from ..traces.task import task_of
 from ..workspaces.build import build, built_dir
-from ..workspaces.lock import LOCK_FILE, LockFile, WorkspaceError, task_key
+from ..workspaces.lock import LockFile, WorkspaceError, task_key
 from . import EXIT_BAD_INPUT, EXIT_OK
 
 

@@ -10,10 +10,11 @@ import statistics
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..traces import convert as registry
 from ..traces.convert.atif import write_atif
+from ..traces.corpus import ir_files
 from ..traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
 from . import EXIT_BAD_INPUT, EXIT_OK
 
@@ -239,16 +240,6 @@ def cmd_convert(args) -> int:
 # ---------------------------------------------------------------------------------------------
 # validate / stats
 
-def _ir_files(paths: Iterable[Path]) -> Iterator[Path]:
-    for p in paths:
-        if p.is_dir():
-            for f in sorted(p.rglob("*")):
-                if f.is_file() and f.suffix in (".json", ".jsonl") and f.name != "manifest.json":
-                    yield f
-        else:
-            yield p
-
-
 def _read(path: Path) -> tuple[list[Trace], str | None]:
     try:
         return list(read_traces(path)), None
@@ -259,7 +250,7 @@ def _read(path: Path) -> tuple[list[Trace], str | None]:
 def cmd_validate(args) -> int:
     report = []
     bad = 0
-    for f in _ir_files(args.files):
+    for f in ir_files(args.files):
         traces, err = _read(f)
         report.append({"path": str(f), "traces": len(traces), "ok": err is None, "error": err})
         if err:
@@ -299,7 +290,7 @@ def compute_stats(traces: Sequence[Trace]) -> dict[str, Any]:
 def cmd_stats(args) -> int:
     traces: list[Trace] = []
     bad = 0
-    for f in _ir_files(args.files):
+    for f in ir_files(args.files):
         got, err = _read(f)
         if err:
             bad += 1

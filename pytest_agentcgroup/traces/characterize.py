@@ -306,19 +306,16 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def load_traces(paths: Iterable) -> tuple[list[Trace], list[str]]:
-    """IR traces from files and directories (*.json / *.jsonl, manifest.json skipped), and an error
-    line per file that did not read."""
-    from pathlib import Path
+    """IR traces from files and directories (corpus.ir_files), and an error line per file that did
+    not read."""
+    from .corpus import ir_files
     from .ir import TraceError, read_traces
     traces, errors = [], []
-    for p in map(Path, paths):
-        files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in (".json", ".jsonl")
-                       and f.name != "manifest.json") if p.is_dir() else [p]
-        for f in files:
-            try:
-                traces.extend(read_traces(f))
-            except TraceError as exc:
-                errors.append(str(exc))
+    for f in ir_files(paths):
+        try:
+            traces.extend(read_traces(f))
+        except TraceError as exc:
+            errors.append(str(exc))
     return traces, errors
 
 

@@ -15,11 +15,27 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .ir import Trace, TraceError, read_traces
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = "agentcgroup-manifest/1"
+#: the corpus's workspace lock (workspaces/lock.py): beside the traces, not one
+LOCK_FILE = "workspaces.lock.json"
+
+
+def ir_files(paths: Iterable[str | Path]) -> Iterator[Path]:
+    """The IR files `paths` name: a file as given; under a directory, its *.json and *.jsonl files,
+    sorted, less its manifest and workspace lock and what is under a dot-directory (a cache)."""
+    for p in map(Path, paths):
+        if not p.is_dir():
+            yield p
+            continue
+        for f in sorted(p.rglob("*")):
+            if f.is_file() and f.suffix in (".json", ".jsonl") and f.name not in (MANIFEST, LOCK_FILE) \
+                    and not any(part.startswith(".") for part in f.relative_to(p).parts):
+                yield f
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 from .shape import is_bursty, length_class, step_peaks
 from .classify import KINDS, classify_command, dominant_kind
-from .corpus import MANIFEST, MANIFEST_SCHEMA
+from .corpus import MANIFEST, MANIFEST_SCHEMA, ir_files
 from .ir import Trace, TraceError, read_traces, write_trace
 
 DEFAULT_SIZES = {"smoke": 5, "dev": 20, "paper": 100}
@@ -123,23 +123,12 @@ def _safe_name(trace_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", trace_id).strip("._")[:200] or "trace"
 
 
-def _ir_files(paths: Iterable[Path]) -> Iterable[Path]:
-    for p in paths:
-        if p.is_dir():
-            for f in sorted(p.rglob("*")):
-                if f.is_file() and f.suffix in (".json", ".jsonl") and f.name != MANIFEST \
-                        and not any(part.startswith(".") for part in f.relative_to(p).parts):
-                    yield f
-        else:
-            yield p
-
-
 def load(paths: Iterable[Path]) -> tuple[list[Trace], list[str]]:
     """Traces from IR files/directories; errors (one line each) for files that are not valid IR."""
     traces: list[Trace] = []
     errors: list[str] = []
     seen: set[str] = set()
-    for f in _ir_files(paths):
+    for f in ir_files(paths):
         try:
             for t in read_traces(f):
                 if t.trace_id in seen:

@@ -31,7 +31,6 @@ from pathlib import Path
 
 from ..traces.task import Task
 
-LOCK_FILE = "workspaces.lock.json"
 SCHEMA = "agentcgroup-workspaces/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..replay.executors.base import Seed, trace_home
+from ..traces.corpus import LOCK_FILE
 from ..traces.ir import Trace
 from ..traces.task import task_of
 from .build import build
-from .lock import LOCK_FILE, LockFile, WorkspaceError, clean_abs, task_key
+from .lock import LockFile, WorkspaceError, clean_abs, task_key
 
 EMPTY = "empty"
 
