@@ -198,6 +198,22 @@ def test_the_workspace_is_copied_per_trace(tmp_path, can_profile):
     assert (ws / "pkg" / "mod.py").read_text() == "VALUE = 41\n"   # the copy changed, not the original
 
 
+def test_a_trace_whose_task_has_no_workspace_is_not_profiled_in_an_empty_one(tmp_path, can_profile):
+    """Its commands would fail at once in an empty directory: one message naming the task and the
+    ways to give it one; `--workspace empty` asks for that anyway."""
+    from pytest_agentcgroup.traces.task import Task
+    path = tmp_path / "in" / "task.json"
+    path.parent.mkdir()
+    write_trace(Trace("t/acme__widget-7", {"format": "test"}, (bash(0, "ls", cwd="/testbed"),),
+                      task=Task(instance_id="acme__widget-7", path="/testbed")), path)
+    with pytest.raises(ProfileError, match=r"trace t/acme__widget-7 ran on task acme__widget-7 .*its workspace is "
+                                           r"missing here.*--workspace DIR .*workspaces.lock.json"):
+        profile_traces([path], tmp_path / "out", Settings())
+    profile_traces([path], tmp_path / "out", Settings(workspace=Path("empty")))
+    t = profiled(tmp_path / "out", "t/acme__widget-7")
+    assert t.steps[0].outcome.status == "ok" and t.source["profiled"]["workspace"].startswith("empty (asked for")
+
+
 def _cli(argv, capsys):
     code = cli.main(argv)
     return code, capsys.readouterr().err
@@ -444,7 +460,7 @@ def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp
     assert t.source["profiled"]["peak"] == "kernel (recorded)" and t.source["profiled"]["complete"]
 
 
-def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, agentcgroup_docker):
+def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, agentcgroup_docker, monkeypatch):
     """The docker executor (local image): the workspace is unpacked in the container's tmpfs
     workspace, each step measured in its own cgroup under the container's."""
     ws = tmp_path / "ws"
@@ -460,11 +476,14 @@ def test_docker_executor_profiles_in_the_container_with_the_workspace(tmp_path, 
     assert [(s.outcome.status, s.outcome.exit_code) for s in t.steps] == [("ok", 0), ("oom", 137), ("failed", 4)]
     assert t.steps[1].profile.peak_mb.value > 150 and t.steps[1].profile.provenance() == "recorded"
     assert t.source["profiled"]["executor"] == "docker" and t.source["profiled"]["image"]
-    # a workspace the container's /tmp (512 MiB) cannot take: one message, not a traceback
+    assert t.source["profiled"]["workspace"] == f"directory {ws} at /workspace"
+    # a workspace the container's (a 16 MiB tmpfs here) cannot take: one message, not a traceback
+    from pytest_agentcgroup.replay.executors import docker as docker_executor
+    monkeypatch.setitem(docker_executor.TMPFS_MB, "workspace", 16)
     with open(ws / "big", "wb") as f:
-        f.truncate(600 * MB)
-    with pytest.raises(ProfileError, match=r"cannot write it to /tmp/.agentcgroup-workspace.tar in the container.*"
-                                           r"No space left on device"):
+        f.truncate(32 * MB)
+    with pytest.raises(ProfileError, match=rf"trace t/big: the docker executor cannot copy {ws} to /workspace in its "
+                                           r"container \(a 16 MiB tmpfs; exit 2\): tar: big: Wrote only"):
         profile_traces([tiny(tmp_path, [bash(0, "true")], "t/big")], tmp_path / "out",
                        Settings(executor="docker", workspace=ws), engine=agentcgroup_docker)
 

@@ -53,8 +53,11 @@ def add_parser(tsub) -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=("sandbox", "docker"), default="sandbox",
                    help="where the commands run (default sandbox); never outside one of these")
     p.add_argument("--workspace", type=Path, metavar="DIR",
-                   help="a directory copied into each trace's working directory before its first step "
-                        "(e.g. a repository checkout); default: an empty workspace (sandbox) or the image's")
+                   help="a directory copied to each trace's task path (or working directory) before its first "
+                        "step, e.g. a repository checkout; `empty` for an empty one. Default: a trace that names "
+                        "a task gets its task's image (docker, where present) or the PyPI workspace locked for "
+                        "it in workspaces.lock.json beside the traces (built on first use), else fails naming "
+                        "what is missing; one that names none starts empty")
     p.add_argument("--image", metavar="IMG", help="docker: the image to run in (default: the trace's SWE-rebench "
                                                    "image when it is present locally, else the local image)")
     p.add_argument("--step-timeout", type=_positive(float), default=120.0, metavar="S",

@@ -27,10 +27,8 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import shutil
 import statistics
 import subprocess
-import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -39,10 +37,13 @@ from ..cgroups.host import detect
 from ..programs import which
 from ..cgroups.tree import RunTree
 from ..replay.executors import make_executor
-from ..replay.executors.base import copy_tree
+from ..replay.executors.base import SeedFailed
 from ..replay.replayer import StepResult, replay_step
-from ..traces.corpus import MANIFEST
+from ..traces.corpus import ir_files
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
+from ..engines.docker import LOCAL_IMAGE
+from ..workspaces.lock import WorkspaceError
+from ..workspaces.provide import EMPTY, Provided, provide
 from . import ProfileError
 from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter
 from .output import (add_to_manifest, check_manifest, check_outputs, check_writable, is_complete, output_path,
@@ -54,7 +55,9 @@ MB = 1024 * 1024
 @dataclass(frozen=True)
 class Settings:
     executor: str = "sandbox"            # sandbox | docker
-    workspace: Path | None = None        # copied into each trace's working directory before its first step
+    # the traces' workspace: a directory copied to each trace's task path (or working directory),
+    # "empty" for none; unset: the task's, from the lock beside the traces (workspaces/provide.py)
+    workspace: Path | None = None
     image: str | None = None             # docker: the image (default: the trace's SWE-rebench image, else local)
     step_timeout_s: float = 120.0
     memory_max_mb: int = 4096            # each step's hard memory limit (above it: OOM-killed, outcome oom)
@@ -64,23 +67,20 @@ class Settings:
     command: str = ""                    # the command line, for the traces' provenance
 
 
-def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
-    """Every trace in the files (directories: their *.json / *.jsonl, manifest.json excepted), all
-    read before anything runs; a bad file is a ProfileError naming it."""
-    files: list[Path] = []
+def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
+    """(file, trace, corpus) for every trace in the files (directories: traces/corpus.ir_files), all
+    read before anything runs; a bad file is a ProfileError naming it. The corpus is the directory
+    given, or the file's own: where a workspace lock for the trace's task would be."""
+    files: list[tuple[Path, Path]] = []
     for p in paths:
         try:
-            if p.is_dir():
-                files += sorted(f for f in p.rglob("*") if f.suffix in (".json", ".jsonl") and f.name != MANIFEST
-                                and f.is_file() and not f.name.endswith(".partial"))
-            elif p.exists():
-                files.append(p)
-            else:
+            if not p.exists():
                 raise ProfileError(f"{p}: no such file or directory")
+            files += [(f, p if p.is_dir() else p.parent) for f in ir_files([p])]
         except OSError as exc:           # e.g. a directory this user may not enter
             raise ProfileError(f"{exc.filename or p}: {exc.strerror}") from None
     out, seen = [], {}
-    for f in files:
+    for f, corpus in files:
         try:
             traces = list(read_traces(f))
         except TraceError as exc:
@@ -89,7 +89,7 @@ def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace]]:
             if t.trace_id in seen:
                 raise ProfileError(f"{f}: trace {t.trace_id!r} is also in {seen[t.trace_id]}")
             seen[t.trace_id] = f
-            out.append((f, t))
+            out.append((f, t, corpus))
     if not out:
         raise ProfileError(f"no traces in {', '.join(map(str, paths))}")
     return out
@@ -100,11 +100,12 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}.
     docker: `engine` is a DockerEngine the caller owns; without one, one is acquired and released."""
     inputs = load_inputs(paths)
-    if settings.workspace is not None and not settings.workspace.is_dir():
+    if settings.workspace is not None and str(settings.workspace) != EMPTY and not settings.workspace.is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
-    todo = [(t, output_path(out, t.trace_id)) for _, t in inputs]
+    corpus_of = {t.trace_id: corpus for _, t, corpus in inputs}
+    todo = [(t, output_path(out, t.trace_id)) for _, t, _ in inputs]
     # everything that could stop the writing is checked before the first step runs
-    check_outputs(inputs, todo)
+    check_outputs([(f, t) for f, t, _ in inputs], todo)
     check_writable(out)
     manifest = check_manifest(out)
     complete = [(t, dst) for t, dst in todo if is_complete(dst, t)]
@@ -135,7 +136,7 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                 status = step.outcome.status if step.outcome else "not a command"
                 secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
                 progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
-            profiled = _profile_one(trace, tree, engine, settings, on_step)
+            profiled = _profile_one(trace, tree, engine, settings, on_step, corpus_of[trace.trace_id])
             write_profiled(profiled, dst)
             add_to_manifest(out, [(profiled, dst)], settings.subset)
             done.append(trace.trace_id)
@@ -148,7 +149,7 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     return {"profiled": done, "skipped": skipped}
 
 
-def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step) -> Trace:
+def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step, corpus: Path) -> Trace:
     workload = tree.workload(trace.trace_id)
     docker, nest_in = {}, None
     if settings.executor == "docker":
@@ -159,17 +160,17 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
         if docker:
             executor.image = settings.image or executor.image_for(trace)
             nest_in = steps_in_container(tree, workload, executor)
+        provided = _workspace(trace, executor, settings, corpus)
+        executor.seed = provided.seed if provided is not None else None
         meter = StepMeter(workload, tree.controllers, memory_max_mb=settings.memory_max_mb,
                           pids_max=settings.pids_max, period_s=settings.period_s, nest_in=nest_in)
         steps, measures = [], []
-        executor.start(trace)
         try:
+            try:
+                executor.start(trace)
+            except SeedFailed as exc:
+                raise ProfileError(f"trace {trace.trace_id}: {exc}") from None
             memory_fs = workspace_on_memory_fs(executor)
-            if settings.workspace is not None:
-                if settings.executor == "docker":
-                    _seed_container(executor, settings.workspace, trace, meter)
-                else:
-                    seed_workspace(executor, settings.workspace)
             for k, step in enumerate(trace.steps, 1):
                 meter.last = None               # a step refused before its cgroup was made leaves none
                 result = replay_step(trace, step, executor, meter)
@@ -185,7 +186,7 @@ def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_ste
                 executor.stop()
     finally:
         workload.remove()
-    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor, memory_fs)}
+    source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor, memory_fs, provided)}
     return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps), task=trace.task)
 
 
@@ -240,7 +241,7 @@ def to_curve(samples: list[tuple[float, int]], end_ms: float | None = None) -> C
 
 
 def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, StepMeasure]], executor,
-                memory_fs: str | None) -> dict:
+                memory_fs: str | None, provided: Provided | None) -> dict:
     measures = [m for _, m in measured]
     rates = [r for m in measures if (r := m.sample_hz) is not None]
     from_curve = [i for i, m in measured if m.peak_from != "kernel"]
@@ -250,7 +251,7 @@ def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, Ste
                        "cpus": os.cpu_count(), "profiler_python": platform.python_version(),
                        "steps_python3": _steps_python(settings.executor)},
            "executor": settings.executor, "image": getattr(executor, "image", None),
-           "workspace": str(settings.workspace) if settings.workspace else None,
+           "workspace": provided.name if provided is not None else None,
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
            "step_timeout_s": settings.step_timeout_s, "sample_period_ms": settings.period_s * 1000.0,
            "sample_hz": {"min": round(min(rates), 1), "median": round(statistics.median(rates), 1)} if rates else None,
@@ -308,54 +309,15 @@ def workspace_on_memory_fs(executor) -> str | None:
     return fstype if fstype in ("tmpfs", "ramfs") else None
 
 
-def seed_workspace(executor, src: Path) -> None:
-    """Copy `src` into the sandbox's workspace (mounted at the trace's working directory) before the
-    first step: regular files, directories and symlinks (as links), nothing else (a FIFO or device
-    is skipped), owned by the step's user (replay/executors/base.py copy_tree)."""
-    owner = {"uid": executor.step_uid, "gid": executor.step_gid} if executor.as_root else {}
+def _workspace(trace: Trace, executor, settings: Settings, corpus: Path) -> Provided | None:
+    """The workspace `trace`'s steps start from (workspaces/provide.py: --workspace's directory, the
+    task's image or its locked PyPI workspace, built now if need be), or None; a ProfileError saying
+    what is missing for a trace whose task has none."""
+    image = getattr(executor, "image", None)
     try:
-        copy_tree(src, Path(executor.workspace), **owner)
-    except (OSError, shutil.Error) as exc:       # e.g. ENOSPC: the workspace tmpfs has a size
-        raise ProfileError(f"--workspace {src}: cannot copy it into the sandbox's workspace "
-                           f"({executor.workspace_mb} MiB): {exc}") from None
-
-
-def _seed_container(executor, src: Path, trace: Trace, meter: StepMeter) -> None:
-    # The container's workspace may be a tmpfs on a read-only root (the local image), which Docker's
-    # archive API cannot write; so the tar goes to the container's fresh /tmp tmpfs (nothing of the
-    # trace has run yet: no link a step could have planted) and a step of ours, measured like any
-    # step but not part of the trace, unpacks it where the trace starts.
-    name = "/tmp/.agentcgroup-workspace.tar"
-    # component by component, no symlink followed: an image whose /tmp is a link would otherwise
-    # have it resolved on the host (an absolute link under /proc/PID/root is the host's path)
-    tmp = None
-    try:
-        root = os.open(f"/proc/{executor.init_pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            tmp = os.open("tmp", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
-        finally:
-            os.close(root)
-        leaf = name.rpartition("/")[2]
-        fd = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=tmp)
-        try:
-            # regular files, directories, symlinks (as links) and hard links (as links to a member)
-            with os.fdopen(fd, "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
-                for entry in sorted(src.iterdir()):
-                    tar.add(entry, arcname=entry.name,
-                            filter=lambda ti: ti if ti.isreg() or ti.isdir() or ti.issym() or ti.islnk() else None)
-        except BaseException:
-            os.unlink(leaf, dir_fd=tmp)          # no half-written archive left for the trace's steps
-            raise
-    except (OSError, tarfile.TarError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
-        raise ProfileError(f"--workspace {src}: cannot write it to {name} in the container{where}: {why}") from None
-    finally:
-        if tmp is not None:
-            os.close(tmp)
-    seed = Step(-1, "bash", {"command": f"tar -xf {name} && rm -f {name}"})
-    result = replay_step(trace, seed, executor, meter)
-    if not result.executed or result.timed_out or result.exit_code != 0:
-        raise ProfileError(f"--workspace {src}: unpacking it in the container failed "
-                           f"({result.error or f'exit {result.exit_code}, timed out {result.timed_out}'})")
-
+        got = provide(trace, executor=settings.executor, corpus=corpus,
+                      directory=str(settings.workspace) if settings.workspace is not None else None,
+                      image=image if image and image != LOCAL_IMAGE else None, option="--workspace")
+    except WorkspaceError as exc:
+        raise ProfileError(str(exc)) from None
+    return got

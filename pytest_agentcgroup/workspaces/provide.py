@@ -33,18 +33,19 @@ class Provided:
 
 
 def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path | None,
-            image: str | None = None) -> Provided | None:
+            image: str | None = None, option: str = "--agentcgroup-workspace") -> Provided | None:
     """The workspace of `trace` under `executor` (module docstring): None for a trace that names no
-    task and gets no directory; WorkspaceError when its task's workspace is missing or cannot be built."""
+    task and gets no directory; WorkspaceError when its task's workspace is missing or cannot be built.
+    `option`: the command-line option that gives `directory`, as the messages name it."""
     task = task_of(trace)
     if directory == EMPTY:
-        return Provided(None, "empty (asked for: --agentcgroup-workspace empty)")
+        return Provided(None, f"empty (asked for: {option} empty)")
     if directory is not None:
         src = Path(directory)
         if not src.is_dir():
-            raise WorkspaceError(f"--agentcgroup-workspace {directory}: not a directory")
+            raise WorkspaceError(f"{option} {directory}: not a directory")
         path = task.path if task is not None and clean_abs(task.path) else trace_home(trace)
-        return Provided(Seed(path=path, source=src), f"directory {directory} at {path}", "--agentcgroup-workspace")
+        return Provided(Seed(path=path, source=src), f"directory {directory} at {path}", option)
     if task is None:
         return None
     if executor == "docker" and image:
@@ -59,10 +60,10 @@ def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path 
             raise WorkspaceError(f"trace {trace.trace_id}: the workspace of task {key} locked in {lock_path} "
                                  f"cannot be built: {exc}") from None
         return Provided(seed, entry.describe(), f"{entry.chosen_by} (locked in {lock_path})")
-    ways = ["--agentcgroup-workspace DIR (your own working copy of it)",
+    ways = [f"{option} DIR (your own working copy of it)",
             f"a workspace lock entry for {key or 'it'} in {lock_path or LOCK_FILE} "
             f"(agentcgroup traces lock TRACE -o {lock_path or LOCK_FILE}: built from PyPI on first use)",
-            "--agentcgroup-workspace empty (replay in an empty directory anyway)"]
+            f"{option} empty (replay in an empty directory anyway)"]
     if executor == "docker":
         ways.insert(0, "the task's image in the Docker engine (docker load of a saved image works offline)")
     return _missing(trace, task.describe(), ways)
