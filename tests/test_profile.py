@@ -214,6 +214,19 @@ def test_a_trace_whose_task_has_no_workspace_is_not_profiled_in_an_empty_one(tmp
     assert t.steps[0].outcome.status == "ok" and t.source["profiled"]["workspace"].startswith("empty (asked for")
 
 
+def test_on_a_terminal_the_steps_are_a_bar_with_their_eta(capsys):
+    from pytest_agentcgroup.cli.profile import StepsBar
+    bar = StepsBar(tty=True)
+    bar.line("t/x: complete in out, skipped (resume)")       # before the bar: a line of its own
+    for done in range(4):
+        bar.advance(done, 3)
+        bar.line(f"[1/1] t/y: step {done}/3 ok")
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.startswith("t/x: complete in out, skipped (resume)\n")
+    assert "3/3" in err and ("step/s" in err or "s/step" in err) and "<" in err, err   # tqdm's bar, rate, ETA
+
+
 def _cli(argv, capsys):
     code = cli.main(argv)
     return code, capsys.readouterr().err
@@ -449,6 +462,10 @@ def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"profiled": ["recorded-here/search-and-read"], "skipped": []}
+    # not a terminal (a log, CI): a line per step, with the steps done of all and the time left
+    lines = [ln for ln in done.stderr.splitlines() if ": step " in ln]
+    assert len(lines) == len(read_traces(src)[0].steps) and "steps, about " in lines[0], done.stderr
+    assert lines[0].endswith(f"(1/{len(lines)} steps, about " + lines[0].rsplit("about ", 1)[1])
     (source,) = read_traces(src)
     t = Corpus.open(tmp_path / "out").load("recorded-here/search-and-read")
     assert [(s.tool, s.args) for s in t.steps] == [(s.tool, s.args) for s in source.steps]

@@ -9,6 +9,7 @@ import math
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path
 
 from ..cgroups.host import CgroupUnavailable
@@ -71,6 +72,42 @@ def add_parser(tsub) -> argparse.ArgumentParser:
     return p
 
 
+class StepsBar:
+    """The profiler's progress on stderr: on a terminal, a tqdm bar of the steps done with its ETA
+    and the current step's line beside it; otherwise (logs, CI) a line per step, its ETA at the end."""
+
+    def __init__(self, tty: bool):
+        self.tty, self.bar = tty, None
+        self.started, self.done, self.total = time.monotonic(), 0, 0
+
+    def line(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=False)
+            return
+        eta = self.eta()
+        print(text + (f" ({self.done}/{self.total} steps, about {eta} left)" if eta else ""), file=sys.stderr,
+              flush=True)
+
+    def advance(self, done: int, total: int) -> None:
+        if self.tty and self.bar is None and total:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True)
+        self.done, self.total = done, total
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+
+    def eta(self) -> str | None:
+        if not self.done or self.done >= self.total:
+            return None
+        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        return f"{left / 60:.0f} min" if left >= 60 else f"{left:.0f} s"
+
+    def close(self) -> None:
+        bar, self.bar = self.bar, None
+        if bar is not None:
+            bar.close()
+
+
 def cmd_profile(args) -> int:
     if args.image and args.executor != "docker":
         print("agentcgroup traces profile: --image needs --executor docker", file=sys.stderr)
@@ -78,36 +115,33 @@ def cmd_profile(args) -> int:
     settings = Settings(executor=args.executor, workspace=args.workspace, image=args.image,
                         step_timeout_s=args.step_timeout, memory_max_mb=args.memory_max_mb, pids_max=args.pids_max,
                         subset=args.subset, command=shlex.join(["agentcgroup", *sys.argv[1:]]))
-    tty = sys.stderr.isatty()
-
-    def progress(line: str) -> None:
-        # one line rewritten in place on a terminal, a line per step otherwise (logs, CI)
-        sys.stderr.write(f"\r\033[K{line}" if tty else f"{line}\n")
-        sys.stderr.flush()
+    bar = StepsBar(sys.stderr.isatty())
     # a SIGTERM (a CI job cancelled, `timeout`) stops the profiler as ^C does: the step is killed and
     # its cgroups, workspace and container are removed on the way out
     def terminated(signum, frame):
         raise KeyboardInterrupt
     old_term = signal.signal(signal.SIGTERM, terminated)
     try:
-        done = profile_traces(args.files, args.output, settings, progress=progress)
+        done = profile_traces(args.files, args.output, settings, progress=bar.line, advance=bar.advance)
     except (ProfileError, CgroupUnavailable, ExecutorUnavailable) as exc:
-        print(f"{chr(10) if tty else ''}agentcgroup traces profile: {exc}", file=sys.stderr)
+        bar.close()
+        print(f"agentcgroup traces profile: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as exc:
         if not type(exc).__module__.startswith("docker."):
             raise
         # the Docker engine refused something (an image, a container): its own words, no traceback
-        print(f"{chr(10) if tty else ''}agentcgroup traces profile: docker: {exc}", file=sys.stderr)
+        bar.close()
+        print(f"agentcgroup traces profile: docker: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        bar.close()
         print(f"\nagentcgroup traces profile: interrupted; traces complete in {args.output} are kept, "
               "run the same command again to resume", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, old_term)
-    if tty:
-        sys.stderr.write("\n")
+        bar.close()
     print(f"profiled {len(done['profiled'])} trace(s), skipped {len(done['skipped'])} already complete, in "
           f"{args.output}", file=sys.stderr)
     if args.json:

@@ -96,9 +96,12 @@ def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
 
 
 def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
-                   progress: Callable[[str], None] = lambda line: None, engine=None) -> dict:
+                   progress: Callable[[str], None] = lambda line: None,
+                   advance: Callable[[int, int], None] = lambda done, total: None, engine=None) -> dict:
     """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}.
-    docker: `engine` is a DockerEngine the caller owns; without one, one is acquired and released."""
+    `progress` gets a line per step (and per trace skipped), `advance` the steps done of those to
+    do, from (0, total) on. docker: `engine` is a DockerEngine the caller owns; without one, one is
+    acquired and released."""
     inputs = load_inputs(paths)
     if settings.workspace is not None and str(settings.workspace) != EMPTY and not settings.workspace.is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
@@ -131,10 +134,15 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
         if settings.executor == "docker" and engine is None:
             from ..engines.docker import DockerEngine
             engine = own_engine = DockerEngine.acquire()
+        total, stepped = sum(len(t.steps) for t, _ in todo), 0
+        advance(0, total)
         for i, (trace, dst) in enumerate(todo, 1):
             def on_step(k: int, n: int, step: Step, i=i, trace=trace):
+                nonlocal stepped
+                stepped += 1
                 status = step.outcome.status if step.outcome else "not a command"
                 secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
+                advance(stepped, total)
                 progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
             profiled = _profile_one(trace, tree, engine, settings, on_step, corpus_of[trace.trace_id])
             write_profiled(profiled, dst)
