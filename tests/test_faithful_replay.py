@@ -199,6 +199,11 @@ def test_under_docker_a_seed_that_does_not_fit_fails_the_replay_naming_it(tree, 
     with pytest.raises(SeedFailed, match=rf"cannot copy {src} to {REPO_PATH} in its container \(a 2 MiB tmpfs; exit 2\): tar: big: Wrote only"):
         ex.start(Trace("test/seed-too-big", {"format": "test"}, (bash(0, "true", 0),), task=TASK))
     assert ex.container is None                            # stopped: nothing left running
+    # a task path over the container's own system places would hide what runs the steps
+    ex.seed = Seed(path="/usr/lib/acme", source=src)
+    with pytest.raises(SeedFailed, match="cannot put a workspace at /usr/lib/acme: it would hide"):
+        ex.start(Trace("test/seed-over-usr", {"format": "test"}, (bash(0, "true", 0),), task=TASK))
+    assert ex.container is None
 
 
 def _study(root, trace: Trace, *, workspace: str | None = None, max_divergence: float | None = None):

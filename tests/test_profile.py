@@ -209,7 +209,7 @@ def test_a_trace_whose_task_has_no_workspace_is_not_profiled_in_an_empty_one(tmp
     with pytest.raises(ProfileError, match=r"trace t/acme__widget-7 ran on task acme__widget-7 .*its workspace is "
                                            r"missing here.*--workspace DIR .*workspaces.lock.json"):
         profile_traces([path], tmp_path / "out", Settings())
-    profile_traces([path], tmp_path / "out", Settings(workspace=Path("empty")))
+    profile_traces([path], tmp_path / "out", Settings(workspace="empty"))
     t = profiled(tmp_path / "out", "t/acme__widget-7")
     assert t.steps[0].outcome.status == "ok" and t.source["profiled"]["workspace"].startswith("empty (asked for")
 
@@ -464,7 +464,7 @@ def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp
     assert json.loads(done.stdout) == {"profiled": ["recorded-here/search-and-read"], "skipped": []}
     # not a terminal (a log, CI): a line per step, with the steps done of all and the time left
     lines = [ln for ln in done.stderr.splitlines() if ": step " in ln]
-    assert len(lines) == len(read_traces(src)[0].steps) and "steps, about " in lines[0], done.stderr
+    assert len(lines) == len(next(iter(read_traces(src))).steps) and "steps, about " in lines[0], done.stderr
     assert lines[0].endswith(f"(1/{len(lines)} steps, about " + lines[0].rsplit("about ", 1)[1])
     (source,) = read_traces(src)
     t = Corpus.open(tmp_path / "out").load("recorded-here/search-and-read")

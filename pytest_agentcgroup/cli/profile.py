@@ -15,6 +15,7 @@ from pathlib import Path
 from ..cgroups.host import CgroupUnavailable
 from ..errors import ExecutorUnavailable
 from ..profile.run import ProfileError, Settings, profile_traces
+from ..workspaces.provide import EMPTY
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 1
 
@@ -53,7 +54,7 @@ def add_parser(tsub) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, type=Path, metavar="DIR", help="output directory (created)")
     p.add_argument("--executor", choices=("sandbox", "docker"), default="sandbox",
                    help="where the commands run (default sandbox); never outside one of these")
-    p.add_argument("--workspace", type=Path, metavar="DIR",
+    p.add_argument("--workspace", metavar="DIR",
                    help="a directory copied to each trace's task path (or working directory) before its first "
                         "step, e.g. a repository checkout; `empty` for an empty one. Default: a trace that names "
                         "a task gets its task's image (docker, where present) or the PyPI workspace locked for "
@@ -78,17 +79,19 @@ class StepsBar:
 
     def __init__(self, tty: bool):
         self.tty, self.bar = tty, None
-        self.started, self.done, self.total = time.monotonic(), 0, 0
+        self.started, self.done, self.total = None, 0, 0
 
     def line(self, text: str) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=False)
+            self.bar.set_postfix_str(text)
             return
         eta = self.eta()
         print(text + (f" ({self.done}/{self.total} steps, about {eta} left)" if eta else ""), file=sys.stderr,
               flush=True)
 
     def advance(self, done: int, total: int) -> None:
+        if self.started is None:                # the steps' clock, not the set-up's (images, workspaces)
+            self.started = time.monotonic()
         if self.tty and self.bar is None and total:
             from tqdm import tqdm
             self.bar = tqdm(total=total, unit="step", file=sys.stderr, dynamic_ncols=True)
@@ -97,7 +100,7 @@ class StepsBar:
             self.bar.update(done - self.bar.n)
 
     def eta(self) -> str | None:
-        if not self.done or self.done >= self.total:
+        if self.started is None or not self.done or self.done >= self.total:
             return None
         left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
         return f"{left / 60:.0f} min" if left >= 60 else f"{left:.0f} s"
@@ -112,7 +115,9 @@ def cmd_profile(args) -> int:
     if args.image and args.executor != "docker":
         print("agentcgroup traces profile: --image needs --executor docker", file=sys.stderr)
         return EXIT_BAD_INPUT
-    settings = Settings(executor=args.executor, workspace=args.workspace, image=args.image,
+    # `empty` as typed is the keyword; ./empty a directory of that name
+    workspace = args.workspace if args.workspace in (None, EMPTY) else Path(args.workspace).absolute()
+    settings = Settings(executor=args.executor, workspace=workspace, image=args.image,
                         step_timeout_s=args.step_timeout, memory_max_mb=args.memory_max_mb, pids_max=args.pids_max,
                         subset=args.subset, command=shlex.join(["agentcgroup", *sys.argv[1:]]))
     bar = StepsBar(sys.stderr.isatty())

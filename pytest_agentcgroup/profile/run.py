@@ -56,8 +56,8 @@ MB = 1024 * 1024
 class Settings:
     executor: str = "sandbox"            # sandbox | docker
     # the traces' workspace: a directory copied to each trace's task path (or working directory),
-    # "empty" for none; unset: the task's, from the lock beside the traces (workspaces/provide.py)
-    workspace: Path | None = None
+    # the string "empty" for none; unset: the task's, from the lock beside the traces (provide.py)
+    workspace: Path | str | None = None
     image: str | None = None             # docker: the image (default: the trace's SWE-rebench image, else local)
     step_timeout_s: float = 120.0
     memory_max_mb: int = 4096            # each step's hard memory limit (above it: OOM-killed, outcome oom)
@@ -103,7 +103,7 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
     do, from (0, total) on. docker: `engine` is a DockerEngine the caller owns; without one, one is
     acquired and released."""
     inputs = load_inputs(paths)
-    if settings.workspace is not None and str(settings.workspace) != EMPTY and not settings.workspace.is_dir():
+    if settings.workspace not in (None, EMPTY) and not Path(settings.workspace).is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
     corpus_of = {t.trace_id: corpus for _, t, corpus in inputs}
     todo = [(t, output_path(out, t.trace_id)) for _, t, _ in inputs]
@@ -324,7 +324,8 @@ def _workspace(trace: Trace, executor, settings: Settings, corpus: Path) -> Prov
     image = getattr(executor, "image", None)
     try:
         got = provide(trace, executor=settings.executor, corpus=corpus,
-                      directory=str(settings.workspace) if settings.workspace is not None else None,
+                      directory=settings.workspace if settings.workspace in (None, EMPTY) else
+                      str(Path(settings.workspace).absolute()),
                       image=image if image and image != LOCAL_IMAGE else None, option="--workspace")
     except WorkspaceError as exc:
         raise ProfileError(str(exc)) from None

@@ -19,7 +19,7 @@ harmless capability for the init (INIT_CAP), each step with a reduced capability
 minus mknod, net_raw, audit_write, setfcap; no sys_admin: no mount, no cgroupfs) and no_new_privs;
 /sys and the container's cgroupfs are read-only. The root file system is read-only for the local
 image, whose writable places are tmpfs with a size (TMPFS_MB: the workspace 1 GiB, /tmp 512 MiB,
-/root 256 MiB, the state dir 1 MiB), so a step that fills them gets ENOSPC and the memory they hold
+/root 256 MiB, the state dir 64 MiB), so a step that fills them gets ENOSPC and the memory they hold
 (charged to the container's cgroup once a step's cgroup is gone) is bounded; for SWE-rebench images
 it is writable (their repository lives in it) and bounded by nothing but the host's disk. Orphans a
 step leaves are killed with its cgroup and reaped by INIT; `kill -9 -1` from a step reaches every
@@ -51,14 +51,15 @@ from __future__ import annotations
 import subprocess
 import tarfile
 import tempfile
+import threading
 from pathlib import Path
 
 from ...engines.docker import LOCAL_IMAGE, SESSION_LABEL, DockerEngine, swerebench_image
 from ...errors import ExecutorUnavailable
 from ...programs import require
 from ...traces.ir import Step, Trace
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, check_command, edit_argv, guarded,
-                   read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, StepRefused, check_command,
+                   edit_argv, guarded, read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
@@ -67,7 +68,9 @@ STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
 STATE = "/run/agentcgroup"          # tmpfs in the container: a step's cwd, the edits' undo history
 # tmpfs sizes (MiB) of the container's writable places; "home" is the trace's working directory,
 # "workspace" and "env" a seed's (base.Seed) source and environment where they are elsewhere
-TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 16, "workspace": 1024, "env": 1024}
+TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 64, "workspace": 1024, "env": 1024}
+# where a seed may not go: a tmpfs there would hide what the executor runs (sh, setpriv, tar)
+SYSTEM_PLACES = ("/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr")
 # the interpreter a recorded edit is applied with (editor.py), in the container
 EDIT_PYTHON = "/usr/bin/python3"
 # how a seed's directory gets into the container: a tar on stdin, unpacked where the steps see it
@@ -128,6 +131,7 @@ class DockerExecutor:
         self.init_pid: int | None = None
         self.home = self.cwd = "/workspace"
         self.seed: Seed | None = None       # set before start: copied in before the first step
+        self.edit_python = False            # the image has EDIT_PYTHON (known once started)
 
     def image_for(self, trace: Trace) -> str:
         iid = instance_id(trace)
@@ -141,15 +145,18 @@ class DockerExecutor:
         self.cwd = self.home
         local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
         # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
-        # it must be able to, as it could where the trace was recorded. The state file is only read.
+        # it must be able to, as it could where the trace was recorded. Nothing runs from the state dir.
         mb, seeded, room = self.tmpfs_mb, self._seeded(), {}
         sizes = {"/tmp": mb["/tmp"], STATE: mb[STATE]}
-        if local:       # a read-only root: the seed's places, then home and /root where not inside one
-            for where, _, key in seeded:
-                within = next((t for t in sizes if _inside(where, t)), None)
-                if within is None:
-                    sizes[where], within = mb[key], where
-                room[where] = f"a {sizes[within]} MiB tmpfs"
+        # the seed's places start empty, as under the sandbox (on a task's image too: a directory
+        # given for it replaces the image's copy, not merges with it); then, on the local image's
+        # read-only root, home and /root where not inside one
+        for where, _, key in seeded:
+            within = next((t for t in sizes if _inside(where, t)), None)
+            if within is None:
+                sizes[where], within = mb[key], where
+            room[where] = f"a {sizes[within]} MiB tmpfs"
+        if local:
             sizes |= {p: mb[k] for p, k in ((self.home, "home"), ("/root", "/root"))
                       if not any(_inside(p, t) for t in sizes)}
         tmpfs = {path: ("" if path == STATE else "exec,") + f"size={size}m" for path, size in sizes.items()}
@@ -166,6 +173,7 @@ class DockerExecutor:
                 raise ExecutorUnavailable(f"image {image} has no setpriv (util-linux), which the docker "
                                           "executor uses to drop a step's capabilities")
             (root / STATE.lstrip("/")).mkdir(exist_ok=True)
+            self.edit_python = (root / EDIT_PYTHON.lstrip("/")).exists()
             for where, src, _ in seeded:
                 self._unpack(src, where, room.get(where, f"image {image}"))
         except BaseException:
@@ -173,13 +181,19 @@ class DockerExecutor:
             raise
 
     def _seeded(self) -> list[tuple[str, Path, str]]:
-        """(where the steps see it, the directory copied there, its TMPFS_MB key) of the seed."""
+        """(where the steps see it, the directory copied there, its TMPFS_MB key) of the seed;
+        SeedFailed for a place the executor itself needs (a trace's task path is the trace's say)."""
         seed = self.seed
         if seed is None:
             return []
-        return [(where, src, size) for where, src, size in ((seed.path, seed.source, "workspace"),
-                                                             (seed.env_path, seed.env_source, "env"))
-                if where and src is not None]
+        out = [(where, src, size) for where, src, size in ((seed.path, seed.source, "workspace"),
+                                                            (seed.env_path, seed.env_source, "env"))
+               if where and src is not None]
+        for where, _, _ in out:
+            if where == "/" or any(_inside(where, top) or _inside(top, where) for top in (*SYSTEM_PLACES, STATE, "/tmp")):
+                raise SeedFailed(f"the docker executor cannot put a workspace at {where}: it would hide the "
+                                 f"container's own {where} (system places: {', '.join(SYSTEM_PLACES)}, {STATE}, /tmp)")
+        return out
 
     def _unpack(self, src: Path, where: str, room: str) -> None:
         """Copy the directory `src` to `where` in the container, before any step: a tar of it (regular
@@ -196,27 +210,34 @@ class DockerExecutor:
             ti.uname = ti.gname = "root"
             return ti
 
-        why = None
+        why, rc = None, None
         with tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                                     env={"PATH": CONTAINER_PATH}, cwd="/")
+            # the deadline holds while we write too: a tar that stops reading is killed, the write fails
+            fired = threading.Event()
+            timer = threading.Timer(SEED_TIMEOUT_S, lambda: (fired.set(), proc.kill()))
+            timer.start()
             try:
-                with tarfile.open(fileobj=proc.stdin, mode="w|") as tar:
-                    for entry in sorted(src.iterdir()):
-                        tar.add(entry, arcname=entry.name, filter=plain)
-            except (OSError, tarfile.TarError) as exc:     # EPIPE: tar in the container gave up (ENOSPC ...)
-                why = str(exc)
-            finally:
                 try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-            try:
-                rc = proc.wait(timeout=SEED_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+                    with tarfile.open(fileobj=proc.stdin, mode="w|") as tar:
+                        for entry in sorted(src.iterdir()):
+                            tar.add(entry, arcname=entry.name, filter=plain)
+                except (OSError, tarfile.TarError) as exc:     # EPIPE: tar in the container gave up (ENOSPC ...)
+                    why = str(exc)
+                finally:
+                    try:
+                        proc.stdin.close()
+                    except OSError:
+                        pass
                 rc = proc.wait()
-                why = f"not done after {SEED_TIMEOUT_S} s"
+            finally:
+                timer.cancel()
+                if proc.poll() is None:          # an error of ours (or ^C) on the way: nothing left running
+                    proc.kill()
+                    proc.wait()
+            if fired.is_set():
+                why = f"killed after {SEED_TIMEOUT_S} s"
             err.seek(0)
             said = err.read().decode(errors="replace").strip()
         if rc != 0 or why:
@@ -243,6 +264,9 @@ class DockerExecutor:
             program = edit_argv(step, EDIT_PYTHON, f"{STATE}/undo")
             if program is None:
                 return None
+            if not self.edit_python:
+                raise StepRefused(f"step {step.step_id}: the image has no {EDIT_PYTHON} to apply the recorded edit "
+                                  f"of {step.args.get('path')!r} with; not applied")
         elif step.tool not in EXECUTING_TOOLS:
             return None
         else:
