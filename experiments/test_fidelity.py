@@ -1,4 +1,4 @@
-"""Fidelity — issue 15's acceptance: the emulator replays the shipped recorded-here corpus
+"""Fidelity: the emulator replays the shipped recorded-here corpus
 (traces/recorded-here: real commands recorded in cgroups by `agentcgroup traces profile`) and at
 least 90 % of its steps meet both the peak (±5 % or 4 MiB) and the duration (±10 %) goal, each
 step's figure the median of REPEAT emulations. The whole distribution (peak, duration, CPU), the

@@ -1,4 +1,4 @@
-"""Bad input through the real entry points (issue 21, item 5): an impossible number in a trace is one
+"""Bad input through the real entry points: an impossible number in a trace is one
 message at load naming file, step and field (`agentcgroup traces validate`, and the plugin loading
 the trace); a step needing more memory than this host has fails its test at setup naming both
 figures, the run's other records kept; an impossible number in the experiment configuration (or on

@@ -1,4 +1,4 @@
-"""Claims end to end, in pytest subprocesses on real cgroups (issue 13 part 7's acceptance): a copy
+"""Claims end to end, in pytest subprocesses on real cgroups: a copy
 of the shipped config with a claim turned around fails a test, `<module>::claims[<experiment>]`,
 with the claim, its values and its verdict (in the counts, `-rA` and JUnit XML); and a config without
 an experiment skips that experiment's tests naming the missing section."""

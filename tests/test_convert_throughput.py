@@ -7,7 +7,7 @@ of execute_bash / str_replace_editor / think / finish with their tool results an
 CPU twice: streaming with `openhands_rows.iter_results` (a row at a time), and a naive reference
 (read every line, json.loads each into a list held in memory, then convert every row, keeping the
 traces). Each child reports its rows/s (wall clock and its own CPU time) and its peak RSS. Goal of
-issue 3: >= 2,000 trajectories/s on one core, peak RSS <= 500 MB.
+the goal: >= 2,000 trajectories/s on one core, peak RSS <= 500 MB.
 
 Peak RSS is the child's VmHWM (/proc/self/status), the high-water mark of its own address space.
 Not ru_maxrss: Linux carries the pre-exec address space's high-water mark into ru_maxrss across

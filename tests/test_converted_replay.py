@@ -1,4 +1,4 @@
-"""Acceptance (issue 3): converted OpenHands, SWE-agent and Claude Code traces replay in exp1 under
+"""Converted OpenHands, SWE-agent and Claude Code traces replay in exp1 under
 every arm. One real sample of each format is converted into a corpus with a manifest, then a study
 with the four arms (executor "emulate", small time_scale) is run in a pytest subprocess: 3 traces x
 4 arms = 12 tests pass and metrics.jsonl has a line per step per arm."""
@@ -23,7 +23,7 @@ CLAUDE_TASK = "numba__numba-5721"          # 5 steps, small peaks: quick to emul
 @pytest.fixture
 def converted_study(pytester: pytest.Pytester):
     if not DATASETS.is_dir():
-        pytest.skip(f"real samples absent: {DATASETS} (see issue 3)")
+        pytest.skip(f"real samples absent: {DATASETS}")
     traces = [
         next(iter(openhands_rows.convert(DATASETS / "openhands-swe-rebench-row" / "sample_raw.json"))),
         next(iter(swe_agent_traj.convert(DATASETS / "swe-agent-traj" / "v1_marshmallow_fc_replace_src.traj"))),

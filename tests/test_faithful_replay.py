@@ -1,4 +1,4 @@
-"""Real commands replayed against what their trace recorded (issue 23): each executed step's exit and
+"""Real commands replayed against what their trace recorded: each executed step's exit and
 output beside the recorded ones, a diverging step named with both first lines, a step the arm
 kills on purpose not counted, recorded edits applied (sandbox and container) before the commands that use
 them, a task's workspace copied in (and its environment on PATH), and a trace whose task has no

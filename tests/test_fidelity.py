@@ -1,4 +1,4 @@
-"""The emulator against real recordings (issue 15): it follows a recorded memory curve (a release
+"""The emulator against real recordings: it follows a recorded memory curve (a release
 within the step, two peaks), uses several cores when the step did, pays CPU it fell behind on, and
 `agentcgroup traces fidelity` measures all that on commands recorded for real on this host
 (tests/recording.py): their peaks met, and its gate failed, with the worst steps named, on a

@@ -1,4 +1,4 @@
-"""The package's layout holds mechanically (issue 12): the hook module is small, no module holds
+"""The package's layout holds mechanically: the hook module is small, no module holds
 several rooms' worth of code, cgroups/ never imports replay/, the static import graph of the
 package has no cycle, and a room imports only rooms below it (docs/layout.md).
 

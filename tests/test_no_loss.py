@@ -99,7 +99,7 @@ def _snapshot(root: Path) -> dict:
 def _same(after: dict, before: dict, args) -> bool:
     if "-n" in args:
         # Under xdist the controller makes the run directory before the workers start, and removes
-        # it again when no experiment test ran (issue 11 review (c): two sessions must not share a
+        # it again when no experiment test ran (two sessions must not share a
         # run): the results directory's own mtime moves; its entries, bytes and mtimes do not.
         after, before = dict(after), dict(before)
         after["."], before["."] = after["."][::2], before["."][::2]

@@ -67,7 +67,7 @@ def test_run_writes_results_and_benchmark_json_and_counts_the_oom_once(pytester,
     for key in ("config", "traces", "total_steps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
                 "mem_high_events_total", "oom_kills"):
         assert key in summary["unlimited"]
-    # issue 13: each record says what its limit reserved and what the step used; the summary and the
+    # each record says what its limit reserved and what the step used; the summary and the
     # benchmark JSON carry the sums (time_scale 1 here: recorded-equivalent s = replay s)
     for r in lines:
         if r["config"] == "static-toolcall":

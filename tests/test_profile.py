@@ -1,4 +1,4 @@
-"""`agentcgroup traces profile` (issue 15): real commands under the sandbox executor, each step in a
+"""`agentcgroup traces profile`: real commands under the sandbox executor, each step in a
 cgroup of its own, give recorded profiles and outcomes; resume; one clear message for bad input or
 missing privileges; the shipped recorded-here corpus is what the profiler writes."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Every program the project starts has a row in pytest_agentcgroup/programs.tsv, whose package
-hostsetup.sh installs (issue 21: `depmod` and `udev` were run and never installed).
+hostsetup.sh installs (`depmod` and `udev` were once run and never installed).
 
 The scan is general, not a list of call sites. Python (AST over the package, tests/ and
 experiments/): the first element of an argv given to subprocess.*, os.exec*, proc.start/run,

@@ -189,7 +189,7 @@ def test_report_of_a_real_run(pytester):
     assert pngs == ["kills_breaches.png", "latency_cdf.png", "memory_synthetic_oom-once.png"]
     assert all((out / "figures" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     page = (out / "index.html").read_text()
-    # summary, reservation (issue 13) and runs tables
+    # summary, reservation and runs tables
     assert page.count('<table class="sortable"') == 3 and "http" not in page.replace("http-equiv", "")
     # the real run's reservation: every arm reserved and used something, measured usage below the limit
     for arm, row in runs.items():

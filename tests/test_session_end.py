@@ -1,4 +1,4 @@
-"""The session glue (harness/session.py, harness/controller.py), issue 11's review findings:
+"""The session glue (harness/session.py, harness/controller.py), and what a review of it found:
 
 * an error while the run tree is closed must not cost the run its results (the store is closed,
   the run merged and marked, the error still reported);

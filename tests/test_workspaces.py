@@ -1,4 +1,4 @@
-"""Workspaces of traces' tasks (issue 23): which provider a trace gets and the message when its task
+"""Workspaces of traces' tasks: which provider a trace gets and the message when its task
 has none, the lock file's rules, how a release is told apart by what the trajectory saw, the
 requirements read from an sdist without running it, and (network) a PyPI workspace locked, built
 into the cache and replayed in the sandbox without network."""
