@@ -175,10 +175,16 @@ class DockerExecutor:
             (root / STATE.lstrip("/")).mkdir(exist_ok=True)
             self.edit_python = (root / EDIT_PYTHON.lstrip("/")).exists()
             for where, src, _ in seeded:
-                self._unpack(src, where, room.get(where, f"image {image}"))
+                self._unpack(src, where, room[where])
         except BaseException:
             self.stop()
             raise
+
+    def _in_container(self, program: list[str]) -> list[str]:
+        """argv running `program` in the container as a step runs: its namespaces, the steps' capability
+        bounding set, no new privileges, under the steps' seccomp guard."""
+        return guarded([self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
+                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all", *program])
 
     def _seeded(self) -> list[tuple[str, Path, str]]:
         """(where the steps see it, the directory copied there, its TMPFS_MB key) of the seed;
@@ -199,9 +205,7 @@ class DockerExecutor:
         """Copy the directory `src` to `where` in the container, before any step: a tar of it (regular
         files, directories, symlinks as links, hard links; owned by root, the steps' uid) on the stdin
         of a `tar -x` run in the container as a step is, but outside the trace (nothing of it has run)."""
-        argv = guarded([self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
-                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all",
-                        "/bin/sh", "-c", UNPACK, "sh", where])
+        argv = self._in_container(["/bin/sh", "-c", UNPACK, "sh", where])
 
         def plain(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
             if not (ti.isreg() or ti.isdir() or ti.issym() or ti.islnk()):
@@ -276,8 +280,7 @@ class DockerExecutor:
             program = ["/bin/sh", "-c", step_script(step.tool, f"{STATE}/cwd"), "sh", self.cwd, step.command]
         if self.init_pid is None:
             raise RuntimeError("DockerExecutor.launch() before start()")
-        argv = guarded([self.nsenter, "-t", str(self.init_pid), "-m", "-u", "-i", "-n", "-p", "-w", "--",
-                        "setpriv", "--no-new-privs", f"--bounding-set={STEP_CAPS}", "--inh-caps=-all", *program])
+        argv = self._in_container(program)
         timeout = step_timeout(step, self.step_timeout_s)
         env_bin = [f"{self.seed.env_path}/bin"] if self.seed is not None and self.seed.env_path else []
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": ":".join([*env_bin, CONTAINER_PATH]),
