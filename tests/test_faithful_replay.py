@@ -206,6 +206,17 @@ def test_under_docker_a_seed_that_does_not_fit_fails_the_replay_naming_it(tree, 
     assert ex.container is None
 
 
+@needs_bwrap
+def test_a_seed_over_a_system_place_fails_the_replay_naming_it(tmp_path):
+    (tmp_path / "src").mkdir()
+    ex = SandboxExecutor(step_timeout_s=30)
+    for where in ("/usr/lib/acme", "/etc", "/.agentcgroup-state/x"):
+        ex.seed = Seed(path=where, source=tmp_path / "src")
+        with pytest.raises(SeedFailed, match=f"the sandbox executor cannot put a workspace at {where}: it would hide"):
+            ex.start(Trace("test/seed-over-usr", {"format": "test"}, (bash(0, "true", 0),)))
+        assert ex.base is None                             # nothing mounted, nothing left
+
+
 def _study(root, trace: Trace, *, workspace: str | None = None, max_divergence: float | None = None):
     (root / "traces").mkdir()
     write_trace(trace, root / "traces" / "t.json")

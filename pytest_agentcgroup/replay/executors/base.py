@@ -76,6 +76,25 @@ class Seed:
     env_source: Path | None = None
 
 
+#: where no workspace may go: a mount there would hide what runs the steps (sh, setpriv, python3)
+SYSTEM_PLACES = ("/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr")
+
+
+def inside(path: str, top: str) -> bool:
+    """`path` is `top` or lies under it (both clean absolute paths)."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def check_seed_places(seed: Seed | None, executor: str, reserved: tuple[str, ...] = ()) -> None:
+    """SeedFailed when a place of `seed` (a trace's task path says where) is, holds or lies in a system
+    place or one the executor keeps for itself (`reserved`): the replay fails saying so."""
+    places = [p for p in (seed.path, seed.env_path) if p] if seed is not None else []
+    for where in places:
+        if where == "/" or any(inside(where, top) or inside(top, where) for top in (*SYSTEM_PLACES, *reserved)):
+            raise SeedFailed(f"the {executor} executor cannot put a workspace at {where}: it would hide its own "
+                             f"{where} (system places: {', '.join((*SYSTEM_PLACES, *reserved))})")
+
+
 def copy_tree(src: Path, dst: Path, *, uid: int | None = None, gid: int | None = None) -> None:
     """Copy `src`'s contents into the directory `dst`: regular files, directories and symlinks (as
     links), nothing else (a FIFO or device is skipped); owned by uid:gid when given."""

@@ -59,7 +59,8 @@ from ...errors import ExecutorUnavailable
 from ...programs import require
 from ...traces.ir import Step, Trace
 from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, StepRefused, check_command,
-                   edit_argv, guarded, read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
+                   check_seed_places, edit_argv, guarded, inside, read_cwd, require_stepguard, step_cwd, step_script,
+                   step_timeout, trace_home)
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STEP_CAPS = "-all," + ",".join(f"+{c}" for c in (
@@ -69,8 +70,6 @@ STATE = "/run/agentcgroup"          # tmpfs in the container: a step's cwd, the 
 # tmpfs sizes (MiB) of the container's writable places; "home" is the trace's working directory,
 # "workspace" and "env" a seed's (base.Seed) source and environment where they are elsewhere
 TMPFS_MB = {"home": 1024, "/tmp": 512, "/root": 256, STATE: 64, "workspace": 1024, "env": 1024}
-# where a seed may not go: a tmpfs there would hide what the executor runs (sh, setpriv, tar)
-SYSTEM_PLACES = ("/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys", "/usr")
 # the interpreter a recorded edit is applied with (editor.py), in the container
 EDIT_PYTHON = "/usr/bin/python3"
 # how a seed's directory gets into the container: a tar on stdin, unpacked where the steps see it
@@ -97,10 +96,6 @@ def instance_id(trace: Trace) -> str | None:
             return trace.source[key]
     last = trace.trace_id.rsplit("/", 1)[-1]
     return last if "__" in last else None
-
-
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
 
 
 class DockerExecutor:
@@ -152,13 +147,13 @@ class DockerExecutor:
         # given for it replaces the image's copy, not merges with it); then, on the local image's
         # read-only root, home and /root where not inside one
         for where, _, key in seeded:
-            within = next((t for t in sizes if _inside(where, t)), None)
+            within = next((t for t in sizes if inside(where, t)), None)
             if within is None:
                 sizes[where], within = mb[key], where
             room[where] = f"a {sizes[within]} MiB tmpfs"
         if local:
             sizes |= {p: mb[k] for p, k in ((self.home, "home"), ("/root", "/root"))
-                      if not any(_inside(p, t) for t in sizes)}
+                      if not any(inside(p, t) for t in sizes)}
         tmpfs = {path: ("" if path == STATE else "exec,") + f"size={size}m" for path, size in sizes.items()}
         self.container = self.engine.client.containers.run(
             image, INIT, detach=True, network_mode="none", read_only=local,
@@ -188,18 +183,14 @@ class DockerExecutor:
 
     def _seeded(self) -> list[tuple[str, Path, str]]:
         """(where the steps see it, the directory copied there, its TMPFS_MB key) of the seed;
-        SeedFailed for a place the executor itself needs (a trace's task path is the trace's say)."""
+        SeedFailed for a place the executor itself needs (base.check_seed_places)."""
         seed = self.seed
         if seed is None:
             return []
-        out = [(where, src, size) for where, src, size in ((seed.path, seed.source, "workspace"),
-                                                            (seed.env_path, seed.env_source, "env"))
-               if where and src is not None]
-        for where, _, _ in out:
-            if where == "/" or any(_inside(where, top) or _inside(top, where) for top in (*SYSTEM_PLACES, STATE, "/tmp")):
-                raise SeedFailed(f"the docker executor cannot put a workspace at {where}: it would hide the "
-                                 f"container's own {where} (system places: {', '.join(SYSTEM_PLACES)}, {STATE}, /tmp)")
-        return out
+        check_seed_places(seed, "docker", (STATE, "/tmp"))
+        return [(where, src, size) for where, src, size in ((seed.path, seed.source, "workspace"),
+                                                             (seed.env_path, seed.env_source, "env"))
+                if where and src is not None]
 
     def _unpack(self, src: Path, where: str, room: str) -> None:
         """Copy the directory `src` to `where` in the container, before any step: a tar of it (regular

@@ -13,8 +13,8 @@ from ...errors import ExecutorUnavailable
 from ...proc import start_ticks
 from ...programs import require
 from ...traces.ir import Step, Trace
-from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, check_command, copy_tree, edit_argv,
-                   guarded, read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
+from .base import (DEFAULT_TIMEOUT_S, EXECUTING_TOOLS, Launch, Seed, SeedFailed, check_command, check_seed_places,
+                   copy_tree, edit_argv, guarded, inside, read_cwd, require_stepguard, step_cwd, step_script, step_timeout, trace_home)
 
 
 SANDBOX_TMPFS = "agentcgroup-ws"           # the source name of the sandbox's per-trace tmpfs
@@ -117,6 +117,7 @@ class SandboxExecutor:
         self.mounts: list[tuple[str, str]] = []     # (directory under base, where the steps see it)
 
     def start(self, trace: Trace) -> None:
+        check_seed_places(self.seed, "sandbox", (self.STATE,))
         self.home = trace_home(trace)
         self.cwd = self.home
         if self.as_root:
@@ -138,7 +139,7 @@ class SandboxExecutor:
         seed = self.seed
         where = seed.path if seed is not None else self.home
         self.mounts = [(self.workspace, where)]
-        if where != self.home and not self.home.startswith(where.rstrip("/") + "/"):
+        if not inside(self.home, where):
             self.mounts.append((os.path.join(self.base, "home"), self.home))
         if seed is not None and seed.env_path:
             self.mounts.append((os.path.join(self.base, "env"), seed.env_path))
@@ -156,7 +157,7 @@ class SandboxExecutor:
         except OSError as exc:      # e.g. ENOSPC: the workspace tmpfs has a size
             self.stop()
             raise SeedFailed(f"the sandbox executor cannot copy the workspace {seed.source} (and its "
-                                      f"environment) into its {self.workspace_mb} MiB tmpfs: {exc}") from None
+                             f"environment) into its {self.workspace_mb} MiB tmpfs: {exc}") from None
 
     def stop(self) -> None:
         self._sync_cwd()
