@@ -12,6 +12,7 @@ import pytest
 from pytest_agentcgroup.traces.ir import Outcome, Step, Trace
 from pytest_agentcgroup.traces.task import Task
 from pytest_agentcgroup.workspaces import choose
+from pytest_agentcgroup.engines.docker import LOCAL_IMAGE
 from pytest_agentcgroup.traces.corpus import LOCK_FILE
 from pytest_agentcgroup.workspaces.lock import SCHEMA, LockFile, WorkspaceError
 from pytest_agentcgroup.workspaces.provide import provide
@@ -47,6 +48,8 @@ def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_
     assert "--agentcgroup-workspace DIR" in msg and f"{tmp_path / LOCK_FILE}" in msg and "--agentcgroup-workspace empty" in msg
     with pytest.raises(WorkspaceError, match="the task's image in the Docker engine"):
         provide(trace(), executor="docker", directory=None, corpus=tmp_path)
+    with pytest.raises(WorkspaceError, match="the task's image in the Docker engine"):    # the local image holds no task
+        provide(trace(), executor="docker", directory=None, corpus=tmp_path, image=LOCAL_IMAGE)
     got = provide(trace(), executor="docker", directory=None, corpus=tmp_path, image="swerebench/x")
     assert got.seed is None and got.name == "image swerebench/x"
     assert provide(trace(), executor="sandbox", directory="empty", corpus=tmp_path).seed is None

@@ -116,7 +116,7 @@ def cmd_profile(args) -> int:
         print("agentcgroup traces profile: --image needs --executor docker", file=sys.stderr)
         return EXIT_BAD_INPUT
     # `empty` as typed is the keyword; ./empty a directory of that name
-    workspace = args.workspace if args.workspace in (None, EMPTY) else Path(args.workspace).absolute()
+    workspace = args.workspace if args.workspace in (None, EMPTY) else Path(args.workspace)
     settings = Settings(executor=args.executor, workspace=workspace, image=args.image,
                         step_timeout_s=args.step_timeout, memory_max_mb=args.memory_max_mb, pids_max=args.pids_max,
                         subset=args.subset, command=shlex.join(["agentcgroup", *sys.argv[1:]]))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from ..engines.docker import LOCAL_IMAGE
 from ..metrics import faithfulness
 from ..traces.ir import Trace
 from ..workspaces.lock import WorkspaceError
@@ -25,9 +24,8 @@ def workspace(config: pytest.Config, case: Case, trace: Trace, executor, executo
     test fails with the why when it replays (`missing`). (None, None) under emulate: no real command runs."""
     if executor_name not in faithfulness.REAL_EXECUTORS:
         return None, None
-    image = getattr(executor, "image", None)
     try:
-        got = provide(trace, executor=executor_name, image=image if image and image != LOCAL_IMAGE else None,
+        got = provide(trace, executor=executor_name, image=getattr(executor, "image", None),
                       directory=setting(config, "workspace", marker=marker, experiment=case.experiment),
                       corpus=config.stash[STATE].load_corpus(config).root)
     except WorkspaceError as exc:

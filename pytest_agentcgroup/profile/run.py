@@ -41,7 +41,6 @@ from ..replay.executors.base import SeedFailed
 from ..replay.replayer import StepResult, replay_step
 from ..traces.corpus import ir_files
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
-from ..engines.docker import LOCAL_IMAGE
 from ..workspaces.lock import WorkspaceError
 from ..workspaces.provide import EMPTY, Provided, provide
 from . import ProfileError
@@ -321,12 +320,11 @@ def _workspace(trace: Trace, executor, settings: Settings, corpus: Path) -> Prov
     """The workspace `trace`'s steps start from (workspaces/provide.py: --workspace's directory, the
     task's image or its locked PyPI workspace, built now if need be), or None; a ProfileError saying
     what is missing for a trace whose task has none."""
-    image = getattr(executor, "image", None)
     try:
         got = provide(trace, executor=settings.executor, corpus=corpus,
                       directory=settings.workspace if settings.workspace in (None, EMPTY) else
                       str(Path(settings.workspace).absolute()),
-                      image=image if image and image != LOCAL_IMAGE else None, option="--workspace")
+                      image=getattr(executor, "image", None), option="--workspace")
     except WorkspaceError as exc:
         raise ProfileError(str(exc)) from None
     return got

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..engines.docker import LOCAL_IMAGE
 from ..replay.executors.base import Seed, trace_home
 from ..traces.corpus import LOCK_FILE
 from ..traces.ir import Trace
@@ -36,6 +37,7 @@ def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path 
             image: str | None = None, option: str = "--agentcgroup-workspace") -> Provided | None:
     """The workspace of `trace` under `executor` (module docstring): None for a trace that names no
     task and gets no directory; WorkspaceError when its task's workspace is missing or cannot be built.
+    `image`: the docker executor's image for the trace (the project's local image holds no task).
     `option`: the command-line option that gives `directory`, as the messages name it."""
     task = task_of(trace)
     if directory == EMPTY:
@@ -48,7 +50,7 @@ def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path 
         return Provided(Seed(path=path, source=src), f"directory {directory} at {path}", option)
     if task is None:
         return None
-    if executor == "docker" and image:
+    if executor == "docker" and image and image != LOCAL_IMAGE:
         return Provided(None, f"image {image}", "the task's image, present in the Docker engine")
     key = task_key(task)
     lock_path = (corpus / LOCK_FILE) if corpus is not None else None
