@@ -14,8 +14,9 @@ A step diverges when it could not be started, was killed by a signal nobody coun
 otherwise than recorded: another exit code for a command; for an edit (no exit code), applied where
 the trajectory's failed or the other way round. Not counted (diverged null): a step the arm killed
 on purpose — an OOM kill the kernel counted, a kill by the policy controller — and a step the
-trajectory itself recorded as cut short (timeout, oom, error): there is no outcome to compare with. The share is diverged / compared (steps with diverged true or false); a trace × arm
-whose share is above `max_divergence` fails, naming its first diverging step.
+trajectory itself recorded as cut short (timeout, oom, error): there is no outcome to compare with.
+The share is diverged / compared (steps with diverged true or false); a trace × arm whose share is
+above `max_divergence` fails, naming its first diverging step.
 
 The emulate executor runs no recorded command (its exit is the emulator's): nothing is compared there.
 """
