@@ -97,30 +97,21 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
 
 
 class _Progress:
-    """tqdm when installed (and asked for), else one rewritten stderr line; silent when disabled."""
+    """A tqdm bar of the rows fetched on stderr; nothing when disabled."""
 
     def __init__(self, total: int, enabled: bool, desc: str):
-        self.total, self.enabled, self.desc, self.n = total, enabled, desc, 0
         self._bar = None
         if enabled:
-            try:
-                from tqdm import tqdm
-                self._bar = tqdm(total=total, unit="row", desc=desc, file=sys.stderr, leave=True)
-            except ImportError:
-                pass
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, unit="row", desc=desc, file=sys.stderr, leave=True)
 
     def update(self, k: int) -> None:
-        self.n += k
         if self._bar is not None:
             self._bar.update(k)
-        elif self.enabled:
-            print(f"\r{self.desc}: {self.n}/{self.total} rows", end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-        elif self.enabled:
-            print(file=sys.stderr)
 
 
 def _load_state(dest: Path, identity: dict) -> dict:
