@@ -103,7 +103,8 @@ def boot_subset(out: Path, kernel_series: str) -> SubsetBoot:
             raise
     try:
         # the session's longest chain (one core of emulation for most of it): ahead of the rest
-        result = vmharness.boot(kernel, out, [guest_run(out)], docker_image=image, nice=-5)
+        result = vmharness.boot(kernel, out, [guest_run(out)], docker_image=image, nice=-5,
+                                 local_headers=True)
     except vmharness.KernelMissing as exc:       # vng itself missing after set-up
         if image:
             vmharness.mark_image(image, str(exc))

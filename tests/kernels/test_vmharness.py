@@ -308,3 +308,75 @@ def test_run_killable_runs_at_the_priority_asked_and_its_children_inherit_it(tmp
     # field 19 of /proc/PID/stat is the nice value; the inner sh is a child of the one started
     rc = vmharness.run_killable(["sh", "-c", f"sh -c 'cut -d\" \" -f19 /proc/$$/stat' > {out}"], timeout_s=30, nice=5)
     assert rc == 0 and out.read_text().strip() == str(min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19))
+
+
+def test_the_kernel_headers_reach_the_guest_as_one_tarball_and_replace_only_build_and_source(tmp_path):
+    # a tree as hostsetup.sh unpacks it: build and source are links, build's own entries link on
+    src = tmp_path / "usr" / "src"
+    (src / "common" / "include" / "linux").mkdir(parents=True)
+    (src / "common" / "include" / "linux" / "sched.h").write_text("/* sched */\n")
+    (src / "common" / "arch" / "x86" / "include" / "asm").mkdir(parents=True)
+    (src / "common" / "arch" / "x86" / "include" / "asm" / "ptrace.h").write_text("/* x86 */\n")
+    (src / "common" / "arch" / "mips" / "include").mkdir(parents=True)
+    (src / "common" / "scripts").mkdir()
+    (src / "amd64" / "include" / "generated").mkdir(parents=True)
+    (src / "amd64" / "include" / "generated" / "autoconf.h").write_text("#define CONFIG_X 1\n")
+    (src / "amd64" / "arch" / "x86" / "include" / "generated").mkdir(parents=True)
+    (src / "amd64" / ".config").write_text("CONFIG_X=y\n")
+    (src / "amd64" / "vmlinux").write_bytes(b"\0" * 4096)
+    os.symlink("../../common/include/linux", src / "amd64" / "include" / "linux")
+    os.symlink("gone.h", src / "common" / "include" / "linux" / "dangling.h")
+    mods = tmp_path / "lib" / "modules" / KERNEL.release
+    mods.mkdir(parents=True)
+    os.symlink(src / "amd64", mods / "build")
+    os.symlink(src / "common", mods / "source")
+    tar = vmharness.write_headers(mods, tmp_path / "kernel-headers.tar")
+    import tarfile
+    with tarfile.open(tar) as t:
+        names = {m.name: m for m in t.getmembers()}
+    for want in ("build/include/generated/autoconf.h", "build/include/linux/sched.h", "build/.config",
+                 "build/arch/x86/include/generated", "source/include/linux/sched.h",
+                 "source/arch/x86/include/asm/ptrace.h"):
+        assert want in names, want
+    assert names["build/include/linux/sched.h"].isfile(), "links are followed: the guest has no host paths"
+    assert not any(n.startswith(("build/vmlinux", "source/arch/mips", "source/scripts")) for n in names), sorted(names)
+    script = vmharness.guest_script(tmp_path, [], modules=mods, headers=tar)
+    assert f"tar -xf {tar} -C /lib/modules/$rel" in script
+    assert "build|source) ;;" in script and f"ln -s {mods} /lib/modules/$rel" not in script
+    # without the tarball, the tree itself (as before)
+    assert f"ln -s {mods} /lib/modules/$rel" in vmharness.guest_script(tmp_path, [], modules=mods)
+
+
+def test_the_image_preload_runs_beside_the_runs_and_ends_before_the_guest_does(tmp_path):
+    from helpers import PRELOAD_ENV
+    assert vmharness.PRELOAD_ENV == PRELOAD_ENV, "the guest's script and tests/conftest.py name one variable"
+    lines = vmharness.guest_script(tmp_path, [vmharness.PytestRun("subset", ("tests",))],
+                                   docker_image=tmp_path / "i.tar").splitlines()
+    at = {key: next(i for i, ln in enumerate(lines) if ln.startswith(key))
+          for key in ("docker_preload() {", "if [ -e", ': >"$OUT/docker-preload.done"',
+                      "docker_preload &", f"export {PRELOAD_ENV}=", "wait $preload_pid", "echo done")}
+    run = next(i for i, ln in enumerate(lines) if "-m pytest" in ln)
+    assert at["docker_preload() {"] < at["if [ -e"] < at[': >"$OUT/docker-preload.done"'] < at["docker_preload &"]
+    assert at["docker_preload &"] < at[f"export {PRELOAD_ENV}="] < run < at["wait $preload_pid"] < at["echo done"]
+    assert lines[at[f"export {PRELOAD_ENV}="]].endswith('="$OUT/docker-preload.done"')
+    # the root's controllers: one the tests enable themselves is not the preload's doing, another is
+    check = next(ln for ln in lines if ln.startswith("for c in $(cat /sys/fs/cgroup/cgroup.subtree_control)"))
+    fake = tmp_path / "cg"
+    fake.mkdir()
+    (tmp_path / "probe.subtree_control").write_text("\n")
+    for gained, said in (("memory pids cpu", ""), ("memory io", "gained io")):
+        (fake / "cgroup.subtree_control").write_text(gained + "\n")
+        out = subprocess.run(["sh", "-c", f"OUT={tmp_path}\n" + check.replace("/sys/fs/cgroup", str(fake))
+                              .replace('>>"$OUT/docker-preload.left"', "")], capture_output=True, text=True, timeout=20)
+        assert (said in out.stdout) if said else out.stdout == "", (gained, out.stdout)
+
+
+def test_the_docker_cases_wait_for_the_preload_and_fail_when_it_never_ends(tmp_path):
+    import threading
+    from helpers import wait_for_preload
+    done = tmp_path / "docker-preload.done"
+    threading.Timer(0.5, done.touch).start()
+    wait_for_preload(str(done), timeout_s=30, poll_s=0.1)
+    assert done.exists()
+    with pytest.raises(pytest.fail.Exception, match="did not end within 0 s"):
+        wait_for_preload(str(tmp_path / "never"), timeout_s=0.2, poll_s=0.05)
