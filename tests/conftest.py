@@ -3,11 +3,12 @@ them from there, never from this file or from another test module)."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from helpers import EXP_MODULE, PRELOAD_ENV, wait_for_preload, write_study
+from helpers import EXP_MODULE, PRELOAD_ENV, cgroups_or_skip, wait_for_preload, write_study
 from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 
 pytest_plugins = ["pytester", "background"]
@@ -23,7 +24,7 @@ _MARKS_BY_FIXTURE = {
     # dockerd (started as root when none answers); the project's image is built with debootstrap
     # from the Debian mirror when it is missing (CI removes it first: make clean-images)
     "agentcgroup_docker": ("docker", "root", "network"),
-    "can_profile": ("root",),                # test_profile.py: cgroups and the sandbox's tmpfs
+    "can_profile": ("root",),                # test_profile*.py: cgroups and the sandbox's tmpfs
 }
 _MARKS_BY_CALL = {"cgroups_or_skip": ("root",)}
 _MARKS_BY_PARAM = {("hostile", "docker"): ("docker", "network")}     # tests/hostile: the docker executor
@@ -69,6 +70,17 @@ def docker_preloaded() -> None:
 def agentcgroup_docker(docker_preloaded, agentcgroup_docker):
     """The plugin's engine fixture, once the guest's preload (if any) has ended."""
     return agentcgroup_docker
+
+
+@pytest.fixture
+def can_profile():
+    """Root (cgroups, the sandbox's bounded workspace) and bubblewrap, or a skip naming what is
+    missing: what `agentcgroup traces profile` needs under the sandbox executor."""
+    cgroups_or_skip()
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) not installed: `make setup` installs it")
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox bounds its workspace (tmpfs) only as root")
 
 
 @pytest.fixture

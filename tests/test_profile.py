@@ -28,16 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
 
 
-@pytest.fixture
-def can_profile():
-    """Root (cgroups, the sandbox's bounded workspace) and bubblewrap, or a skip naming what is missing."""
-    cgroups_or_skip()
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) not installed: `make setup` installs it")
-    if os.geteuid() != 0:
-        pytest.skip("the sandbox bounds its workspace (tmpfs) only as root")
-
-
 def bash(i, cmd, **args):
     return Step(i, "bash", {"command": cmd, **args}, native_tool="Bash")
 
@@ -69,7 +59,8 @@ def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
         bash(6, "true", cwd="/workspace/../etc"),         # refused: not started, nothing measured
     ])
     done = profile_traces([path], tmp_path / "out", Settings(memory_max_mb=200))
-    assert done == {"profiled": ["t/tiny"], "skipped": []}
+    assert (done["profiled"], done["skipped"]) == (["t/tiny"], [])
+    assert 10 < done["peak_rss_mib"]["profiler"] < 1024        # the profiler's own, not the 400 MiB step's
     t = profiled(tmp_path / "out", "t/tiny")
     s = t.steps
     assert [x.outcome.status if x.outcome else None for x in s] == ["ok", None, "ok", "failed", "timeout", "oom",
@@ -108,7 +99,7 @@ def test_resume_skips_complete_traces_redoes_partial_ones_and_keeps_other_files(
     first = (out / "t" / "a.json").read_bytes()
     (out / "t" / "b.json").write_text('{"schema": "agentcgroup-trace/1", "trace_id": "t/b", "source": {}, "st')
     done = profile_traces([a, b], out, Settings())
-    assert done == {"profiled": ["t/b"], "skipped": ["t/a"]}
+    assert (done["profiled"], done["skipped"]) == (["t/b"], ["t/a"])
     assert (out / "t" / "a.json").read_bytes() == first and (out / "notes.txt").read_text() == "mine"
     assert profiled(out, "t/b").steps[0].outcome.status == "ok"
     assert set(Corpus.open(out).ids("profiled")) == {"t/a", "t/b"}
@@ -119,11 +110,11 @@ def test_resume_lists_a_complete_trace_missing_from_the_manifest_and_redoes_chan
     out = tmp_path / "out"
     profile_traces([a], out, Settings())
     (out / "manifest.json").unlink()                 # as if the run had stopped between the trace and the manifest
-    assert profile_traces([a], out, Settings()) == {"profiled": [], "skipped": ["t/a"]}
+    assert profile_traces([a], out, Settings())["skipped"] == ["t/a"]
     assert Corpus.open(out).ids("profiled") == ("t/a",)
     # the same trace id with another command is not complete: profiled again
     a = tiny(tmp_path, [bash(0, "exit 2", cwd="/workspace")], "t/a")
-    assert profile_traces([a], out, Settings()) == {"profiled": ["t/a"], "skipped": []}
+    assert profile_traces([a], out, Settings())["profiled"] == ["t/a"]
     assert profiled(out, "t/a").steps[0].outcome.status == "failed"
 
 
@@ -461,7 +452,8 @@ def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp
                            "-o", str(tmp_path / "out"), "--workspace", str(ws), "--json"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"profiled": ["recorded-here/search-and-read"], "skipped": []}
+    said = json.loads(done.stdout)
+    assert (said["profiled"], said["skipped"]) == (["recorded-here/search-and-read"], [])
     # not a terminal (a log, CI): a line per step, with the steps done of all and the time left
     lines = [ln for ln in done.stderr.splitlines() if ": step " in ln]
     assert len(lines) == len(next(iter(read_traces(src))).steps) and "steps, about " in lines[0], done.stderr

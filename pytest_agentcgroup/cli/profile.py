@@ -46,7 +46,9 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                     "The old figures stay beside them (`original`). Steps that are not commands (edit, read, "
                     "search, noop, browser) keep their profile. OUT/manifest.json lists the traces (subset "
                     "--subset). Resumable: a trace already complete in OUT is skipped; run the same command "
-                    "again after an interruption. Needs root (cgroups, the sandbox's bounded workspace).",
+                    "again after an interruption. -n N profiles N traces at a time on disjoint CPUs. The last line says "
+                    "the wall time and the profiler's own peak memory. Needs root (cgroups, the sandbox's bounded "
+                    "workspace).",
         epilog="Example: agentcgroup traces profile traces/recorded-here/commands -o /tmp/profiled "
                "--workspace .cache/recorded-here/workspace. Exit codes: 0 ok, 1 bad input or cannot run "
                "here (named on stderr), 2 usage error, 130 interrupted (rerun to resume).")
@@ -67,6 +69,9 @@ def add_parser(tsub) -> argparse.ArgumentParser:
     p.add_argument("--memory-max-mb", type=_positive(int), default=4096, metavar="MB",
                    help="each step's hard memory limit (default 4096); a step OOM-killed at it is `oom`")
     p.add_argument("--pids-max", type=_positive(int), default=1024, metavar="N", help="each step's pids limit (default 1024)")
+    p.add_argument("-n", "--workers", type=_positive(int), default=1, metavar="N",
+                   help="profile N traces at a time, each worker process on its own slice of this process's "
+                        "CPUs and 1/N of its memory (default 1; at most one per CPU)")
     p.add_argument("--subset", default="profiled", help="manifest subset listing the traces (default profiled)")
     p.add_argument("--json", action="store_true", help="print {profiled, skipped} as JSON on stdout")
     p.set_defaults(func=cmd_profile)
@@ -126,8 +131,10 @@ def cmd_profile(args) -> int:
     def terminated(signum, frame):
         raise KeyboardInterrupt
     old_term = signal.signal(signal.SIGTERM, terminated)
+    started = time.monotonic()
     try:
-        done = profile_traces(args.files, args.output, settings, progress=bar.line, advance=bar.advance)
+        done = profile_traces(args.files, args.output, settings, progress=bar.line, advance=bar.advance,
+                              workers=args.workers)
     except (ProfileError, CgroupUnavailable, ExecutorUnavailable) as exc:
         bar.close()
         print(f"agentcgroup traces profile: {exc}", file=sys.stderr)
@@ -147,8 +154,11 @@ def cmd_profile(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, old_term)
         bar.close()
+    rss = done.get("peak_rss_mib") or {}
+    memory = (f"; profiler peak RSS {rss['profiler']:.0f} MiB" if "profiler" in rss else "") + \
+             (f", largest worker {rss['largest_worker']:.0f} MiB" if "largest_worker" in rss else "")
     print(f"profiled {len(done['profiled'])} trace(s), skipped {len(done['skipped'])} already complete, in "
-          f"{args.output}", file=sys.stderr)
+          f"{args.output} ({time.monotonic() - started:.0f} s, -n {args.workers}{memory})", file=sys.stderr)
     if args.json:
         print(json.dumps(done))
     return EXIT_OK

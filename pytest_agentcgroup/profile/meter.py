@@ -22,6 +22,7 @@ nsenter): a few MiB and milliseconds that an agent's tool call would not pay, pa
 """
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass, field
 
@@ -122,3 +123,8 @@ def io_bytes(cg: Cgroup) -> int | None:
             if key in ("rbytes", "wbytes") and val.isdigit():
                 total += int(val)
     return total
+
+
+def peak_rss_mib() -> float:
+    """This process's own peak resident memory, MiB (the profiler's; its steps are measured apart)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -44,7 +44,7 @@ from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace,
 from ..workspaces.lock import WorkspaceError
 from ..workspaces.provide import EMPTY, Provided, provide
 from . import ProfileError
-from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter
+from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter, peak_rss_mib
 from .output import (add_to_manifest, check_manifest, check_outputs, check_writable, is_complete, output_path,
                      write_profiled)
 
@@ -96,11 +96,15 @@ def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
 
 def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                    progress: Callable[[str], None] = lambda line: None,
-                   advance: Callable[[int, int], None] = lambda done, total: None, engine=None) -> dict:
+                   advance: Callable[[int, int], None] = lambda done, total: None, engine=None,
+                   workers: int = 1) -> dict:
     """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}.
     `progress` gets a line per step (and per trace skipped), `advance` the steps done of those to
     do, from (0, total) on. docker: `engine` is a DockerEngine the caller owns; without one, one is
-    acquired and released."""
+    acquired and released. `workers` > 1: that many processes, each on its own CPUs (parallel.py)."""
+    if workers > 1:
+        from .parallel import check_workers
+        check_workers(workers)
     inputs = load_inputs(paths)
     if settings.workspace not in (None, EMPTY) and not Path(settings.workspace).is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
@@ -124,9 +128,15 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
         add_to_manifest(out, unlisted, settings.subset)
     done: list[str] = []
     if not todo:
-        return {"profiled": done, "skipped": skipped}
+        return {"profiled": done, "skipped": skipped, "peak_rss_mib": {"profiler": round(peak_rss_mib(), 1)}}
     host = detect()
     controllers = ("memory", "pids", "cpu") + (("io",) if host.mode == "v2" and "io" in host.controllers else ())
+    if workers > 1:
+        from .parallel import profile_parallel
+        done, worker_rss = profile_parallel(todo, corpus_of, out, settings, workers, controllers, profile_one,
+                                            progress=progress, advance=advance)
+        return {"profiled": done, "skipped": skipped,
+                "peak_rss_mib": {"profiler": round(peak_rss_mib(), 1), "largest_worker": round(worker_rss, 1)}}
     tree = RunTree(host, controllers=controllers)
     own_engine = None
     try:
@@ -143,7 +153,7 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                 secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
                 advance(stepped, total)
                 progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
-            profiled = _profile_one(trace, tree, engine, settings, on_step, corpus_of[trace.trace_id])
+            profiled = profile_one(trace, tree, engine, settings, on_step, corpus_of[trace.trace_id])
             write_profiled(profiled, dst)
             add_to_manifest(out, [(profiled, dst)], settings.subset)
             done.append(trace.trace_id)
@@ -153,10 +163,10 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                 own_engine.release()
         finally:
             tree.close()
-    return {"profiled": done, "skipped": skipped}
+    return {"profiled": done, "skipped": skipped, "peak_rss_mib": {"profiler": round(peak_rss_mib(), 1)}}
 
 
-def _profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step, corpus: Path) -> Trace:
+def profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step, corpus: Path) -> Trace:
     workload = tree.workload(trace.trace_id)
     docker, nest_in = {}, None
     if settings.executor == "docker":

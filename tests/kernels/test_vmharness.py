@@ -326,11 +326,11 @@ def test_the_kernel_headers_reach_the_guest_as_one_tarball_and_replace_only_buil
     (src / "amd64" / "vmlinux").write_bytes(b"\0" * 4096)
     os.symlink("../../common/include/linux", src / "amd64" / "include" / "linux")
     os.symlink("gone.h", src / "common" / "include" / "linux" / "dangling.h")
-    mods = tmp_path / "lib" / "modules" / KERNEL.release
+    mods = tmp_path / "tree" / KERNEL.release        # not under a lib/modules: the test stands one in for the guest's
     mods.mkdir(parents=True)
     os.symlink(src / "amd64", mods / "build")
     os.symlink(src / "common", mods / "source")
-    tar = vmharness.write_headers(mods, tmp_path / "kernel-headers.tar")
+    tar = vmharness.write_headers(mods, tmp_path / "kernel-headers.tar.gz")
     import tarfile
     with tarfile.open(tar) as t:
         names = {m.name: m for m in t.getmembers()}
@@ -340,9 +340,28 @@ def test_the_kernel_headers_reach_the_guest_as_one_tarball_and_replace_only_buil
         assert want in names, want
     assert names["build/include/linux/sched.h"].isfile(), "links are followed: the guest has no host paths"
     assert not any(n.startswith(("build/vmlinux", "source/arch/mips", "source/scripts")) for n in names), sorted(names)
+    (mods / "kernel").mkdir()
+    (mods / "modules.dep").write_text("")
     script = vmharness.guest_script(tmp_path, [], modules=mods, headers=tar)
-    assert f"tar -xf {tar} -C /lib/modules/$rel" in script
-    assert "build|source) ;;" in script and f"ln -s {mods} /lib/modules/$rel" not in script
+    assert f"ln -s {mods} /lib/modules/$rel" not in script
+    # the guest's lines after its tmpfs mount, run by a real sh on a directory standing for /lib/modules
+    lines = script.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("mount -t tmpfs -o mode=0755 agentcgroup-modules"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("h=/lib/modules"))
+    def guest(lib: Path) -> Path:
+        (lib / "R").mkdir(parents=True)
+        body = "\n".join(lines[start + 1:end]).replace("/lib/modules", str(lib))
+        subprocess.run(["sh", "-c", f"rel=R\n{body}"], check=True, timeout=60)
+        return lib / "R"
+    got = guest(tmp_path / "lm1")
+    assert (got / "kernel").is_symlink() and (got / "modules.dep").is_symlink()
+    assert not (got / "build").is_symlink() and (got / "build" / "include" / "generated" / "autoconf.h").is_file()
+    assert (got / "source" / "include" / "linux" / "sched.h").read_text() == "/* sched */\n"
+    # the host could not write it: the tree's own links, at once
+    tar.rename(tmp_path / "elsewhere.tar.gz")
+    Path(str(tar) + ".failed").write_text("disk full\n")
+    got = guest(tmp_path / "lm2")
+    assert (got / "build").is_symlink() and os.readlink(got / "build") == str(mods / "build")
     # without the tarball, the tree itself (as before)
     assert f"ln -s {mods} /lib/modules/$rel" in vmharness.guest_script(tmp_path, [], modules=mods)
 

@@ -46,6 +46,8 @@ PRELOAD_ENV = "AGENTCGROUP_TEST_DOCKER_PRELOAD"
 #: controllers the tests enable in the guest's root cgroup themselves (the run tree's, and cpuset
 #: for the isolated runs): not counted against the preload that runs beside them
 TESTS_ENABLE = ("memory", "pids", "cpu", "cpuset")
+#: how long the guest waits for the kernel headers' tarball the host writes while it boots
+HEADERS_WAIT_S = 300
 #: how long the guest's preload waits for the host to finish the image it saves while the guest
 #: boots (a cold debootstrap and save on a loaded host took ~3.5 min)
 IMAGE_WAIT_S = 900
@@ -245,14 +247,18 @@ def _modules_at(modules: Path | None, headers: Path | None = None) -> list[str]:
     probe.headers: "ok", or the headers bcc would miss there. With `headers`, that release's
     directory is built in a tmpfs instead: links to the tree's entries, but build/ and source/
     unpacked from the tarball (bcc reads hundreds of headers per compile: 12.5 s a program over
-    9p, 6.5 s from RAM, measured in the 6.12 guest)."""
+    9p, 6.5 s from RAM, measured in the 6.12 guest). The host writes it while the guest boots: up
+    to HEADERS_WAIT_S for it (or its .failed), else the tree's own build/ and source/ links."""
     lines = []
     if modules is not None and headers is not None:
         m, h = shlex.quote(str(modules)), shlex.quote(str(headers))
+        failed = shlex.quote(str(headers) + ".failed")
         lines += ['rel=$(uname -r)',
                   'mount -t tmpfs -o mode=0755 agentcgroup-modules /lib/modules && mkdir /lib/modules/$rel',
-                  f'for e in {m}/*; do case ${{e##*/}} in build|source) ;; *) ln -s "$e" /lib/modules/$rel/;; esac; done',
-                  f'tar -xf {h} -C /lib/modules/$rel']
+                  f'i=0; until [ -e {h} ] || [ -e {failed} ] || [ $i -ge {HEADERS_WAIT_S} ]; do sleep 1; i=$((i + 1)); done',
+                  f'if [ -e {h} ]; then skip="build source"; else skip=; fi',
+                  f'for e in {m}/*; do case " $skip " in *" ${{e##*/}} "*) ;; *) ln -s "$e" /lib/modules/$rel/;; esac; done',
+                  f'[ -z "$skip" ] || tar -xzf {h} -C /lib/modules/$rel']
     elif modules is not None:
         m = shlex.quote(str(modules))
         lines += ['rel=$(uname -r)',
@@ -268,9 +274,10 @@ def _modules_at(modules: Path | None, headers: Path | None = None) -> list[str]:
 def write_headers(modules: Path, tar: Path) -> Path:
     """The headers bcc compiles against (`modules`/build and /source: their include/ trees and
     their architecture's, .config, Makefile), links followed, as one tarball the guest unpacks
-    (_modules_at): one 9p read instead of hundreds per compile. ~65 MB for 6.12; 5 s here."""
+    (_modules_at): one 9p read instead of hundreds per compile. Gzipped (65 MB -> ~15 MB): reading
+    over 9p, not unpacking, is what costs the guest."""
     arches = sorted(p.name for p in (modules / "build" / "arch").iterdir() if p.is_dir())
-    with tarfile.open(tar, "w", dereference=True) as out:
+    with tarfile.open(tar, "w:gz", compresslevel=1, dereference=True) as out:
         for link in ("build", "source"):
             for part in ("include", *(f"arch/{a}/include" for a in arches), ".config", "Makefile"):
                 top = modules / link / part
@@ -283,6 +290,18 @@ def write_headers(modules: Path, tar: Path) -> Path:
                         if os.path.exists(os.path.join(d, f)):           # a dangling link is left out
                             out.add(os.path.join(d, f), arcname=f"{rel}/{f}")
     return tar
+
+
+def _write_headers_for_guest(modules: Path, headers: Path) -> None:
+    """write_headers to a temporary name, then renamed: the guest takes `headers` once it exists.
+    A failure is written to `headers`.failed (the guest then compiles against the 9p tree)."""
+    part = headers.with_name(headers.name + ".part")
+    try:
+        write_headers(modules, part)
+        part.rename(headers)
+    except Exception as exc:                 # a full disk, an unreadable header: slower, not wrong
+        part.unlink(missing_ok=True)
+        headers.with_name(headers.name + ".failed").write_text(f"{exc}\n")
 
 
 def _docker_preload(image: Path) -> list[str]:
@@ -634,8 +653,12 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
         raise KernelMissing("vng (virtme-ng) is not installed: pip extra `vm` (make setup installs it)")
     out.mkdir(parents=True, exist_ok=True)
     script = out / "guest.sh"
-    headers = write_headers(kernel.modules, out / "kernel-headers.tar") if local_headers and kernel.modules else None
+    headers = out / "kernel-headers.tar.gz" if local_headers and kernel.modules else None
     script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image, headers=headers))
+    writer = None
+    if headers:                              # written while the guest boots (5-20 s here)
+        writer = threading.Thread(target=_write_headers_for_guest, args=(kernel.modules, headers), daemon=True)
+        writer.start()
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
     env = {**_ENVIRON, "PATH": f"{vng.parent}:{_ENVIRON.get('PATH', '/usr/bin:/bin')}"}
     argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None)
@@ -645,7 +668,8 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
             rc = run_killable(argv, timeout_s=timeout_s, nice=nice, cwd=out, env=env, stdout=console,
                               stderr=subprocess.STDOUT)
     finally:
-        if headers:                          # ~65 MB, unpacked by now
+        if writer:                           # unpacked by now (or never wanted: a guest that died early)
+            writer.join()
             headers.unlink(missing_ok=True)
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
