@@ -52,6 +52,8 @@ def test_workers_run_on_disjoint_cpus_and_write_every_trace_and_the_manifest(tmp
         # both steps of a trace on one worker's slice, and that slice only
         assert len(codes) == 1 and any(codes <= s for s in slices), (t.trace_id, codes, slices)
         seen.append(codes)
+        # the provenance says which CPUs: the worker's slice, the one the steps saw
+        assert {10 + c for c in t.source["profiled"]["machine"]["step_cpus"]} in slices
         assert all(s.duration_ms.provenance == "recorded" and s.duration_ms.value >= 2000 for s in t.steps)
     assert all(any(c <= s for c in seen) for s in slices), f"a worker profiled nothing: {seen}"
     assert set(Corpus.open(out).ids("profiled")) == {f"t/{i}" for i in range(6)}

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import queue as queues
 import signal
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -122,6 +123,7 @@ def _work(index: int, count: int, todo, corpus_of, settings, controllers, profil
     try:
         tree = RunTree(detect(), controllers=controllers)
         isolation = WorkerIsolation(tree, index, count)
+        settings = replace(settings, step_cpus=tuple(isolation.cpus))
         if settings.executor == "docker":
             from ..engines.docker import DockerEngine
             engine = DockerEngine.acquire(join=isolation.outside)

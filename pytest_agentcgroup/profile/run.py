@@ -64,6 +64,8 @@ class Settings:
     period_s: float = SAMPLE_PERIOD_S
     subset: str = "profiled"             # the manifest subset the profiled traces are listed in
     command: str = ""                    # the command line, for the traces' provenance
+    # the CPUs the steps may use: a -n worker's slice (parallel.py); None: all this process may use
+    step_cpus: tuple[int, ...] | None = None
 
 
 def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
@@ -266,6 +268,7 @@ def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, Ste
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
                        "cpus": os.cpu_count(), "profiler_python": platform.python_version(),
+                       "step_cpus": list(settings.step_cpus or sorted(os.sched_getaffinity(0))),
                        "steps_python3": _steps_python(settings.executor)},
            "executor": settings.executor, "image": getattr(executor, "image", None),
            "workspace": provided.name if provided is not None else None,
