@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EXP_MODULE, PRELOAD_ENV, cgroups_or_skip, wait_for_preload, write_study
+from helpers import EXP_MODULE, cgroups_or_skip, write_study
 from pytest_agentcgroup.cgroups import CgroupUnavailable, RunTree, detect
 
 pytest_plugins = ["pytester", "background"]
-#: the guest's image preload: its own waits add up to ~25 min at worst (engine starts, the host's image, the load)
-PRELOAD_WAIT_S = 1800
 
 # The markers of pyproject.toml, applied here from what a test uses (modules whose every test needs
 # one carry it as `pytestmark`; the odd test needing root or the registries some other way, a
@@ -41,10 +39,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         marks |= {m for (k, v), ms in _MARKS_BY_PARAM.items() if params.get(k) == v for m in ms}
         for m in sorted(marks - {mark.name for mark in item.iter_markers()}):
             item.add_marker(m)
-    # The docker cases last (the background tests after them, as tests/background.py puts them):
-    # the project's image is built on the host, or loaded in the pure-v2 guest, beside the tests
-    # before them, instead of holding the first docker case for minutes.
-    items.sort(key=lambda i: (i.get_closest_marker("background") is not None, i.get_closest_marker("docker") is not None))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,23 +47,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--agentcgroup-kernels", default="6.12",
                      help="kernel series tests/kernels/ boots with pure cgroup v2: comma-separated "
                           "(6.1, 6.12, 7.3) or `all`; default 6.12")
-
-
-@pytest.fixture(scope="session")
-def docker_preloaded() -> None:
-    """In the pure-v2 guest (tests/kernels/vmharness.py), the guest's own dockerd loads the
-    project's image beside the first tests, on the data root the session's engine then uses: wait
-    until it has ended (its file PRELOAD_ENV names). Its outcome is the boot's to judge
-    (docker-load.rc, docker-preload.left); a docker case then fails on a missing image itself."""
-    done = os.environ.get(PRELOAD_ENV)
-    if done:
-        wait_for_preload(done, PRELOAD_WAIT_S)
-
-
-@pytest.fixture(scope="session")
-def agentcgroup_docker(docker_preloaded, agentcgroup_docker):
-    """The plugin's engine fixture, once the guest's preload (if any) has ended."""
-    return agentcgroup_docker
 
 
 @pytest.fixture

@@ -150,18 +150,3 @@ def start_study(pytester, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             # a shell that started us in the background ignores SIGINT; undo that
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-#: set by the pure-v2 guest's script (tests/kernels/vmharness.py): the file its image preload writes last
-PRELOAD_ENV = "AGENTCGROUP_TEST_DOCKER_PRELOAD"
-
-
-def wait_for_preload(done: str, timeout_s: float, poll_s: float = 1.0) -> None:
-    """Until the guest's image preload has written `done`; fails (pytest) after `timeout_s`."""
-    import time
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(done):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the guest's docker preload did not end within {timeout_s:.0f} s ({done} missing)",
-                        pytrace=False)
-        time.sleep(poll_s)

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentcgroup.cgroups import detect
 from pytest_agentcgroup.cgroups.isolate import cpu_slice
 from pytest_agentcgroup.profile.run import ProfileError, Settings, profile_traces
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
+
+from helpers import leaked
 
 
 pytestmark = pytest.mark.slow
@@ -41,7 +44,7 @@ def test_workers_run_on_disjoint_cpus_and_write_every_trace_and_the_manifest(tmp
                                         Step(1, "bash", {"command": ON_CPU, "cwd": "/workspace"})])
              for i in range(6)]
     out, lines = tmp_path / "out", []
-    done = profile_traces(paths, out, Settings(), progress=lines.append, workers=2)
+    done = profile_traces(paths, out, Settings(memory_max_mb=256), progress=lines.append, workers=2)
     assert sorted(done["profiled"]) == [f"t/{i}" for i in range(6)] and done["skipped"] == []
     assert done["peak_rss_mib"]["largest_worker"] > 10
     slices = [{10 + c for c in cpu_slice(i, 2)} for i in range(2)]
@@ -59,8 +62,9 @@ def test_workers_run_on_disjoint_cpus_and_write_every_trace_and_the_manifest(tmp
     assert set(Corpus.open(out).ids("profiled")) == {f"t/{i}" for i in range(6)}
     assert sum(": step " in ln and ln.startswith("[worker ") for ln in lines) == 12
     # resumable as a serial run is: everything complete, nothing run again
-    again = profile_traces(paths, out, Settings(), workers=2)
+    again = profile_traces(paths, out, Settings(memory_max_mb=256), workers=2)
     assert again["profiled"] == [] and len(again["skipped"]) == 6
+    assert leaked(detect()) == [], "a worker's run root or cpuset outlived it"
 
 
 def test_a_worker_that_cannot_go_on_stops_the_run_naming_the_trace(tmp_path, two_cpus):
@@ -71,12 +75,28 @@ def test_a_worker_that_cannot_go_on_stops_the_run_naming_the_trace(tmp_path, two
                       task=Task(instance_id="acme__widget-7", path="/testbed")), bad)
     with pytest.raises(ProfileError, match=r"worker \d \(CPUs [\d,]+\): trace t/acme__widget-7 ran on task "
                                            r"acme__widget-7 .*its workspace is missing here"):
-        profile_traces([ok, bad], tmp_path / "out", Settings(), workers=2)
+        profile_traces([ok, bad], tmp_path / "out", Settings(memory_max_mb=256), workers=2)
     import multiprocessing
     assert multiprocessing.active_children() == [], "a worker outlived the run"
+    assert leaked(detect()) == []
+    # a trace a worker finished before the stop is listed (t/ok, handed out first, may have been)
+    out = tmp_path / "out"
+    if (out / "t" / "ok.json").exists():
+        assert "t/ok" in Corpus.open(out).ids("profiled")
 
 
-def test_more_workers_than_cpus_is_one_message_before_anything_runs(tmp_path, capsys):
+def test_a_memory_share_below_the_step_limit_is_refused_naming_both(tmp_path, two_cpus):
+    """1/N of the memory under each worker: a step limit above it would OOM-kill in parallel what a
+    serial run lets through."""
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    path = write(tmp_path, "t/a", [Step(0, "bash", {"command": "true", "cwd": "/workspace"})])
+    with pytest.raises(ProfileError, match=r"its share of the memory \(\d+ MiB, 1/2 of what this command may use\) "
+                                           rf"is below --memory-max-mb {total_mb}"):
+        profile_traces([path], tmp_path / "out", Settings(memory_max_mb=total_mb), workers=2)
+    assert leaked(detect()) == []
+
+
+def test_more_workers_than_cpus_is_one_message_before_anything_runs(tmp_path):
     path = write(tmp_path, "t/a", [Step(0, "bash", {"command": "true"})])
     n = len(os.sched_getaffinity(0)) + 1
     done = subprocess.run([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(path),

@@ -73,7 +73,7 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                    help="profile N traces at a time, each worker process on its own slice of this process's "
                         "CPUs and 1/N of its memory (default 1; at most one per CPU)")
     p.add_argument("--subset", default="profiled", help="manifest subset listing the traces (default profiled)")
-    p.add_argument("--json", action="store_true", help="print {profiled, skipped} as JSON on stdout")
+    p.add_argument("--json", action="store_true", help="print {profiled, skipped, peak_rss_mib} as JSON on stdout")
     p.set_defaults(func=cmd_profile)
     return p
 

@@ -100,7 +100,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                    progress: Callable[[str], None] = lambda line: None,
                    advance: Callable[[int, int], None] = lambda done, total: None, engine=None,
                    workers: int = 1) -> dict:
-    """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...]}.
+    """Profile every trace in `paths` into `out`. Returns {"profiled": [...], "skipped": [...],
+    "peak_rss_mib": {"profiler": MiB[, "largest_worker": MiB]}} (this process's own peak, not its steps').
     `progress` gets a line per step (and per trace skipped), `advance` the steps done of those to
     do, from (0, total) on. docker: `engine` is a DockerEngine the caller owns; without one, one is
     acquired and released. `workers` > 1: that many processes, each on its own CPUs (parallel.py)."""

@@ -364,38 +364,3 @@ def test_the_kernel_headers_reach_the_guest_as_one_tarball_and_replace_only_buil
     assert (got / "build").is_symlink() and os.readlink(got / "build") == str(mods / "build")
     # without the tarball, the tree itself (as before)
     assert f"ln -s {mods} /lib/modules/$rel" in vmharness.guest_script(tmp_path, [], modules=mods)
-
-
-def test_the_image_preload_runs_beside_the_runs_and_ends_before_the_guest_does(tmp_path):
-    from helpers import PRELOAD_ENV
-    assert vmharness.PRELOAD_ENV == PRELOAD_ENV, "the guest's script and tests/conftest.py name one variable"
-    lines = vmharness.guest_script(tmp_path, [vmharness.PytestRun("subset", ("tests",))],
-                                   docker_image=tmp_path / "i.tar").splitlines()
-    at = {key: next(i for i, ln in enumerate(lines) if ln.startswith(key))
-          for key in ("docker_preload() {", "if [ -e", ': >"$OUT/docker-preload.done"',
-                      "docker_preload &", f"export {PRELOAD_ENV}=", "wait $preload_pid", "echo done")}
-    run = next(i for i, ln in enumerate(lines) if "-m pytest" in ln)
-    assert at["docker_preload() {"] < at["if [ -e"] < at[': >"$OUT/docker-preload.done"'] < at["docker_preload &"]
-    assert at["docker_preload &"] < at[f"export {PRELOAD_ENV}="] < run < at["wait $preload_pid"] < at["echo done"]
-    assert lines[at[f"export {PRELOAD_ENV}="]].endswith('="$OUT/docker-preload.done"')
-    # the root's controllers: one the tests enable themselves is not the preload's doing, another is
-    check = next(ln for ln in lines if ln.startswith("for c in $(cat /sys/fs/cgroup/cgroup.subtree_control)"))
-    fake = tmp_path / "cg"
-    fake.mkdir()
-    (tmp_path / "probe.subtree_control").write_text("\n")
-    for gained, said in (("memory pids cpu", ""), ("memory io", "gained io")):
-        (fake / "cgroup.subtree_control").write_text(gained + "\n")
-        out = subprocess.run(["sh", "-c", f"OUT={tmp_path}\n" + check.replace("/sys/fs/cgroup", str(fake))
-                              .replace('>>"$OUT/docker-preload.left"', "")], capture_output=True, text=True, timeout=20)
-        assert (said in out.stdout) if said else out.stdout == "", (gained, out.stdout)
-
-
-def test_the_docker_cases_wait_for_the_preload_and_fail_when_it_never_ends(tmp_path):
-    import threading
-    from helpers import wait_for_preload
-    done = tmp_path / "docker-preload.done"
-    threading.Timer(0.5, done.touch).start()
-    wait_for_preload(str(done), timeout_s=30, poll_s=0.1)
-    assert done.exists()
-    with pytest.raises(pytest.fail.Exception, match="did not end within 0 s"):
-        wait_for_preload(str(tmp_path / "never"), timeout_s=0.2, poll_s=0.05)

@@ -41,11 +41,6 @@ SERIES = ("6.1", "6.12", "7.3")
 GUEST_CONTAINERD = "/run/agentcgroup-containerd/containerd.sock"
 #: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
 GUEST_TMP = "/tmp/agentcgroup-vm"
-#: the guest's pytest runs find docker-preload.done's path here: their docker cases wait for it
-PRELOAD_ENV = "AGENTCGROUP_TEST_DOCKER_PRELOAD"
-#: controllers the tests enable in the guest's root cgroup themselves (the run tree's, and cpuset
-#: for the isolated runs): not counted against the preload that runs beside them
-TESTS_ENABLE = ("memory", "pids", "cpu", "cpuset")
 #: how long the guest waits for the kernel headers' tarball the host writes while it boots
 HEADERS_WAIT_S = 300
 #: how long the guest's preload waits for the host to finish the image it saves while the guest
@@ -178,8 +173,8 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
     the guest's /lib/modules/<release> (a tmpfs over the guest's /lib/modules) unless vng already
     did; the probe then says whether bcc finds the headers there. `headers`: a tarball of those
     headers (write_headers) unpacked into the guest's RAM and used instead of the 9p share's.
-    `docker_image`: a `docker save` tarball the guest's Docker engine loads beside the runs (see
-    _docker_preload); the runs' docker cases wait for it (tests/conftest.py)."""
+    `docker_image`: a `docker save` tarball the guest's Docker engine loads before the runs (see
+    _docker_preload)."""
     q = shlex.quote
     lines = [
         "#!/bin/sh",
@@ -236,8 +231,6 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
         ]
         if run.user:
             lines += [f"cp -r {written}/. \"$OUT\"/ 2>>\"$OUT/{run.name}.log\""]
-    if docker_image is not None:                 # its logs whole before the guest powers off
-        lines += ["wait $preload_pid"]
     lines += ["echo done >\"$OUT/guest.done\"", "exit 0"]
     return "\n".join(lines) + "\n"
 
@@ -311,13 +304,8 @@ def _docker_preload(image: Path) -> list[str]:
     the guest's own started to `docker load` the host's tarball and stopped again, so that the one
     the plugin starts (in the session's cgroups) finds the image. The load waits for the host's
     word that the tarball is whole (mark_image: the host saves it while the guest boots and starts
-    its engine). docker-load.rc and .log say how it went (GuestResult.problems).
-
-    It runs in the background, beside the runs (5.5 min of a loaded CI host's emulation before the
-    first test, otherwise): the runs' docker cases come last and wait for docker-preload.done
-    (PRELOAD_ENV; tests/conftest.py). docker-preload.left then lists what it left behind: a
-    dockerd/containerd still running, or a controller in the root's cgroup.subtree_control that
-    neither the probe saw nor the tests enable themselves (the run tree's, and cpuset): empty when clean.
+    its engine). docker-load.rc and .log say how it went (GuestResult.problems). docker-preload.left then lists what the preload left behind (a
+    dockerd/containerd still running, the root's cgroup.subtree_control changed): empty when clean.
 
     The host's /etc/docker is hidden in the guest (a daemon.json there, e.g. a data-root, would
     apply to both guest dockerds) and the data root is named explicitly. The tmpfs is capped at 1G:
@@ -332,7 +320,6 @@ def _docker_preload(image: Path) -> list[str]:
         # alive PID: running, not a zombie (a dead child stays one until it is waited for)
         "alive() { s=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$1/status 2>/dev/null); "
         '[ -n "$s" ] && [ "$s" != Z ]; }',
-        "docker_preload() {",
         # containerd first, waited for by us: a dockerd that starts its own gives up on it after a
         # few seconds, and a cold containerd under emulation on a busy host took longer than that
         # (dockerd then exited, and every docker case of the subset failed). Up to 300 s for each
@@ -355,20 +342,13 @@ def _docker_preload(image: Path) -> list[str]:
         # each stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
         "for pid in $dockerd_pid $containerd_pid; do kill $pid; i=0; while alive $pid && [ $i -lt 30 ]; do "
         "sleep 1; i=$((i + 1)); done; kill -9 $pid 2>/dev/null; wait $pid; done",
-        # what it left: an engine still running, or a controller enabled at the root that only it
-        # could have enabled (the tests beside it enable their run tree's controllers, and cpuset)
+        # what it left: an engine still running, or a change to the root's controllers
         ": >\"$OUT/docker-preload.left\"",
         "for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case $c in dockerd|containerd*) "
         "echo \"$c (pid ${p#/proc/}) still runs\";; esac; done >>\"$OUT/docker-preload.left\"",
-        'for c in $(cat /sys/fs/cgroup/cgroup.subtree_control); do '
-        f'case " $(cat "$OUT/probe.subtree_control") {" ".join(TESTS_ENABLE)} " in *" $c "*) ;; '
-        '*) echo "/sys/fs/cgroup/cgroup.subtree_control gained $c (the probe had: $(cat "$OUT/probe.subtree_control"))";; '
-        'esac; done >>"$OUT/docker-preload.left"',
-        ': >"$OUT/docker-preload.done"',
-        "}",
-        "docker_preload &",
-        "preload_pid=$!",
-        f'export {PRELOAD_ENV}="$OUT/docker-preload.done"',
+        '[ "$(cat /sys/fs/cgroup/cgroup.subtree_control)" = "$(cat "$OUT/probe.subtree_control")" ] || '
+        'echo "/sys/fs/cgroup/cgroup.subtree_control changed: $(cat "$OUT/probe.subtree_control") -> '
+        '$(cat /sys/fs/cgroup/cgroup.subtree_control)" >>"$OUT/docker-preload.left"',
     ]
 
 
@@ -655,22 +635,23 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     script = out / "guest.sh"
     headers = out / "kernel-headers.tar.gz" if local_headers and kernel.modules else None
     script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image, headers=headers))
-    writer = None
-    if headers:                              # written while the guest boots (5-20 s here)
-        writer = threading.Thread(target=_write_headers_for_guest, args=(kernel.modules, headers), daemon=True)
-        writer.start()
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH
     env = {**_ENVIRON, "PATH": f"{vng.parent}:{_ENVIRON.get('PATH', '/usr/bin:/bin')}"}
     argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None)
-    start = time.monotonic()
+    start, writer = time.monotonic(), None
     try:
+        if headers:                          # written while the guest boots (5-20 s here)
+            writer = threading.Thread(target=_write_headers_for_guest, args=(kernel.modules, headers), daemon=True)
+            writer.start()
         with open(out / "vng.log", "wb") as console:
             rc = run_killable(argv, timeout_s=timeout_s, nice=nice, cwd=out, env=env, stdout=console,
                               stderr=subprocess.STDOUT)
     finally:
         if writer:                           # unpacked by now (or never wanted: a guest that died early)
             writer.join()
-            headers.unlink(missing_ok=True)
+        if headers:
+            for left in (headers, headers.with_name(headers.name + ".failed")):
+                left.unlink(missing_ok=True)
     seconds = time.monotonic() - start
     return GuestResult(kernel=kernel, out=out, vng_rc=rc, seconds=seconds, probe=read_probe(out),
                        runs={r.name: read_run(out, r.name) for r in runs}, docker_image=docker_image)
