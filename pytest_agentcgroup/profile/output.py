@@ -106,3 +106,10 @@ def add_to_manifest(out: Path, written: list[tuple[Trace, Path]], subset: str) -
         raise ProfileError(f"{exc}; not touched") from None
     except OSError as exc:
         raise ProfileError(f"{out / MANIFEST}: cannot write it ({exc.strerror})") from None
+
+
+def step_line(trace_id: str, k: int, n: int, step) -> str:
+    """A profiled step as the progress shows it: `trace: step k/n status[ duration]`."""
+    status = step.outcome.status if step.outcome else "not a command"
+    secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
+    return f"{trace_id}: step {k}/{n} {status}{secs}"

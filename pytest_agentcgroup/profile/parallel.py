@@ -29,7 +29,7 @@ from ..errors import ExecutorUnavailable
 from ..traces.ir import Trace, read_traces
 from ..workspaces.lock import WorkspaceError
 from . import ProfileError
-from .output import add_to_manifest, write_profiled
+from .output import add_to_manifest, step_line, write_profiled
 from .meter import peak_rss_mib
 
 #: how often the parent looks at its workers while no event comes (a worker killed says nothing)
@@ -171,9 +171,7 @@ def _work(index: int, count: int, todo, corpus_of, settings, controllers, profil
         while (job := jobs.get()) is not None:
             trace, dst = todo[job]
             def on_step(k, n, step, trace=trace):
-                status = step.outcome.status if step.outcome else "not a command"
-                secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
-                events.put(("step", index, f"{trace.trace_id}: step {k}/{n} {status}{secs}"))
+                events.put(("step", index, step_line(trace.trace_id, k, n, step)))
             write_profiled(profile_one(trace, tree, engine, settings, on_step, corpus_of[trace.trace_id]), dst)
             events.put(("done", index, trace.trace_id, str(dst)))
     except KeyboardInterrupt:

@@ -46,7 +46,7 @@ from ..workspaces.provide import EMPTY, Provided, provide
 from . import ProfileError
 from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter, peak_rss_mib
 from .output import (add_to_manifest, check_manifest, check_outputs, check_writable, is_complete, output_path,
-                     write_profiled)
+                     step_line, write_profiled)
 
 MB = 1024 * 1024
 
@@ -131,15 +131,14 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
         add_to_manifest(out, unlisted, settings.subset)
     done: list[str] = []
     if not todo:
-        return {"profiled": done, "skipped": skipped, "peak_rss_mib": {"profiler": round(peak_rss_mib(), 1)}}
+        return _result(done, skipped)
     host = detect()
     controllers = ("memory", "pids", "cpu") + (("io",) if host.mode == "v2" and "io" in host.controllers else ())
     if workers > 1:
         from .parallel import profile_parallel
         done, worker_rss = profile_parallel(todo, corpus_of, out, settings, workers, controllers, profile_one,
                                             progress=progress, advance=advance)
-        return {"profiled": done, "skipped": skipped,
-                "peak_rss_mib": {"profiler": round(peak_rss_mib(), 1), "largest_worker": round(worker_rss, 1)}}
+        return _result(done, skipped, worker_rss)
     tree = RunTree(host, controllers=controllers)
     own_engine = None
     try:
@@ -152,10 +151,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
             def on_step(k: int, n: int, step: Step, i=i, trace=trace):
                 nonlocal stepped
                 stepped += 1
-                status = step.outcome.status if step.outcome else "not a command"
-                secs = f" {step.duration_ms.value / 1000:.1f} s" if step.outcome and step.duration_ms else ""
                 advance(stepped, total)
-                progress(f"[{i}/{len(todo)}] {trace.trace_id}: step {k}/{n} {status}{secs}")
+                progress(f"[{i}/{len(todo)}] {step_line(trace.trace_id, k, n, step)}")
             profiled = profile_one(trace, tree, engine, settings, on_step, corpus_of[trace.trace_id])
             write_profiled(profiled, dst)
             add_to_manifest(out, [(profiled, dst)], settings.subset)
@@ -166,7 +163,14 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                 own_engine.release()
         finally:
             tree.close()
-    return {"profiled": done, "skipped": skipped, "peak_rss_mib": {"profiler": round(peak_rss_mib(), 1)}}
+    return _result(done, skipped)
+
+
+def _result(profiled: list[str], skipped: list[str], worker_rss: float | None = None) -> dict:
+    rss = {"profiler": round(peak_rss_mib(), 1)}
+    if worker_rss is not None:
+        rss["largest_worker"] = round(worker_rss, 1)
+    return {"profiled": profiled, "skipped": skipped, "peak_rss_mib": rss}
 
 
 def profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step, corpus: Path) -> Trace:
