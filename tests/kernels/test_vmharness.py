@@ -364,3 +364,64 @@ def test_the_kernel_headers_reach_the_guest_as_one_tarball_and_replace_only_buil
     assert (got / "build").is_symlink() and os.readlink(got / "build") == str(mods / "build")
     # without the tarball, the tree itself (as before)
     assert f"ln -s {mods} /lib/modules/$rel" in vmharness.guest_script(tmp_path, [], modules=mods)
+
+
+def _kernel_with_config(tmp_path: Path, line: str) -> vmharness.Kernel:
+    boot = tmp_path / "boot"
+    boot.mkdir(parents=True)
+    (boot / f"vmlinuz-{KERNEL.release}").write_bytes(b"")
+    (boot / f"config-{KERNEL.release}").write_text(f"CONFIG_X=y\n{line}\n")
+    return vmharness.Kernel("6.12", KERNEL.release, boot / f"vmlinuz-{KERNEL.release}")
+
+
+def test_the_root_goes_over_virtio_fs_only_where_the_kernel_has_it_built_in(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    assert vmharness.root_share(_kernel_with_config(tmp_path / "m", "CONFIG_VIRTIO_FS=m"), out) == (None, ["--force-9p"])
+    shim, options = vmharness.root_share(_kernel_with_config(tmp_path / "y", "CONFIG_VIRTIO_FS=y"), out)
+    assert options == []
+    if vmharness.VIRTIOFSD_C.exists():       # qemu 7.2's C daemon: the shim, first on vng's PATH
+        assert shim and (Path(shim) / "virtiofsd").resolve() == vmharness.VIRTIOFS_SHIM
+    else:                                    # vng finds a Rust daemon itself, or takes 9p
+        assert shim is None
+
+
+@pytest.mark.vm
+@pytest.mark.root
+def test_the_virtio_fs_shim_serves_a_read_only_root_and_leaves_nothing_behind(tmp_path):
+    """virtiofsd.sh as vng starts it (its options, in the background, then waiting for S.pid): the
+    real C daemon serves the tree, in which nothing can be written, and is gone, with its mount
+    point, once vng signals the pid it was given."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the shim's mount namespace and the daemon")
+    if not vmharness.VIRTIOFSD_C.exists():
+        pytest.skip(f"{vmharness.VIRTIOFSD_C} is missing (qemu-system-common of qemu 7.2; qemu 8 ships none)")
+    sock = tmp_path / "virtme-sock"
+    sock.write_text("")                              # vng's mkstemp
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("agentcgroup-virtiofs.*"))
+    shim = subprocess.Popen(["sh", str(vmharness.VIRTIOFS_SHIM), "--syslog", "--no-announce-submounts",
+                             "--readonly", "--socket-path", str(sock), "--shared-dir", "/", "--sandbox",
+                             "none", "--cache", "always"])
+    pidfile = Path(f"{sock}.pid")
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() and time.monotonic() < deadline and shim.poll() is None:
+            time.sleep(0.05)
+        assert pidfile.exists(), f"no {pidfile}: the shim ended with {shim.poll()}"
+        pid = int(pidfile.read_text())
+        assert sock.is_socket() and Path(f"/proc/{pid}/comm").read_text().strip() == "virtiofsd"
+        (root,) = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("agentcgroup-virtiofs.*")) - before
+        canary = f"agentcgroup-canary-{os.getpid()}"
+        for place in ("", "tmp", "root", "dev/shm"):   # the tree and mounts under it, some rw on the host
+            target = root / place / canary
+            tried = subprocess.run(["nsenter", "-t", str(pid), "-m", "touch", str(target)],
+                                   capture_output=True, text=True, timeout=30)
+            assert tried.returncode != 0 and "Read-only file system" in tried.stderr, (place, tried)
+            assert not (Path("/") / place / canary).exists()
+        os.kill(pid, 15)                             # as vng ends it
+        assert shim.wait(timeout=30) is not None
+        assert not root.exists(), "the shim's mount point is left behind"
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+            shim.wait()
