@@ -118,6 +118,28 @@ def test_recorded_edits_are_applied_before_the_commands_that_run_them(tree):
 
 
 @needs_bwrap
+def test_an_edit_larger_than_one_argument_is_applied_whole_and_one_beyond_arg_max_refused(tree):
+    """A file an agent wrote is often bigger than the 128 KiB the kernel passes in one argument: the
+    edit goes to the editor in pieces (cut between characters: the text is multi-byte throughout)
+    and arrives whole; one beyond what a program's arguments can carry is refused, naming its size."""
+    from pytest_agentcgroup.replay.executors.base import EDIT_ARGV_MAX, MAX_ARG_STRLEN
+    big = f"{REPO_PATH}/big.txt"
+    text = ("é€😀 line\n" * (3 * MAX_ARG_STRLEN // 16))[: 3 * MAX_ARG_STRLEN // 4]     # ~390 KB of UTF-8
+    digest = __import__("hashlib").sha256(text.encode()).hexdigest()
+    recs = run_sandbox(tree, [
+        edit(0, "create", big, file_text=text),
+        bash(1, "sha256sum big.txt | cut -c1-64", 0, digest),
+        edit(2, "str_replace", big, old_str="é€😀 line\n" * 2, new_str=""),
+        bash(3, "wc -l < big.txt", 0, str(text.count("\n") - 2)),
+        edit(4, "create", f"{REPO_PATH}/huge.txt", file_text="x" * EDIT_ARGV_MAX),
+    ], name="bigedit")
+    assert recs[0]["executed"] and recs[0]["exit_code"] == 0, recs[0]
+    assert recs[1]["replayed_head"] == digest and recs[1]["diverged"] is False
+    assert recs[3]["diverged"] is False, recs[3]
+    assert not recs[4]["executed"] and "more than a program's arguments can carry" in recs[4]["error"], recs[4]
+
+
+@needs_bwrap
 def test_a_seed_is_copied_to_the_tasks_path_with_its_environment_first_on_path(tree, tmp_path):
     src, env = tmp_path / "src", tmp_path / "env"
     (src / "pkg").mkdir(parents=True)

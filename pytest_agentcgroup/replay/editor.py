@@ -4,8 +4,8 @@ An agent's edit tool is not a shell command: the agent runtime writes the file i
 applies the recorded edit as that tool would, as the step's own unprivileged user inside the
 step's own sandbox (a previous step may have made any path of the workspace a symlink to anything:
 resolved in there, it reaches only what the step could reach anyway), so this is a script on its
-own: the executors pass its source to the sandbox's `python3 -I -S -c` with one argument, the edit
-as JSON. Standard library only, and Python 3.6 syntax (a task's image may have an old python3).
+own: the executors pass its source to the sandbox's `python3 -I -S -c`, then the edit as JSON, cut
+into as many arguments as the kernel needs (at most 128 KiB each), joined here. Standard library only, and Python 3.6 syntax (a task's image may have an old python3).
 
     {"op": "create" | "str_replace" | "insert" | "undo_edit", "path": "/abs/file",
      "file_text": ..., "old_str": ..., "new_str": ..., "insert_line": N, "history": "/dir"}
@@ -111,11 +111,11 @@ def apply(edit):
 
 def main(argv):
     try:
-        edit = json.loads(argv[0]) if len(argv) == 1 else None
+        edit = json.loads("".join(argv)) if argv else None
     except ValueError:
         edit = None
     if not isinstance(edit, dict):
-        print("ERROR: usage: editor.py EDIT_JSON", file=sys.stderr)
+        print("ERROR: usage: editor.py EDIT_JSON [its continuation ...]", file=sys.stderr)
         return 2
     try:
         code, message = apply(edit)

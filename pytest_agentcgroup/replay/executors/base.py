@@ -116,9 +116,10 @@ EDIT_OPS = {"create": ("file_text",), "str_replace": ("old_str",), "insert": ("i
 
 
 def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
-    """`python -I -S -c EDITOR EDIT` applying the edit `step` recorded (editor.py), or None when the
-    trace did not record the edit in full (a converter that keeps only its size): then it is not
-    applied, and the step executes nothing, as before."""
+    """`python -I -S -c EDITOR EDIT...` applying the edit `step` recorded (editor.py; the edit as JSON
+    in as many arguments as its size needs: the kernel takes MAX_ARG_STRLEN bytes per argument,
+    ARG_MAX in all), or None when the trace did not record the edit in full (a converter that keeps
+    only its size): then it is not applied, and the step executes nothing, as before."""
     args = step.args
     need = EDIT_OPS.get(args.get("op"))
     if step.tool != "edit" or need is None or not isinstance(args.get("path"), str) \
@@ -126,10 +127,33 @@ def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
         return None
     spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "insert_line") if k in args}
     text = json.dumps({**spec, "history": history}, ensure_ascii=False)
-    if len(text.encode("utf-8", "surrogateescape")) + 1 > MAX_ARG_STRLEN or "\0" in text:
-        raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} is too large to pass to the "
-                          f"editor in one argument (MAX_ARG_STRLEN {MAX_ARG_STRLEN} bytes); not applied")
-    return [python, "-I", "-S", "-c", EDITOR_SOURCE, text]
+    if "\0" in text:
+        raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} contains a NUL byte, "
+                          "which no argument can carry; not applied")
+    pieces = argv_pieces(text)
+    size = sum(len(p) + 1 for p in pieces)
+    if size > EDIT_ARGV_MAX:
+        raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} is {size:,} bytes as JSON, "
+                          f"more than a program's arguments can carry here ({EDIT_ARGV_MAX:,} bytes: ARG_MAX "
+                          "less room for the environment and the sandbox's own arguments); not applied")
+    return [python, "-I", "-S", "-c", EDITOR_SOURCE, *(p.decode("utf-8", "surrogateescape") for p in pieces)]
+
+
+def argv_pieces(text: str, limit: int | None = None) -> list[bytes]:
+    """`text` as UTF-8 in pieces of at most `limit` bytes (default MAX_ARG_STRLEN less the NUL),
+    cut between characters, so that each piece decodes on its own and they join back to `text`."""
+    limit = limit or MAX_ARG_STRLEN - 1
+    data, pieces, at = text.encode("utf-8", "surrogateescape"), [], 0
+    while at < len(data):
+        cut = min(at + limit, len(data))
+        back = cut
+        while back > cut - 3 and back < len(data) and data[back] & 0xC0 == 0x80:   # inside a character
+            back -= 1
+        if at < back < len(data) and data[back] & 0xC0 != 0x80:    # its start (else stray bytes, or a
+            cut = back                                           # limit under one character: cut there)
+        pieces.append(data[at:cut])
+        at = cut
+    return pieces or [b""]
 
 
 class StepRefused(ValueError):
@@ -152,6 +176,9 @@ PATH_MAX = 4096
 # The kernel copies at most MAX_ARG_STRLEN bytes (32 pages, NUL included) of any one argv string
 # into a new program; the command is one (the shell's `-c` argument), so longer cannot start.
 MAX_ARG_STRLEN = 32 * 4096
+# What an edit's arguments may take in all: ARG_MAX (a quarter of the stack limit, which the step
+# inherits) less 256 KiB for the environment, the editor's source and the sandbox's own arguments
+EDIT_ARGV_MAX = max(os.sysconf("SC_ARG_MAX"), 128 * 1024) - 256 * 1024
 
 
 def clean_path(path) -> str | None:
