@@ -2,9 +2,9 @@
 only cgroup v2 (this host is hybrid v1+v2; most users' hosts are pure v2).
 
 One test per kernel series (`--agentcgroup-kernels`: 6.12 by default, `all` = 6.1, 6.12, 7.3).
-The hostile suite's docker cases run in the guest too: the host's engine `docker save`s the
-project's image into the guest's directory while the guest boots, and the guest's dockerd loads
-it (no network there).
+The hostile suite's docker cases run in the guest too: while the guest boots, a dockerd of the
+host's own loads the project's image into a data root (dataroot.py), which the guest unpacks as its
+/var/lib/docker (no network there to build it).
 Each boots the kernel under qemu (vmharness.py), runs one pytest session inside, and asserts:
 the guest really ran that kernel on pure cgroup v2 (its own probe: `/proc/self/cgroup` is `0::/…`
 only, no v1 cgroup mount, `uname -r`), the session ran tests and none failed or erred (failures
@@ -23,7 +23,7 @@ import pytest
 
 from pytest_agentcgroup import programs
 
-from . import vmharness
+from . import dataroot, vmharness
 from .checks import (OOM_TRACE, docker_problems, docker_verdict, exp1_problems, require_kernel, write_oom_corpus,
                      write_vm_config)
 
@@ -59,17 +59,15 @@ def acquire_engine():
 
 
 def save_image(engine, tar: Path, result: dict) -> None:
-    """The project's local image (engines/docker.py LOCAL_IMAGE, built on the host if missing)
-    `docker save`d to `tar` for the guest's engine, which has no network to build it; then the
-    guest is told it is whole, or why it will not come (also kept in result["failure"]). Runs
-    while the guest boots; releases the engine as a session does."""
+    """The project's local image (engines/docker.py LOCAL_IMAGE, built on the host if missing) as
+    a Docker data root in `tar` for the guest's engine, which has no network to build it
+    (dataroot.py); then the guest is told it is whole, or why it will not come (also kept in
+    result["failure"]). Runs while the guest boots; releases the engine as a session does."""
     try:
         result["name"] = engine.ensure_image()
-        with open(tar, "wb") as fh:
-            for chunk in engine.client.images.get(result["name"]).save(named=True):
-                fh.write(chunk)
+        dataroot.write_data_root(engine, result["name"], tar)
         vmharness.mark_image(tar)
-    except Exception as exc:                    # ExecutorUnavailable, the SDK's errors, a full disk
+    except Exception as exc:                    # ExecutorUnavailable, DataRootFailed, the SDK's errors, a full disk
         result["failure"] = f"the host has a Docker engine but could not give the guest its image: {exc}"
         tar.unlink(missing_ok=True)             # a partial tarball: hundreds of MB on the guest's disk
         try:
@@ -93,7 +91,7 @@ def boot_subset(out: Path, kernel_series: str) -> SubsetBoot:
     the guest boots and starts its engine (they take minutes each under emulation)."""
     kernel = require_kernel(kernel_series)
     engine, what = acquire_engine()
-    image, saved = (out / "docker-image.tar" if engine else None), {}
+    image, saved = (out / "docker-root.tar" if engine else None), {}
     saver = threading.Thread(target=save_image, args=(engine, image, saved), daemon=True) if engine else None
     if saver:
         try:

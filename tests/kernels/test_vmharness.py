@@ -167,36 +167,37 @@ def test_a_guest_without_kernel_headers_fails_and_the_modules_come_from_the_unpa
     assert "/lib/modules/" + KERNEL.release not in script.replace(str(mods), ""), "the host's /lib/modules is not used"
 
 
-def test_a_docker_image_the_guest_did_not_load_fails_the_boot(tmp_path):
-    image = tmp_path / "docker-image.tar"
+def test_a_docker_data_root_the_guest_did_not_unpack_fails_the_boot(tmp_path):
+    image = tmp_path / "docker-root.tar"
     script = vmharness.guest_script(tmp_path, [], docker_image=image)
     assert "mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker" in script
-    assert f"dockerd --containerd {vmharness.GUEST_CONTAINERD} --data-root /var/lib/docker " in script
-    assert f"docker load -i {image}" in script and script.index("docker load") < script.index("guest.done")
+    assert f"tar -C /var/lib/docker --xattrs --xattrs-include='*' -xf {image}" in script
+    assert script.index("-xf") < script.index("guest.done") and "dockerd" not in script, \
+        "the data root is unpacked, and the one dockerd is the plugin's"
     write_v2_probe(tmp_path)
     (tmp_path / "guest.done").write_text("done\n")
-    (tmp_path / "docker-preload.left").write_text("")
-    (tmp_path / "docker-load.log").write_text("open /x: no such file or directory\n")
-    (tmp_path / "docker-load.rc").write_text("1\n")
+    (tmp_path / "docker-load.log").write_text("tar: /x: Cannot open: No such file or directory\n")
+    (tmp_path / "docker-load.rc").write_text("2\n")
     result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
                                    runs={}, docker_image=image)
-    assert "did not load docker-image.tar" in result.problems()[0] and "no such file" in result.problems()[0]
+    assert "did not unpack its Docker data root docker-root.tar" in result.problems()[0]
+    assert "Cannot open" in result.problems()[0]
     (tmp_path / "docker-load.rc").write_text("0\n")
     assert result.problems() == []
 
 
 def test_the_guest_loads_the_image_only_once_the_host_says_it_is_whole_or_why_not(tmp_path):
-    """The preload's wait and load lines, run by a real sh: nothing happens before the host's
-    word; a failure's reason ends in docker-load.log with rc 125 (no docker load started)."""
-    image = tmp_path / "docker-image.tar"
+    """The preload's wait and unpack lines, run by a real sh: nothing happens before the host's
+    word; a failure's reason ends in docker-load.log with rc 125 (nothing unpacked)."""
+    image = tmp_path / "docker-root.tar"
     lines = vmharness.guest_script(tmp_path, [], docker_image=image).splitlines()
     wait = next(ln for ln in lines if ln.startswith("i=0; until [ -e"))
     load = next(ln for ln in lines if ln.startswith("if [ -e"))
-    assert f"docker load -i {image}" in load and lines.index(wait) < lines.index(load)
+    assert f"-xf {image}" in load and lines.index(wait) < lines.index(load)
     guest = subprocess.Popen(["sh", "-c", f"OUT={tmp_path}\n{wait}\n{load}"])
     try:
         time.sleep(2)
-        assert guest.poll() is None and not (tmp_path / "docker-load.rc").exists(), "loaded before the host's word"
+        assert guest.poll() is None and not (tmp_path / "docker-load.rc").exists(), "unpacked before the host's word"
         vmharness.mark_image(image, "debootstrap failed: no Debian mirror")
         assert guest.wait(timeout=30) == 0
     finally:
@@ -209,56 +210,10 @@ def test_the_guest_loads_the_image_only_once_the_host_says_it_is_whole_or_why_no
 def test_the_probe_is_written_before_anything_touches_the_guest(tmp_path):
     mods = tmp_path / "k" / "lib" / "modules" / KERNEL.release
     script = vmharness.guest_script(tmp_path, [vmharness.PytestRun("subset", ("tests",))], modules=mods,
-                                    docker_image=tmp_path / "docker-image.tar")
-    first_touch = min(script.index(s) for s in ("mount -t", "dockerd", "-m pytest"))
+                                    docker_image=tmp_path / "docker-root.tar")
+    first_touch = min(script.index(s) for s in ("mount -t", "tar -C", "-m pytest"))
     for probe in ("probe.uname", "probe.cgroup", "probe.mounts", "probe.controllers", "probe.subtree_control"):
         assert script.index(probe) < first_touch, probe
-
-
-def test_the_guest_dockerd_is_waited_for_and_stopped_within_bounds(tmp_path):
-    lines = vmharness.guest_script(tmp_path, [], docker_image=tmp_path / "i.tar").splitlines()
-    start_containerd = next(i for i, ln in enumerate(lines) if ln.startswith("containerd "))
-    start_dockerd = next(i for i, ln in enumerate(lines) if ln.startswith("dockerd "))
-    assert start_containerd < start_dockerd, "containerd is started, and waited for, before dockerd"
-    for name, what in (("containerd", f"[ -S {vmharness.GUEST_CONTAINERD} ]"), ("dockerd", "docker info")):
-        wait = next(ln for ln in lines if what in ln)
-        assert "[ $i -ge 300 ]" in wait and f"! alive ${name}_pid" in wait, f"stops waiting when {name} died"
-    stop = next(ln for ln in lines if ln.startswith("for pid in $dockerd_pid $containerd_pid"))
-    assert "[ $i -lt 30 ]" in stop and "kill -9 $pid" in stop
-
-
-def test_alive_tells_a_zombie_from_a_running_process(tmp_path):
-    # a child that died and was not waited for is a zombie, which kill -0 still finds
-    alive = next(ln for ln in vmharness.guest_script(tmp_path, [], docker_image=tmp_path / "i.tar").splitlines()
-                 if ln.startswith("alive()"))
-    running, dead = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["true"])
-    try:
-        while open(f"/proc/{dead.pid}/status").read().find("State:\tZ") < 0:
-            time.sleep(0.05)
-        probe = f"{alive}\nalive {running.pid} && echo running; alive {dead.pid} || echo zombie; kill -0 {dead.pid} && echo found"
-        out = subprocess.run(["sh", "-c", probe], capture_output=True, text=True, timeout=20).stdout.split()
-    finally:
-        running.kill()
-        running.wait()
-        dead.wait()
-    assert out == ["running", "zombie", "found"], out
-
-
-def test_a_preload_that_left_an_engine_or_changed_the_root_fails_the_boot(tmp_path):
-    image = tmp_path / "docker-image.tar"
-    write_v2_probe(tmp_path)
-    (tmp_path / "guest.done").write_text("done\n")
-    (tmp_path / "docker-load.rc").write_text("0\n")
-    result = vmharness.GuestResult(KERNEL, tmp_path, vng_rc=0, seconds=1.0, probe=vmharness.read_probe(tmp_path),
-                                   runs={}, docker_image=image)
-    assert "its check did not run" in result.problems()[0]
-    (tmp_path / "docker-preload.left").write_text("containerd (pid 412) still runs\n")
-    assert "containerd (pid 412) still runs" in result.problems()[0]
-    (tmp_path / "docker-preload.left").write_text("")
-    assert result.problems() == []
-    # the check itself compares the root's subtree_control with the probe's and looks for engines
-    script = vmharness.guest_script(tmp_path, [], docker_image=image)
-    assert 'cat "$OUT/probe.subtree_control"' in script and "dockerd|containerd*)" in script
 
 
 def test_apparmor_is_turned_off_only_for_a_boot_with_the_docker_engine(tmp_path):

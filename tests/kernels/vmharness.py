@@ -37,14 +37,12 @@ KERNELS_DIR = Path(os.environ.get("AGENTCGROUP_KERNELS_DIR", "/var/lib/agentcgro
 KERNELS_INDEX = KERNELS_DIR / "index"
 #: every series hostsetup.sh can provide; `vm` installs 6.12, `vm-kernels` all three
 SERIES = ("6.1", "6.12", "7.3")
-#: the socket of the containerd the guest's image preload starts for its dockerd
-GUEST_CONTAINERD = "/run/agentcgroup-containerd/containerd.sock"
 #: where each pytest run keeps its scratch inside the guest (the guest's /tmp is a throw-away overlay)
 GUEST_TMP = "/tmp/agentcgroup-vm"
 #: how long the guest waits for the kernel headers' tarball the host writes while it boots
 HEADERS_WAIT_S = 300
-#: how long the guest's preload waits for the host to finish the image it saves while the guest
-#: boots (a cold debootstrap and save on a loaded host took ~3.5 min)
+#: how long the guest's preload waits for the host to finish the image's data root it makes while
+#: the guest boots (a cold debootstrap and save on a loaded host took ~3.5 min)
 IMAGE_WAIT_S = 900
 #: a boot's limit, boot to power-off: the slowest full boot measured (6.1 with the docker cases,
 #: 1393 s under software emulation on a shared 2-core host) and ~1300 s to spare for a loaded host
@@ -204,8 +202,8 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
     the guest's /lib/modules/<release> (a tmpfs over the guest's /lib/modules) unless vng already
     did; the probe then says whether bcc finds the headers there. `headers`: a tarball of those
     headers (write_headers) unpacked into the guest's RAM and used instead of the 9p share's.
-    `docker_image`: a `docker save` tarball the guest's Docker engine loads before the runs (see
-    _docker_preload)."""
+    `docker_image`: a tarball of a Docker data root holding the project's image, unpacked for the
+    guest's Docker engine before the runs (see _docker_preload)."""
     q = shlex.quote
     lines = [
         "#!/bin/sh",
@@ -330,56 +328,29 @@ def _write_headers_for_guest(modules: Path, headers: Path) -> None:
 
 def _docker_preload(image: Path) -> list[str]:
     """Guest commands giving the guest's Docker engine the project's image, which it cannot build
-    (no network for debootstrap): dockerd's data on a tmpfs (the guest's /var is an overlay over
-    the host's, where overlay2 cannot stack and the host's own images must not show), a dockerd of
-    the guest's own started to `docker load` the host's tarball and stopped again, so that the one
-    the plugin starts (in the session's cgroups) finds the image. The load waits for the host's
-    word that the tarball is whole (mark_image: the host saves it while the guest boots and starts
-    its engine). docker-load.rc and .log say how it went (GuestResult.problems). docker-preload.left then lists what the preload left behind (a
-    dockerd/containerd still running, the root's cgroup.subtree_control changed): empty when clean.
+    (no network for debootstrap): `image` is a tarball of a Docker data root holding it, made on the
+    host while the guest boots (tests/kernels/dataroot.py: a dockerd of the host's own loaded it,
+    in seconds; the guest's own `docker load` took 4-5 min of emulation on a loaded host), unpacked
+    into a tmpfs at the guest's /var/lib/docker (its /var is an overlay over the host's, where
+    overlay2 cannot stack and the host's own images must not show), where the dockerd the plugin
+    starts finds the image. The unpacking waits for the host's word that the tarball is whole
+    (mark_image). docker-load.rc and .log say how it went (GuestResult.problems).
 
     The host's /etc/docker is hidden in the guest (a daemon.json there, e.g. a data-root, would
-    apply to both guest dockerds) and the data root is named explicitly. The tmpfs is capped at 1G:
-    the image (~260 MB loaded) plus the hostile cases' few small containers; tmpfs pages cost guest
-    RAM (2G) only as written."""
+    apply to the guest's dockerd). The tmpfs is capped at 1G: the image (~260 MB unpacked) plus the
+    hostile cases' few small containers; tmpfs pages cost guest RAM (2G) only as written."""
     img = shlex.quote(str(image))
     ready, failed = (shlex.quote(str(m)) for m in image_markers(image))
     return [
         "[ ! -d /etc/docker ] || mount -t tmpfs -o mode=0755,size=1M agentcgroup-etc-docker /etc/docker",
         "mkdir -p /var/lib/docker && mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker",
         ": >\"$OUT/docker-load.log\"",
-        # alive PID: running, not a zombie (a dead child stays one until it is waited for)
-        "alive() { s=$(sed -n 's/^State:[[:space:]]*\\(.\\).*/\\1/p' /proc/$1/status 2>/dev/null); "
-        '[ -n "$s" ] && [ "$s" != Z ]; }',
-        # containerd first, waited for by us: a dockerd that starts its own gives up on it after a
-        # few seconds, and a cold containerd under emulation on a busy host took longer than that
-        # (dockerd then exited, and every docker case of the subset failed). Up to 300 s for each
-        # to answer (software emulation), not a moment after it died.
-        f"containerd --root /var/lib/docker/containerd --address {GUEST_CONTAINERD} "
-        '>>"$OUT/docker-load.log" 2>&1 &',
-        "containerd_pid=$!",
-        f"i=0; until [ -S {GUEST_CONTAINERD} ] || [ $i -ge 300 ] || ! alive $containerd_pid; do "
-        "sleep 1; i=$((i + 1)); done",
-        f"dockerd --containerd {GUEST_CONTAINERD} --data-root /var/lib/docker --bridge=none --iptables=false "
-        '--ip-masq=false --exec-opt native.cgroupdriver=cgroupfs >>"$OUT/docker-load.log" 2>&1 &',
-        "dockerd_pid=$!",
-        "i=0; until docker info >/dev/null 2>&1 || [ $i -ge 300 ] || ! alive $dockerd_pid; do "
-        "sleep 1; i=$((i + 1)); done",
-        # the host saves the image while the guest boots: loaded once it says it is whole
+        # the host makes the data root while the guest boots: unpacked once it says it is whole
         f"i=0; until [ -e {ready} ] || [ -e {failed} ] || [ $i -ge {IMAGE_WAIT_S} ]; do sleep 1; i=$((i + 1)); done",
-        f'if [ -e {ready} ]; then docker load -i {img} >>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"; '
+        f"if [ -e {ready} ]; then tar -C /var/lib/docker --xattrs --xattrs-include='*' -xf {img} "
+        '>>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"; '
         f'else echo "no image from the host after $i s: $(cat {failed} 2>/dev/null)" >>"$OUT/docker-load.log"; '
         'echo 125 >"$OUT/docker-load.rc"; fi',
-        # each stopped within 30 s, else killed: a hung shutdown must not hold the boot to its timeout
-        "for pid in $dockerd_pid $containerd_pid; do kill $pid; i=0; while alive $pid && [ $i -lt 30 ]; do "
-        "sleep 1; i=$((i + 1)); done; kill -9 $pid 2>/dev/null; wait $pid; done",
-        # what it left: an engine still running, or a change to the root's controllers
-        ": >\"$OUT/docker-preload.left\"",
-        "for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case $c in dockerd|containerd*) "
-        "echo \"$c (pid ${p#/proc/}) still runs\";; esac; done >>\"$OUT/docker-preload.left\"",
-        '[ "$(cat /sys/fs/cgroup/cgroup.subtree_control)" = "$(cat "$OUT/probe.subtree_control")" ] || '
-        'echo "/sys/fs/cgroup/cgroup.subtree_control changed: $(cat "$OUT/probe.subtree_control") -> '
-        '$(cat /sys/fs/cgroup/cgroup.subtree_control)" >>"$OUT/docker-preload.left"',
     ]
 
 
@@ -594,7 +565,7 @@ class GuestResult:
     seconds: float               # boot to power-off, wall clock on the host
     probe: Probe
     runs: dict[str, RunOutcome]
-    docker_image: Path | None = None     # the tarball the guest was to `docker load` (None: none given)
+    docker_image: Path | None = None     # the data root's tarball the guest was to unpack (None: none given)
 
     def problems(self) -> list[str]:
         """Everything that keeps this boot from counting as a pass, most basic first."""
@@ -608,14 +579,9 @@ class GuestResult:
         out += self.probe.problems(self.kernel)
         if self.docker_image is not None and (_read(self.out / "docker-load.rc") or "").strip() != "0":
             tail = (_read(self.out / "docker-load.log") or "(no log)").rstrip().splitlines()[-10:]
-            out.append(f"the guest's dockerd did not load {self.docker_image.name} (docker-load.rc "
+            out.append(f"the guest did not unpack its Docker data root {self.docker_image.name} (docker-load.rc "
                        f"{(_read(self.out / 'docker-load.rc') or 'missing').strip()}); end of docker-load.log:\n"
                        + "\n".join(tail))
-        if self.docker_image is not None:
-            left = _read(self.out / "docker-preload.left")
-            if left is None or left.strip():
-                out.append("the guest's image preload did not leave the guest as it found it: "
-                           + (left.strip() if left is not None else "no docker-preload.left (its check did not run)"))
         for run in self.runs.values():
             out += run.problems()
         return out
@@ -657,8 +623,8 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
          timeout_s: float = BOOT_TIMEOUT_S, docker_image: Path | None = None, nice: int = 0,
          local_headers: bool = False) -> GuestResult:
     """Boot `kernel`, run `runs` in it, and read back what the guest wrote into `out`.
-    `docker_image`: a `docker save` tarball inside `out` for the guest's Docker engine, loaded
-    once mark_image() says it is whole (the caller may still be writing it while the guest boots).
+    `docker_image`: a Docker data root's tarball inside `out` for the guest's Docker engine,
+    unpacked once mark_image() says it is whole (the caller may still be writing it while the guest boots).
     `nice`: the VM's priority on the host (run_killable). `local_headers`: the kernel's headers
     copied into the guest's RAM first (write_headers), for runs that compile many BPF programs."""
     qemu_for_host()
