@@ -124,7 +124,8 @@ def test_an_edit_larger_than_one_argument_is_applied_whole_and_one_beyond_arg_ma
     and arrives whole; one beyond what a program's arguments can carry is refused, naming its size."""
     from pytest_agentcgroup.replay.executors.base import EDIT_ARGV_MAX, MAX_ARG_STRLEN
     big = f"{REPO_PATH}/big.txt"
-    text = ("é€😀 line\n" * (3 * MAX_ARG_STRLEN // 16))[: 3 * MAX_ARG_STRLEN // 4]     # ~390 KB of UTF-8
+    text = "é€😀 line\n" * 30000                   # 450 KB of UTF-8: four arguments
+    assert len(text.encode()) > 3 * MAX_ARG_STRLEN
     digest = __import__("hashlib").sha256(text.encode()).hexdigest()
     recs = run_sandbox(tree, [
         edit(0, "create", big, file_text=text),

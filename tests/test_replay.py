@@ -205,6 +205,20 @@ def test_a_command_no_program_can_be_given_is_refused_with_the_reason():
         check_command(bash(0, "echo a\0b"))
 
 
+def test_an_edit_is_cut_into_arguments_between_characters_and_joins_back_whole():
+    from pytest_agentcgroup.replay.executors.base import argv_pieces
+    text = "a" + "é€😀" * 40 + "z"                    # 1- to 4-byte characters
+    stray = "x\udc80\udcff" * 9 + "😀"                # and bytes that are no character (surrogateescape)
+    for limit in range(4, 12):
+        pieces = argv_pieces(text, limit)
+        assert all(0 < len(p) <= limit for p in pieces)
+        assert "".join(p.decode("utf-8") for p in pieces) == text, "each piece is whole characters"
+        pieces = argv_pieces(stray, limit)
+        assert all(0 < len(p) <= limit for p in pieces)
+        assert "".join(p.decode("utf-8", "surrogateescape") for p in pieces) == stray
+    assert argv_pieces("") == [b""]
+
+
 _MOUNT_AND_WAIT = """
 import sys, time
 from pytest_agentcgroup.replay import SandboxExecutor

@@ -14,11 +14,11 @@ def test_the_data_root_made_on_the_host_serves_the_image_to_a_dockerd_that_never
     name = agentcgroup_docker.ensure_image()
     tar = dataroot.write_data_root(agentcgroup_docker, name, tmp_path / "docker-root.tar")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["docker-root.tar", "docker-root.tar.dockerd.log"], \
-        "the private engine's data root is removed once tarred"
+        "only the tarball and the log come out; the private engine's data root is gone"
     with tarfile.open(tar) as t:
         assert {m.name.split("/")[0] for m in t.getmembers()} == set(dataroot.KEPT)
     unpacked = tmp_path / "var-lib-docker"           # as the guest does, into an empty directory
-    unpacked.mkdir()
+    unpacked.mkdir(mode=0o700)
     subprocess.run(["tar", "-C", str(unpacked), "--xattrs", "--xattrs-include=*", "-xf", str(tar)], check=True,
                    timeout=300)
     with dataroot.private_dockerd(unpacked, log=tmp_path / "reader.log") as client:

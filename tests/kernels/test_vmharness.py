@@ -3,6 +3,7 @@ a run that did not happen, did not run tests, or ran on anything but pure cgroup
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -172,8 +173,9 @@ def test_a_docker_data_root_the_guest_did_not_unpack_fails_the_boot(tmp_path):
     script = vmharness.guest_script(tmp_path, [], docker_image=image)
     assert "mount -t tmpfs -o mode=0711,size=1G agentcgroup-docker /var/lib/docker" in script
     assert f"tar -C /var/lib/docker --xattrs --xattrs-include='*' -xf {image}" in script
-    assert script.index("-xf") < script.index("guest.done") and "dockerd" not in script, \
-        "the data root is unpacked, and the one dockerd is the plugin's"
+    assert script.index("-xf") < script.index("guest.done")
+    assert "dockerd --" not in script and "docker load" not in script and "containerd --" not in script, \
+        "the data root is unpacked: the one dockerd is the plugin's"
     write_v2_probe(tmp_path)
     (tmp_path / "guest.done").write_text("done\n")
     (tmp_path / "docker-load.log").write_text("tar: /x: Cannot open: No such file or directory\n")
@@ -330,15 +332,21 @@ def _kernel_with_config(tmp_path: Path, line: str) -> vmharness.Kernel:
 
 
 def test_the_root_goes_over_virtio_fs_only_where_the_kernel_has_it_built_in(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    assert vmharness.root_share(_kernel_with_config(tmp_path / "m", "CONFIG_VIRTIO_FS=m"), out) == (None, ["--force-9p"])
-    shim, options = vmharness.root_share(_kernel_with_config(tmp_path / "y", "CONFIG_VIRTIO_FS=y"), out)
+    assert vmharness.root_share(_kernel_with_config(tmp_path / "m", "CONFIG_VIRTIO_FS=m")) == (None, ["--force-9p"])
+    shim, options = vmharness.root_share(_kernel_with_config(tmp_path / "y", "CONFIG_VIRTIO_FS=y"))
     assert options == []
     if vmharness.VIRTIOFSD_C.exists():       # qemu 7.2's C daemon: the shim, first on vng's PATH
-        assert shim and (Path(shim) / "virtiofsd").resolve() == vmharness.VIRTIOFS_SHIM
+        try:
+            assert (shim / "virtiofsd").resolve() == vmharness.VIRTIOFS_SHIM
+            # host root runs what vng finds there: a directory of its own, not the guest's writable one
+            assert shim.stat().st_mode & 0o077 == 0 and shim.stat().st_uid == os.geteuid()
+        finally:
+            shutil.rmtree(shim)
     else:                                    # vng finds a Rust daemon itself, or takes 9p
         assert shim is None
+    # the verdict says which the guest got
+    (tmp_path / "probe.mounts").write_text("ROOTFS / virtiofs ro,relatime 0 0\ncgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n")
+    assert vmharness.read_probe(tmp_path).root_fs == "virtiofs"
 
 
 @pytest.mark.vm

@@ -3,12 +3,16 @@
 # qemu-system-common: /usr/lib/qemu/virtiofsd). vng speaks the Rust daemon's options and falls back
 # to 9p when the C one refuses them; under software emulation 9p without a cache costs a host round
 # trip per lookup and read (a Python import of the plugin: 24 s over 9p, 11 s over virtio-fs).
-# vmharness.py puts this first on vng's PATH, named `virtiofsd`, where no Rust daemon is installed.
+# vmharness.py (root_share) puts a link to this first on vng's PATH, named `virtiofsd`, wherever
+# qemu ships the C daemon.
 #
 # vng: `virtiofsd --syslog --no-announce-submounts [--readonly] --socket-path S --shared-dir D
-# --sandbox none --cache C &`, then it waits for S.pid. The C daemon has no read-only mode, so a
-# read-only export is a read-only recursive bind of D in a mount namespace of its own; the daemon
-# chroots into it.
+# --sandbox none --cache C &`, then it waits ~3 s for S.pid and SIGTERMs that pid when it ends.
+# The C daemon has no read-only mode, so a read-only export is a read-only recursive bind of D in
+# a mount namespace of its own (private: the host's unmounts do not reach it while the VM runs);
+# the daemon chroots into it.
+PATH=/usr/sbin:/usr/bin:/sbin:/bin     # runs as root: only the system's programs
+export PATH
 set -u
 case "${1:-}" in
     --version) echo "virtiofsd (tests/kernels/virtiofsd.sh over qemu's C daemon)"; exit 0;;
@@ -50,15 +54,17 @@ else
     ' sh "$root" "$daemon" "$sock" "$cache" "$dir" &
     pid=$!
 fi
+# within vng's wait (0.1 + 0.2 + 0.4 + 0.8 + 1.6 s): later, it has taken 9p and never connects
 i=0
-while [ ! -S "$sock" ] && [ $i -lt 100 ] && kill -0 $pid 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+while [ ! -S "$sock" ] && [ $i -lt 50 ] && kill -0 $pid 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
 if [ -S "$sock" ]; then
     echo $pid >"$sock.pid"           # vng waits for it, and signals that pid when it ends
 else
-    say "$daemon did not make $sock (vng falls back to 9p)"
+    say "$daemon did not make $sock within 2.5 s (vng falls back to 9p)"
     kill $pid 2>/dev/null
 fi
 wait $pid
 rc=$?
+rm -f "$sock.pid"                    # the pid is gone: vng must not signal whoever gets it next
 [ -z "$root" ] || rmdir "$root"
 exit $rc

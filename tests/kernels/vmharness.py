@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -151,24 +153,24 @@ def vng_path() -> Path | None:
     return Path(found) if found else None
 
 
-def root_share(kernel: Kernel, out: Path) -> tuple[str | None, list[str]]:
-    """How the guest gets the host's root: (a directory for the front of vng's PATH, vng options).
-    Under emulation 9p without a cache costs a host round trip per lookup and read (measured in a
-    6.12 guest: 20,000 stat() 15 s over 9p, 1.9 s over virtio-fs; importing the plugin 24 s, 11 s).
-    virtio-fs needs the kernel to have it built in (the root is mounted before any module loads) and
-    a daemon: vng speaks the options of the Rust virtiofsd, and where qemu ships its C one (7.2,
-    Debian 12), virtiofsd.sh translates them (a link named `virtiofsd` in `out`/vng-bin, which vng
-    finds on PATH first). Without the C one vng finds a Rust daemon itself or falls back to 9p."""
+def root_share(kernel: Kernel) -> tuple[Path | None, list[str]]:
+    """How the guest gets the host's root: (a directory for the front of vng's PATH, to be removed
+    after the boot; vng options). Under emulation 9p without a cache costs a host round trip per
+    lookup and read (measured in a 6.12 guest: 20,000 stat() 15 s over 9p, 1.9 s over virtio-fs;
+    importing the plugin 24 s, 11 s). virtio-fs needs the kernel to have it built in (the root is
+    mounted before any module loads) and a daemon: vng speaks the options of the Rust virtiofsd,
+    and where qemu ships its C one (7.2, Debian 12), virtiofsd.sh translates them: a link to it
+    named `virtiofsd` in a new root-only directory, which vng finds on PATH first (never in the
+    guest's writable directory: host root runs what it finds there). Without the C one vng finds a
+    Rust daemon itself or falls back to 9p."""
     config = kernel.vmlinuz.parent / f"config-{kernel.release}"
     if "CONFIG_VIRTIO_FS=y" not in (_read(config) or "").splitlines():
         return None, ["--force-9p"]
     if not (os.access(VIRTIOFSD_C, os.X_OK) and "source=" in _help_of(VIRTIOFSD_C)):
         return None, []
-    shim = out / "vng-bin" / "virtiofsd"
-    shim.parent.mkdir(exist_ok=True)
-    if not shim.is_symlink():
-        shim.symlink_to(VIRTIOFS_SHIM)
-    return str(shim.parent), []
+    shim = Path(tempfile.mkdtemp(prefix="agentcgroup-vng-"))
+    (shim / "virtiofsd").symlink_to(VIRTIOFS_SHIM)
+    return shim, []
 
 
 def _help_of(program: Path) -> str:
@@ -227,8 +229,8 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
     ]
     for run in runs:
         tmp = f"{GUEST_TMP}/{run.name}"
-        # a user can neither read the host's out directory (a pytest tmp_path: 0700 root) nor write
-        # it (9p): root copies it in (arguments naming files in it follow), the user writes in its
+        # a user can neither read nor write the host's out directory (a pytest tmp_path: 0700
+        # root): root copies it in (arguments naming files in it follow), the user writes in its
         # tmp, and root copies that back
         written = f"{tmp}/out" if run.user else str(out)
         args = [a.replace(str(out), f"{tmp}/in", 1) if run.user and a.startswith(str(out)) else a
@@ -351,6 +353,9 @@ def _docker_preload(image: Path) -> list[str]:
         '>>"$OUT/docker-load.log" 2>&1; echo $? >"$OUT/docker-load.rc"; '
         f'else echo "no image from the host after $i s: $(cat {failed} 2>/dev/null)" >>"$OUT/docker-load.log"; '
         'echo 125 >"$OUT/docker-load.rc"; fi',
+        # the engine's binaries read once into the page cache: the dockerd the plugin starts then
+        # starts its containerd warm (a dockerd gives up on a containerd slow to come up)
+        'for p in containerd dockerd; do f=$(command -v $p) && cat "$f" >/dev/null; done',
     ]
 
 
@@ -637,8 +642,8 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
     script.write_text(guest_script(out, runs, modules=kernel.modules, docker_image=docker_image, headers=headers))
     # vng runs `virtme-run` by name, so its own bin directory goes first on PATH (after the
     # virtio-fs shim's, if any)
-    shim, share = root_share(kernel, out)
-    env = {**_ENVIRON, "PATH": ":".join(p for p in (shim, str(vng.parent), _ENVIRON.get("PATH", "/usr/bin:/bin")) if p)}
+    shim, share = root_share(kernel)
+    env = {**_ENVIRON, "PATH": ":".join(str(p) for p in (shim, vng.parent, _ENVIRON.get("PATH", "/usr/bin:/bin")) if p)}
     argv = vng_argv(vng, kernel, out, script, memory=memory, cpus=cpus, docker=docker_image is not None) + share
     start, writer = time.monotonic(), None
     try:
@@ -649,6 +654,8 @@ def boot(kernel: Kernel, out: Path, runs: list[PytestRun], *, memory: str = "2G"
             rc = run_killable(argv, timeout_s=timeout_s, nice=nice, cwd=out, env=env, stdout=console,
                               stderr=subprocess.STDOUT)
     finally:
+        if shim:
+            shutil.rmtree(shim, ignore_errors=True)
         if writer:                           # unpacked by now (or never wanted: a guest that died early)
             writer.join()
         if headers:
@@ -707,7 +714,6 @@ def kill_running() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import tempfile
     parser = argparse.ArgumentParser(description="Run pytest on this checkout in a pure cgroup v2 VM.")
     parser.add_argument("series", choices=SERIES)
     parser.add_argument("args", nargs="+", help="test paths (relative to the checkout) and pytest options")

@@ -130,7 +130,11 @@ def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
     if "\0" in text:
         raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} contains a NUL byte, "
                           "which no argument can carry; not applied")
-    pieces = argv_pieces(text)
+    try:
+        pieces = argv_pieces(text)
+    except UnicodeEncodeError:          # a lone surrogate (a cut emoji) no program's argument can carry
+        raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} is not encodable as "
+                          "UTF-8 (a lone surrogate); not applied") from None
     size = sum(len(p) + 1 for p in pieces)
     if size > EDIT_ARGV_MAX:
         raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} is {size:,} bytes as JSON, "
@@ -176,9 +180,11 @@ PATH_MAX = 4096
 # The kernel copies at most MAX_ARG_STRLEN bytes (32 pages, NUL included) of any one argv string
 # into a new program; the command is one (the shell's `-c` argument), so longer cannot start.
 MAX_ARG_STRLEN = 32 * 4096
-# What an edit's arguments may take in all: ARG_MAX (a quarter of the stack limit, which the step
-# inherits) less 256 KiB for the environment, the editor's source and the sandbox's own arguments
-EDIT_ARGV_MAX = max(os.sysconf("SC_ARG_MAX"), 128 * 1024) - 256 * 1024
+# What an edit's arguments may take in all: what the kernel lets argv and the environment take (a
+# quarter of the stack limit, which the step inherits; at least 128 KiB, at most 6 MiB) less
+# 256 KiB for the environment, the editor's source and the wrappers' own arguments; never less
+# than one argument's worth
+EDIT_ARGV_MAX = max(min(max(os.sysconf("SC_ARG_MAX"), 128 * 1024), 6 << 20) - 256 * 1024, MAX_ARG_STRLEN)
 
 
 def clean_path(path) -> str | None:
