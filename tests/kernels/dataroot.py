@@ -1,7 +1,7 @@
 """The project's Docker image as a Docker data root for the VM guest's engine, made on the host.
 
 The guest has no network to build the image, and its own `docker load` of the host's `docker save`
-took 4-5 minutes of emulation on a loaded host (dockerd unpacking and hashing the layer). Here a
+took minutes of emulation on a loaded host (dockerd unpacking and hashing the layer). Here a
 dockerd of its own on the host loads the host engine's `docker save` stream, is stopped, and its
 data root's image store and layers are tarred: the guest unpacks that as its /var/lib/docker, where
 the dockerd the plugin starts in the guest finds them (both run the host's dockerd binary, the

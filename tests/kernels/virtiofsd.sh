@@ -2,7 +2,7 @@
 # `virtiofsd` as vng (virtme-ng) calls it, served by qemu 7.2's C daemon (Debian 12's
 # qemu-system-common: /usr/lib/qemu/virtiofsd). vng speaks the Rust daemon's options and falls back
 # to 9p when the C one refuses them; under software emulation 9p without a cache costs a host round
-# trip per lookup and read (a Python import of the plugin: 24 s over 9p, 11 s over virtio-fs).
+# trip per lookup and read.
 # vmharness.py (root_share) puts a link to this first on vng's PATH, named `virtiofsd`, wherever
 # qemu ships the C daemon.
 #

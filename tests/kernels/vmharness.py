@@ -156,8 +156,7 @@ def vng_path() -> Path | None:
 def root_share(kernel: Kernel) -> tuple[Path | None, list[str]]:
     """How the guest gets the host's root: (a directory for the front of vng's PATH, to be removed
     after the boot; vng options). Under emulation 9p without a cache costs a host round trip per
-    lookup and read (measured in a 6.12 guest: 20,000 stat() 15 s over 9p, 1.9 s over virtio-fs;
-    importing the plugin 24 s, 11 s). virtio-fs needs the kernel to have it built in (the root is
+    lookup and read (a Python import took twice as long over 9p as over virtio-fs). virtio-fs needs the kernel to have it built in (the root is
     mounted before any module loads) and a daemon: vng speaks the options of the Rust virtiofsd,
     and where qemu ships its C one (7.2, Debian 12), virtiofsd.sh translates them: a link to it
     named `virtiofsd` in a new root-only directory, which vng finds on PATH first (never in the
@@ -332,7 +331,7 @@ def _docker_preload(image: Path) -> list[str]:
     """Guest commands giving the guest's Docker engine the project's image, which it cannot build
     (no network for debootstrap): `image` is a tarball of a Docker data root holding it, made on the
     host while the guest boots (tests/kernels/dataroot.py: a dockerd of the host's own loaded it,
-    in seconds; the guest's own `docker load` took 4-5 min of emulation on a loaded host), unpacked
+    in seconds; the guest's own `docker load` took minutes of emulation on a loaded host), unpacked
     into a tmpfs at the guest's /var/lib/docker (its /var is an overlay over the host's, where
     overlay2 cannot stack and the host's own images must not show), where the dockerd the plugin
     starts finds the image. The unpacking waits for the host's word that the tarball is whole
