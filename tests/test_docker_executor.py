@@ -186,6 +186,7 @@ def test_a_build_waits_for_the_one_under_way_and_takes_its_image(agentcgroup_doc
     finally:
         if engine.has_image(name):
             engine.client.images.remove(name)
+        (engine.state_dir / image_lock_file(name)).unlink(missing_ok=True)     # a name of this run only
 
 
 def test_images_clean_removes_a_project_image_and_is_silent_when_none_is_left(agentcgroup_docker):
