@@ -5,7 +5,8 @@ applies the recorded edit as that tool would, as the step's own unprivileged use
 step's own sandbox (a previous step may have made any path of the workspace a symlink to anything:
 resolved in there, it reaches only what the step could reach anyway), so this is a script on its
 own: the executors pass its source to the sandbox's `python3 -I -S -c`, then the edit as JSON, cut
-into as many arguments as the kernel needs (at most 128 KiB each), joined here. Standard library only, and Python 3.6 syntax (a task's image may have an old python3).
+into as many arguments as the kernel needs (at most 128 KiB each), joined here. Standard library
+only, and Python 3.6 syntax (a task's image may have an old python3).
 
     {"op": "create" | "str_replace" | "insert" | "undo_edit", "path": "/abs/file",
      "file_text": ..., "old_str": ..., "new_str": ..., "insert_line": N, "history": "/dir"}

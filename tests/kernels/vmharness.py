@@ -156,8 +156,8 @@ def vng_path() -> Path | None:
 def root_share(kernel: Kernel) -> tuple[Path | None, list[str]]:
     """How the guest gets the host's root: (a directory for the front of vng's PATH, to be removed
     after the boot; vng options). Under emulation 9p without a cache costs a host round trip per
-    lookup and read (a Python import took twice as long over 9p as over virtio-fs). virtio-fs needs the kernel to have it built in (the root is
-    mounted before any module loads) and a daemon: vng speaks the options of the Rust virtiofsd,
+    lookup and read. virtio-fs needs the kernel to have it built in (the root is mounted before
+    any module loads) and a daemon: vng speaks the options of the Rust virtiofsd,
     and where qemu ships its C one (7.2, Debian 12), virtiofsd.sh translates them: a link to it
     named `virtiofsd` in a new root-only directory, which vng finds on PATH first (never in the
     guest's writable directory: host root runs what it finds there). Without the C one vng finds a
@@ -202,7 +202,7 @@ def guest_script(out: Path, runs: list[PytestRun], repo: Path = REPO, modules: P
     guest's /tmp, results in `out`. `modules`: the kernel's unpacked lib/modules/<release>, put at
     the guest's /lib/modules/<release> (a tmpfs over the guest's /lib/modules) unless vng already
     did; the probe then says whether bcc finds the headers there. `headers`: a tarball of those
-    headers (write_headers) unpacked into the guest's RAM and used instead of the 9p share's.
+    headers (write_headers) unpacked into the guest's RAM and used instead of the shared root's.
     `docker_image`: a tarball of a Docker data root holding the project's image, unpacked for the
     guest's Docker engine before the runs (see _docker_preload)."""
     q = shlex.quote
