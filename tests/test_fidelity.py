@@ -315,3 +315,38 @@ def test_without_a_peak_the_gate_is_not_checked_rather_than_failed():
     assert fidelity.exit_code(res, 0) == fidelity.EXIT_OK and "gate PASSED" in fidelity.format_report(res)
     rows[0]["emulated"]["peak_mb"]["met"] = False
     assert fidelity.exit_code(fidelity.result(rows, (0.0,) * 3, (0.0,) * 3, 1), 0) == fidelity.EXIT_GOALS_MISSED
+
+
+@pytest.mark.root
+def test_a_replay_the_hypervisor_disturbed_is_run_again_within_its_budget(monkeypatch):
+    # steal cannot be caused on demand: the (steal, all) tick counters are fed in, the emulations are real
+    from pytest_agentcgroup.metrics import fidelity
+    from pytest_agentcgroup.profile import fidelity as fidelity_run
+    trace = Trace("t/stolen", {}, (curve_step([(0, 2), (20, 2)], 30.0),))
+
+    def counters(stolen_replays):
+        # read at the start, before and after each replay, at the end: replay n is between reads 2n and 2n+1
+        reads = iter(range(1, 100))
+        state = {"steal": 0, "all": 0}
+
+        def ticks():
+            n = next(reads)
+            state["all"] += 1000
+            if n % 2 == 1 and n >= 3 and (n - 1) // 2 in stolen_replays:
+                state["steal"] += 50        # 5 % of the CPUs' time over that replay
+            return state["steal"], state["all"]
+        return ticks
+
+    monkeypatch.setattr(fidelity_run, "cpu_ticks", counters({1}))
+    em = fidelity_run.emulate([trace], repeat=2)
+    assert (em.replays, em.disturbed, em.disturbed_kept) == (3, 1, 0)
+    assert em.rows[0]["repeats"] == 2 and not em.rows[0].get("failed"), em.rows
+    res = fidelity.result(em.rows, (0.0,) * 3, (0.0,) * 3, 2, em.exit_tail_ms, em.host())
+    assert "1 of 3 trace replay(s) had steal above 1%: 1 run again (" in fidelity.format_report(res)
+
+    monkeypatch.setattr(fidelity_run, "cpu_ticks", counters(set(range(1, 50))))
+    em = fidelity_run.emulate([trace], repeat=2)
+    # two replays run again (the budget: as many as the repetitions), then two kept and said so
+    assert (em.replays, em.disturbed, em.disturbed_kept) == (4, 4, 2) and em.rows[0]["repeats"] == 2
+    res = fidelity.result(em.rows, (0.0,) * 3, (0.0,) * 3, 2, em.exit_tail_ms, em.host())
+    assert "4 of 4 trace replay(s) had steal above 1%: 2 run again, 2 kept" in fidelity.format_report(res)

@@ -60,7 +60,7 @@ def cmd_fidelity(args) -> int:
     except ExecutorUnavailable as exc:        # the emulator cannot be built here (no compiler, ...)
         print(f"agentcgroup traces fidelity: {exc}", file=sys.stderr)
         return fidelity.EXIT_BAD_INPUT
-    res = fidelity.result(em.rows, before, os.getloadavg(), args.repeat, em.exit_tail_ms, em.cpu_wait_pct)
+    res = fidelity.result(em.rows, before, os.getloadavg(), args.repeat, em.exit_tail_ms, em.host())
     if res["gate"]["unmeasured"]:
         print("agentcgroup traces fidelity: this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+): "
               "peaks are not compared and the gate cannot be checked here", file=sys.stderr)

@@ -116,9 +116,11 @@ def worst(rows: list[dict], n: int = 5) -> list[dict]:
 
 
 def result(rows: list[dict], load_before, load_after, repeat: int, exit_tail_ms: float | None = None,
-           cpu_wait_pct: float | None = None) -> dict:
+           host: dict | None = None) -> dict:
+    """The whole comparison as one dict (`--json`); `host` holds what was measured of the host
+    meanwhile (profile/fidelity.py Emulated.host(): CPU wait, steal, replays run again)."""
     return {"goals": {m: {"relative_pct": 100 * rel, "floor": floor} for m, (rel, floor) in GOALS.items()},
-            "repeat": repeat, "emulator_exit_ms": exit_tail_ms, "cpu_wait_pct": cpu_wait_pct,
+            "repeat": repeat, "emulator_exit_ms": exit_tail_ms, **(host or {}),
             "load_avg_before": list(load_before), "load_avg_after": list(load_after),
             "cpus": os.cpu_count(), "emulated": distribution(rows, "emulated"),
             "original": distribution(rows, "original"), "gate": gate(rows), "worst": worst(rows), "steps": rows}
@@ -136,13 +138,22 @@ def _table(dist: dict) -> list[str]:
     return lines
 
 
+def contention(res: dict) -> str:
+    """What was measured of the host's CPUs during the replays, in one clause."""
+    wait, steal = res.get("cpu_wait_pct"), res.get("steal_pct")
+    out = ["CPU wait not measured (no PSI)" if wait is None else f"some task waited for a CPU {wait:.1f}% of the time",
+           "steal not measured" if steal is None else f"the hypervisor took {steal:.1f}% of the CPUs' time (steal)"]
+    if res.get("disturbed"):
+        kept = res["disturbed_kept"]
+        out.append(f"{res['disturbed']} of {res['replays']} trace replay(s) had steal above {res['steal_limit_pct']:g}%: "
+                   f"{res['disturbed'] - kept} run again" + (f", {kept} kept (the re-run budget spent)" if kept else ""))
+    return "; ".join(out)
+
+
 def format_report(res: dict) -> str:
     lb, la = res["load_avg_before"], res["load_avg_after"]
-    wait = res.get("cpu_wait_pct")
-    contended = ("CPU contention not measured" if wait is None else
-                 f"some task waited for a CPU {wait:.1f}% of the time")
     out = [f"emulated vs recorded, {res['gate']['steps']} step(s), median of {res['repeat']} run(s) each; "
-           f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s); {contended} "
+           f"load average {lb[0]:.2f} before, {la[0]:.2f} after, on {res['cpus']} CPU(s); {contention(res)} "
            "(durations and CPU are load-sensitive)"]
     if res.get("emulator_exit_ms") is not None:
         out.append(f"the emulator's own exit and reap, {res['emulator_exit_ms']:.2f} ms measured before the replays, "

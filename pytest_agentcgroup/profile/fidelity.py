@@ -15,7 +15,8 @@ exit). With `repeat` > 1 each step's figure is the median of its repetitions.
 
 Durations are only comparable on a host as idle as the recording's: beside the load average, the
 report gives the share of the replays' wall time in which some task waited for a CPU (the kernel's
-PSI, /proc/pressure/cpu "some", host-wide; None without PSI), so a miss under contention shows it.
+PSI, /proc/pressure/cpu "some", host-wide; None without PSI) and the hypervisor's steal, so a miss
+under contention shows it; a replay disturbed by steal is run again (emulate()).
 """
 from __future__ import annotations
 
@@ -39,6 +40,19 @@ class Emulated(NamedTuple):
     rows: list[dict]                # one per compared step
     exit_tail_ms: float             # the emulator's exit and reap, taken off each curve step's end
     cpu_wait_pct: float | None      # share of the replays' wall time some task waited for a CPU
+    steal_pct: float | None         # share of the CPUs' time the hypervisor gave to others (None: no /proc/stat)
+    replays: int                    # trace replays run, the ones run again included
+    disturbed: int                  # of those, with steal above STEAL_LIMIT_PCT
+    disturbed_kept: int             # of those, kept: the trace's budget of replays run again was spent
+
+    def host(self) -> dict:
+        """What was measured of the host meanwhile, as metrics/fidelity.py result() takes it."""
+        return {"cpu_wait_pct": self.cpu_wait_pct, "steal_pct": self.steal_pct, "steal_limit_pct": STEAL_LIMIT_PCT,
+                "replays": self.replays, "disturbed": self.disturbed, "disturbed_kept": self.disturbed_kept}
+
+
+#: a trace's replay during which the hypervisor took more than this share of the CPUs' time is run again
+STEAL_LIMIT_PCT = 1.0
 
 
 def cpu_wait_us() -> int | None:
@@ -52,39 +66,74 @@ def cpu_wait_us() -> int | None:
         return None
 
 
-def emulate(traces: list[Trace], *, repeat: int = 1, on_step=None) -> Emulated:
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, all) clock ticks of every CPU so far (/proc/stat "cpu": user .. steal); None unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:9]]
+        return (ticks[7], sum(ticks)) if fields[0] == "cpu" and len(ticks) == 8 else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def steal_pct(before, after) -> float | None:
+    """The share (%) of the CPUs' time stolen between two cpu_ticks() readings; None unreadable."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def emulate(traces: list[Trace], *, repeat: int = 1) -> Emulated:
     """Emulate every recorded step `repeat` times in a cgroup of its own: one row per step, the
     emulator's exit and reap (ms, measured first) taken off each curve step's end, and how much of
-    the time the host's CPUs were contended meanwhile."""
+    the time the host's CPUs were contended meanwhile.
+
+    The repetitions take turns (the whole corpus once, then again), so a burst of noise from
+    outside lands on one repetition of a step, not on all. A trace's replay during which the
+    hypervisor ran something else on our CPUs for more than STEAL_LIMIT_PCT of their time (steal:
+    the emulator then falls behind its schedule, as no real command would have when recorded) is run
+    again, at most `repeat` times over per trace; past that budget the disturbed replays are kept
+    and counted."""
     tree = RunTree(detect())        # no cgroups: said before the emulator is built and probed
-    rows = []
+    todo = [(trace, steps) for trace in traces
+            if (steps := tuple(s for s in trace.steps if recorded(s) is not None))]
+    kept: dict[int, list] = {k: [] for k in range(len(todo))}
+    retries = {k: repeat for k in range(len(todo))}
+    disturbed = disturbed_kept = replays = 0
     try:
         tail_ms = measure_exit_tail_ms()
-        wait0, t0 = cpu_wait_us(), time.monotonic()
-        for trace in traces:
-            steps = tuple(s for s in trace.steps if recorded(s) is not None)
-            if not steps:
-                continue
-            runs = []
-            # a long recorded step is not cut at the executor's default timeout (a recorded
-            # timeout_ms still applies, as it did to the real command)
-            timeout_s = max(DEFAULT_TIMEOUT_S, 2 * max(s.duration_ms.value for s in steps) / 1000.0 + 10.0)
-            for i in range(repeat):
-                work = tree.workload(f"fidelity-{i}")
-                runs.append(replay(Trace(trace.trace_id, trace.source, steps),
-                                   EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s, exit_tail_ms=tail_ms),
-                                   # pooled, as the experiments replay: the joins are off the step's clock
-                                   ArmPlacement(Arm("unlimited"), work, tree.controllers, pool=True)))
-            for k, step in enumerate(steps):
-                rows.append(_row(trace, step, [r[k] for r in runs]))
-                if on_step:
-                    on_step(rows[-1])
-        wait1, t1 = cpu_wait_us(), time.monotonic()
+        wait0, ticks0, t0 = cpu_wait_us(), cpu_ticks(), time.monotonic()
+        while pending := [k for k in kept if len(kept[k]) < repeat]:
+            for k in pending:
+                trace, steps = todo[k]
+                # a long recorded step is not cut at the executor's default timeout (a recorded
+                # timeout_ms still applies, as it did to the real command)
+                timeout_s = max(DEFAULT_TIMEOUT_S, 2 * max(s.duration_ms.value for s in steps) / 1000.0 + 10.0)
+                work = tree.workload(f"fidelity-{replays}")
+                before = cpu_ticks()
+                run = replay(Trace(trace.trace_id, trace.source, steps),
+                             EmulateExecutor(time_scale=1.0, step_timeout_s=timeout_s, exit_tail_ms=tail_ms),
+                             # pooled, as the experiments replay: the joins are off the step's clock
+                             ArmPlacement(Arm("unlimited"), work, tree.controllers, pool=True))
+                replays += 1
+                stolen = steal_pct(before, cpu_ticks())
+                if stolen is not None and stolen > STEAL_LIMIT_PCT:
+                    disturbed += 1
+                    if retries[k] > 0:
+                        retries[k] -= 1
+                        continue
+                    disturbed_kept += 1
+                kept[k].append(run)
+        wait1, ticks1, t1 = cpu_wait_us(), cpu_ticks(), time.monotonic()
+        rows = [_row(trace, step, [r[i] for r in kept[k]])
+                for k, (trace, steps) in enumerate(todo) for i, step in enumerate(steps)]
     finally:
         tree.close()
     waited = (100.0 * (wait1 - wait0) / ((t1 - t0) * 1e6) if wait0 is not None and wait1 is not None and t1 > t0
               else None)
-    return Emulated(rows, tail_ms, waited)
+    return Emulated(rows, tail_ms, waited, steal_pct(ticks0, ticks1), replays, disturbed,
+                    disturbed_kept)
 
 
 def _row(trace: Trace, step: Step, results) -> dict:
