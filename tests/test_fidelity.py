@@ -346,7 +346,7 @@ def test_a_replay_the_hypervisor_disturbed_is_run_again_within_its_budget(monkey
 
     monkeypatch.setattr(fidelity_run, "cpu_ticks", counters(set(range(1, 50))))
     em = fidelity_run.emulate([trace], repeat=2)
-    # two replays run again (the budget: as many as the repetitions), then two kept and said so
-    assert (em.replays, em.disturbed, em.disturbed_kept) == (4, 4, 2) and em.rows[0]["repeats"] == 2
+    # four replays run again (the budget: twice as many as the repetitions), then two kept and said so
+    assert (em.replays, em.disturbed, em.disturbed_kept) == (6, 6, 2) and em.rows[0]["repeats"] == 2
     res = fidelity.result(em.rows, (0.0,) * 3, (0.0,) * 3, 2, em.exit_tail_ms, em.host())
-    assert "4 of 4 trace replay(s) had steal above 1%: 2 run again, 2 kept" in fidelity.format_report(res)
+    assert "6 of 6 trace replay(s) had steal above 1%: 4 run again, 2 kept" in fidelity.format_report(res)

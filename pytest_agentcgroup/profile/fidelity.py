@@ -51,8 +51,10 @@ class Emulated(NamedTuple):
                 "replays": self.replays, "disturbed": self.disturbed, "disturbed_kept": self.disturbed_kept}
 
 
-#: a trace's replay during which the hypervisor took more than this share of the CPUs' time is run again
+#: a trace's replay during which the hypervisor took more than this share of the CPUs' time is run again,
+#: at most RERUNS_PER_REPEAT times per repetition asked for (steal comes in bursts that can outlast a round)
 STEAL_LIMIT_PCT = 1.0
+RERUNS_PER_REPEAT = 2
 
 
 def cpu_wait_us() -> int | None:
@@ -93,13 +95,13 @@ def emulate(traces: list[Trace], *, repeat: int = 1) -> Emulated:
     outside lands on one repetition of a step, not on all. A trace's replay during which the
     hypervisor ran something else on our CPUs for more than STEAL_LIMIT_PCT of their time (steal:
     the emulator then falls behind its schedule, as no real command would have when recorded) is run
-    again, at most `repeat` times over per trace; past that budget the disturbed replays are kept
-    and counted."""
+    again, at most RERUNS_PER_REPEAT * `repeat` times per trace; past that budget the disturbed
+    replays are kept and counted."""
     tree = RunTree(detect())        # no cgroups: said before the emulator is built and probed
     todo = [(trace, steps) for trace in traces
             if (steps := tuple(s for s in trace.steps if recorded(s) is not None))]
     kept: dict[int, list] = {k: [] for k in range(len(todo))}
-    retries = {k: repeat for k in range(len(todo))}
+    retries = {k: RERUNS_PER_REPEAT * repeat for k in range(len(todo))}
     disturbed = disturbed_kept = replays = 0
     try:
         tail_ms = measure_exit_tail_ms()
