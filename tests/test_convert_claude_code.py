@@ -45,7 +45,10 @@ def test_rdflib_haiku_concrete():
     assert s6.duration_ms.value == 1956.0 and s6.duration_ms.provenance == "recorded"
     assert trace.steps[0].duration_ms.value == 80.0
     assert trace.steps[2].args == {"file_path": "/testbed/rdflib/tools/csv2rdf.py"}
-    assert trace.steps[3].args == {"file_path": "/testbed/rdflib/tools/csv2rdf.py",
+    # the edit in full (the editor's terms), so a replay applies it, and the size it writes
+    assert trace.steps[3].args == {"op": "str_replace", "path": "/testbed/rdflib/tools/csv2rdf.py",
+                                   "old_str": "header_labels = list(csvreader.next())",
+                                   "new_str": "header_labels = list(next(csvreader))",
                                    "bytes": len("header_labels = list(next(csvreader))")}
     assert trace.steps[1].args == {"pattern": "**/csv2rdf.py"}
     # the agent sent HTML-escaped '&amp;&amp;'; kept verbatim (the shell failed on it)
@@ -232,16 +235,19 @@ def test_edit_write_multiedit_args(tmp_path):
     task = make_task(tmp_path, [
         call(0, 0.1, "Write", file_path="/testbed/n.py", content="héllo"),
         call(0, 0.1, "MultiEdit", file_path="/testbed/n.py", edits=[{"old_string": "a", "new_string": "bb"},
-                                                                    {"old_string": "c", "new_string": "ddd"}]),
+                                                                    {"old_string": "c", "new_string": "ddd",
+                                                                     "replace_all": True}]),
         call(0, 0.1, "NotebookEdit", notebook_path="/testbed/n.ipynb", new_source="x = 1"),
         call(0, 0.1, "WeirdNewTool", anything={"deep": [1, 2]}),
         call(0, 0.1, command="sleep 100", run_in_background=True),
     ])
     (t,) = cc.convert(task)
     assert [s.tool for s in t.steps] == ["edit", "edit", "edit", "noop", "bash"]
-    assert t.steps[0].args == {"file_path": "/testbed/n.py", "bytes": 6}
-    assert t.steps[1].args == {"file_path": "/testbed/n.py", "edits": 2, "bytes": 5}
-    assert t.steps[2].args == {"notebook_path": "/testbed/n.ipynb", "bytes": 5}
+    assert t.steps[0].args == {"op": "write", "path": "/testbed/n.py", "file_text": "héllo", "bytes": 6}
+    assert t.steps[1].args == {"op": "multi_edit", "path": "/testbed/n.py", "bytes": 5,
+                               "edits": [{"old_str": "a", "new_str": "bb"},
+                                         {"old_str": "c", "new_str": "ddd", "replace_all": True}]}
+    assert t.steps[2].args == {"notebook_path": "/testbed/n.ipynb", "bytes": 5}     # not applied: its size only
     assert t.steps[3].args == {} and t.steps[3].native_tool == "WeirdNewTool"
     assert t.steps[4].args == {"command": "sleep 100", "cwd": "/testbed", "background": True}
 
@@ -291,6 +297,12 @@ def _set_input(i, key, val):
     return f
 
 
+def _as(i, tool, **inp):
+    def f(calls):
+        calls[i]["tool"], calls[i]["input"] = tool, {"file_path": "/testbed/a.py", **inp}
+    return f
+
+
 BAD = [
     # (id, mutation, file, record, field, text in the message)
     ("truncated", _raw("tool_calls.json", b'[{"timestamp": "2026-'), "tool_calls.json", None, None, "invalid JSON"),
@@ -317,6 +329,15 @@ BAD = [
     ("background-type", _tc(_set_input(0, "run_in_background", "yes")), "tool_calls.json", 0,
      "input.run_in_background", "got str"),
     ("file-path-type", _tc(_set_input(1, "file_path", 3)), "tool_calls.json", 1, "input.file_path", "got int"),
+    ("edit-old-missing", _tc(_as(1, "Edit", new_string="b")), "tool_calls.json", 1, "input.old_string", "missing"),
+    ("edit-new-type", _tc(_as(1, "Edit", old_string="a", new_string=5)), "tool_calls.json", 1, "input.new_string",
+     "got int"),
+    ("write-content-nul", _tc(_as(1, "Write", content="a\x00")), "tool_calls.json", 1, "input.content", "NUL"),
+    ("multiedit-item-type", _tc(_as(1, "MultiEdit", edits=["a"])), "tool_calls.json", 1, "input.edits[0]",
+     "expected an object"),
+    ("multiedit-replace-all-type", _tc(_as(1, "MultiEdit", edits=[{"old_string": "a", "new_string": "b",
+                                                                   "replace_all": "yes"}])),
+     "tool_calls.json", 1, "input.edits[0].replace_all", "got str"),
     ("surrogate", _tc(_set_input(0, "command", "echo \ud800")), "tool_calls.json", 0, "input.command", "surrogate"),
     ("nul-in-command", _tc(_set_input(0, "command", "echo \x00")), "tool_calls.json", 0, "input.command", "NUL"),
     ("huge-path", _tc(_set_input(1, "file_path", "a" * (1 << 20 | 1))), "tool_calls.json", 1, "input.file_path",

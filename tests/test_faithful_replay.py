@@ -118,6 +118,38 @@ def test_recorded_edits_are_applied_before_the_commands_that_run_them(tree):
 
 
 @needs_bwrap
+def test_claude_codes_write_edit_and_multi_edit_apply_as_that_tool_does(tree):
+    """The claude-code converter's edit steps (Write, Edit with replace_all, MultiEdit) applied for real:
+    Write overwrites, replace_all replaces every occurrence, and a MultiEdit whose second edit does
+    not apply leaves the file as it was (Claude Code applies all of them or none)."""
+    script = f"{REPO_PATH}/count.py"
+
+    def cc(i, op, native, status="ok", **args):
+        return Step(i, "edit", {"op": op, "path": script, **args}, native_tool=native,
+                    recorded_outcome=Outcome(status), recorded_output="updated")
+    recs = run_sandbox(tree, [
+        cc(0, "write", "Write", file_text="count = 1\nprint(count, count)\n"),
+        cc(1, "write", "Write", file_text="count = 2\nprint(count, count)\n"),                      # over an existing file
+        bash(2, "python3 count.py", 0, "2 2"),
+        cc(3, "str_replace", "Edit", old_str="count", new_str="total"),                     # several: refused
+        cc(4, "str_replace", "Edit", old_str="count", new_str="total", replace_all=True),
+        bash(5, "python3 count.py", 0, "2 2"),
+        cc(6, "multi_edit", "MultiEdit", edits=[{"old_str": "total = 2", "new_str": "total = 3"},
+                                                {"old_str": "print(total, total)",
+                                                 "new_str": "print(total * total)"}]),
+        bash(7, "python3 count.py", 0, "9"),
+        cc(8, "multi_edit", "MultiEdit", status="failed",
+           edits=[{"old_str": "total = 3", "new_str": "total = 4"}, {"old_str": "never there", "new_str": "x"}]),
+        bash(9, "python3 count.py", 0, "9"),                                              # nothing of step 8 written
+    ], name="cc-edits")
+    assert all(r["executed"] for r in recs), recs
+    assert [r["step_id"] for r in recs if r.get("diverged")] == [3]
+    assert "Multiple occurrences" in recs[3]["replayed_head"]
+    assert recs[8]["diverged"] is False and "edit 2 of 2" in recs[8]["replayed_head"]
+    assert [recs[i]["replayed_head"] for i in (2, 5, 7, 9)] == ["2 2", "2 2", "9", "9"]
+
+
+@needs_bwrap
 def test_an_edit_larger_than_one_argument_is_applied_whole_and_one_beyond_arg_max_refused(tree):
     """A file an agent wrote is often bigger than the 128 KiB the kernel passes in one argument: the
     edit goes to the editor in pieces (cut between characters: the text is multi-byte throughout)

@@ -8,13 +8,18 @@ own: the executors pass its source to the sandbox's `python3 -I -S -c`, then the
 into as many arguments as the kernel needs (at most 128 KiB each), joined here. Standard library
 only, and Python 3.6 syntax (a task's image may have an old python3).
 
-    {"op": "create" | "str_replace" | "insert" | "undo_edit", "path": "/abs/file",
-     "file_text": ..., "old_str": ..., "new_str": ..., "insert_line": N, "history": "/dir"}
+    {"op": "create" | "write" | "str_replace" | "multi_edit" | "insert" | "undo_edit",
+     "path": "/abs/file", "file_text": ..., "old_str": ..., "new_str": ..., "replace_all": bool,
+     "edits": [{"old_str": ..., "new_str": ..., "replace_all": bool}, ...], "insert_line": N,
+     "history": "/dir"}
 
-The operations are OpenHands' `str_replace_editor`'s: `create` writes a new file (its directories
-made; an existing file is an error, as there), `str_replace` replaces the one occurrence of
-`old_str` (none or several is an error), `insert` puts `new_str` after line `insert_line` (0: at
-the top), `undo_edit` puts back the file as it was before its last edit (kept in `history`).
+OpenHands' `str_replace_editor`: `create` writes a new file (its directories made; an existing file
+is an error, as there), `str_replace` replaces the one occurrence of `old_str` (none or several is
+an error), `insert` puts `new_str` after line `insert_line` (0: at the top), `undo_edit` puts back
+the file as it was before its last edit (kept in `history`). Claude Code's Write is `write` (a new
+file or a whole new content), its Edit `str_replace` (with `replace_all`: every occurrence, at least
+one), its MultiEdit `multi_edit`: the edits in order, each on the result of the one before, and
+the file written only when every one applied (none is, otherwise, as there).
 Exit 0 and the tool's message when the edit applied; exit 1 and `ERROR: why` when it did not, which
 a replay counts as a divergence from a trajectory whose edit applied.
 """
@@ -56,6 +61,24 @@ def _write(path, text):
         f.write(text)
 
 
+def _replace(text, edit, path):
+    """(text with `old_str` replaced, None), or (text, "ERROR: why") when it does not apply: none, or
+    several without `replace_all`."""
+    old, new = edit.get("old_str"), edit.get("new_str") or ""
+    if not isinstance(old, str) or not old or not isinstance(new, str):
+        return text, "ERROR: Parameter `old_str` is required for command: str_replace."
+    count = text.count(old)
+    if count == 0:
+        return text, ("ERROR: No replacement was performed, old_str `{}` did not appear verbatim in {}."
+                      .format(old[:200], path))
+    if edit.get("replace_all") is True:
+        return text.replace(old, new), None
+    if count > 1:
+        return text, ("ERROR: No replacement was performed. Multiple occurrences of old_str `{}` in {}."
+                      .format(old[:200], path))
+    return text.replace(old, new, 1), None
+
+
 def apply(edit):
     """(exit code, message) of applying `edit` (the JSON object above)."""
     op, path, history = edit.get("op"), edit.get("path"), edit.get("history")
@@ -69,7 +92,15 @@ def apply(edit):
             os.makedirs(parent, exist_ok=True)
         _write(path, edit.get("file_text") or "")
         return 0, "File created successfully at: {}".format(path)
-    if op not in ("str_replace", "insert", "undo_edit"):
+    if op == "write":
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        if os.path.isfile(path):
+            _remember(history, path, _read(path))
+        _write(path, edit.get("file_text") or "")
+        return 0, "File written successfully at: {}".format(path)
+    if op not in ("str_replace", "multi_edit", "insert", "undo_edit"):
         return 1, "ERROR: unknown edit operation {!r}".format(op)
     if not os.path.isfile(path):
         return 1, "ERROR: Invalid `path` parameter: {}. The path {} does not exist.".format(path, path)
@@ -84,19 +115,17 @@ def apply(edit):
         _write(path, _read(last))
         os.remove(last)
         return 0, "Last edit to {} undone successfully.".format(path)
-    if op == "str_replace":
-        old, new = edit.get("old_str"), edit.get("new_str") or ""
-        if not isinstance(old, str) or not old:
-            return 1, "ERROR: Parameter `old_str` is required for command: str_replace."
-        count = text.count(old)
-        if count == 0:
-            return 1, ("ERROR: No replacement was performed, old_str `{}` did not appear verbatim in {}."
-                       .format(old[:200], path))
-        if count > 1:
-            return 1, ("ERROR: No replacement was performed. Multiple occurrences of old_str `{}` in {}."
-                       .format(old[:200], path))
+    if op in ("str_replace", "multi_edit"):
+        edits = [edit] if op == "str_replace" else edit.get("edits")
+        if not isinstance(edits, list) or not edits or not all(isinstance(e, dict) for e in edits):
+            return 1, "ERROR: Parameter `edits` (a list of edits) is required for command: multi_edit."
+        new_text = text
+        for k, one in enumerate(edits):
+            new_text, error = _replace(new_text, one, path)
+            if error:
+                return 1, error if op == "str_replace" else "ERROR: edit {} of {}: {}".format(k + 1, len(edits), error[len("ERROR: "):])
         _remember(history, path, text)
-        _write(path, text.replace(old, new, 1))
+        _write(path, new_text)
         return 0, "The file {} has been edited.".format(path)
     lines = text.split("\n")
     at, new = edit.get("insert_line"), edit.get("new_str")

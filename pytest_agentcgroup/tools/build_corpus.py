@@ -243,8 +243,9 @@ with `pids_max`.
 
 - One step per tool call, in order. Bash -> `bash` (command; cwd `/testbed`, which the source does
   not record but the SWE-rebench images use; timeout_ms from the call's timeout; `background` for
-  run_in_background calls), Read -> `read`, Edit/Write/MultiEdit/NotebookEdit -> `edit` (file_path
-  and the byte size written, not the text), Grep/Glob -> `search`, everything else (TodoWrite, Task,
+  run_in_background calls), Read -> `read`, Edit/Write/MultiEdit -> `edit` in full (the path, the
+  texts, the byte size written: a replay applies them), NotebookEdit -> `edit` (the path and the
+  byte size written, not applied), Grep/Glob -> `search`, everything else (TodoWrite, Task,
   BashOutput, KillShell, WebFetch, ...) and calls the runtime rejected (InputValidationError) ->
   `noop` with `native_tool` kept. Tool output (`result_preview`) is dropped.
 - `duration_ms` (recorded) = end_timestamp - timestamp.

@@ -113,7 +113,7 @@ def edit_score(trace: Trace, task: Task, files: dict[str, str]) -> tuple[int, in
             if s.recorded_output and rel not in created:
                 agree += _view_lines(s.recorded_output, state.get(rel))
             continue
-        if op == "create" and isinstance(a.get("file_text"), str):
+        if op in ("create", "write") and isinstance(a.get("file_text"), str):     # a whole content
             state[rel] = a["file_text"]
             created.add(rel)
             continue
@@ -193,7 +193,7 @@ def absent(trace: Trace, task: Task, files: dict[str, str]) -> list[str]:
             and s.args["path"].startswith(base) else None
         if not rel or s.tool not in ("edit", "read") or _failed(s):
             continue
-        if s.tool == "edit" and s.args.get("op") == "create":
+        if s.tool == "edit" and s.args.get("op") in ("create", "write"):
             created.add(rel)
         elif rel not in created and rel not in files and not any(k.startswith(rel.rstrip("/") + "/") for k in files) \
                 and rel not in out:

@@ -111,7 +111,8 @@ def copy_tree(src: Path, dst: Path, *, uid: int | None = None, gid: int | None =
 
 
 EDITOR_SOURCE = Path(editor.__file__).read_text()
-EDIT_OPS = {"create": ("file_text",), "str_replace": ("old_str",), "insert": ("insert_line", "new_str"),
+EDIT_OPS = {"create": ("file_text",), "write": ("file_text",), "str_replace": ("old_str",),
+            "multi_edit": ("edits",), "insert": ("insert_line", "new_str"),
             "undo_edit": ()}        # op -> what the step must have recorded for it to be applied
 
 
@@ -119,13 +120,14 @@ def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
     """`python -I -S -c EDITOR EDIT...` applying the edit `step` recorded (editor.py; the edit as JSON
     in as many arguments as its size needs: the kernel takes MAX_ARG_STRLEN bytes per argument,
     ARG_MAX in all), or None when the trace did not record the edit in full (a converter that keeps
-    only its size): then it is not applied, and the step executes nothing, as before."""
+    only its size): then it is not applied, and the step executes nothing."""
     args = step.args
     need = EDIT_OPS.get(args.get("op"))
     if step.tool != "edit" or need is None or not isinstance(args.get("path"), str) \
             or any(k not in args for k in need):
         return None
-    spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "insert_line") if k in args}
+    spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "replace_all", "edits", "insert_line")
+            if k in args}
     text = json.dumps({**spec, "history": history}, ensure_ascii=False)
     if "\0" in text:
         raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} contains a NUL byte, "

@@ -213,29 +213,54 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
             if isinstance(val, str):
                 val = check_str(val, where, field=f"input.{key}")
             args[key] = val
-    if tool == "edit":
-        # the text written is not kept (it would make the traces large), only its UTF-8 size
+    if tool == "edit" and native != "NotebookEdit":
+        # the edit in full, in the editor's terms (replay/editor.py), so a replay applies it; and the
+        # UTF-8 size of what it writes
+        path = inp.get("file_path")
+        if path is None:
+            raise TraceError("missing", file=file, record=record, field="input.file_path")
+        if not isinstance(path, str):
+            raise bad("file_path", "str", path)
+        args["path"] = check_str(path, where, field="input.file_path")
+        del args["file_path"]                   # the editor's name for it, as every converter's edit steps
+        texts = {"Write": (("content", "file_text"),), "Edit": (("old_string", "old_str"), ("new_string", "new_str"))}
         if native == "MultiEdit":
             edits = inp.get("edits")
             if not isinstance(edits, list):
                 raise bad("edits", "list", edits)
-            size = 0
-            for k, e in enumerate(edits):
-                ns = e.get("new_string") if isinstance(e, dict) else None
-                if not isinstance(ns, str):
-                    raise bad(f"edits[{k}].new_string", "str", ns)
-                size += len(ns.encode("utf-8"))
-            args["edits"] = len(edits)
+            args["op"], args["edits"] = "multi_edit", [_one_edit(e, f"input.edits[{k}]", where) for k, e in enumerate(edits)]
+            size = sum(len(e["new_str"].encode("utf-8")) for e in args["edits"])
         else:
-            key = {"Write": "content", "NotebookEdit": "new_source"}.get(native, "new_string")
-            if key not in inp and native != "NotebookEdit":
-                raise TraceError("missing", file=file, record=record, field=f"input.{key}")
-            text = inp.get(key, "")
-            if not isinstance(text, str):
-                raise bad(key, "str", text)
-            size = len(text.encode("utf-8"))
+            args["op"] = "write" if native == "Write" else "str_replace"
+            for key, ir_key in texts[native]:
+                if key not in inp:
+                    raise TraceError("missing", file=file, record=record, field=f"input.{key}")
+                args[ir_key] = check_str(inp[key], where, field=f"input.{key}")
+            size = len(args["new_str" if native == "Edit" else "file_text"].encode("utf-8"))
+        args["bytes"] = size
+    elif tool == "edit":
+        # a notebook cell: not applied by a replay, only the size of what it wrote is kept
+        key = "new_source"
+        text = inp.get(key, "")
+        if not isinstance(text, str):
+            raise bad(key, "str", text)
+        size = len(text.encode("utf-8"))
         args["bytes"] = size
     return args
+
+
+def _one_edit(e: Any, field: str, where: dict) -> dict[str, Any]:
+    """One of a MultiEdit's edits in the editor's terms."""
+    if not isinstance(e, dict):
+        raise TraceError(f"expected an object, got {type(e).__name__}", field=field, **where)
+    one = {"old_str": check_str(e.get("old_string"), where, field=f"{field}.old_string"),
+           "new_str": check_str(e.get("new_string"), where, field=f"{field}.new_string")}
+    if e.get("replace_all") is not None:
+        if not isinstance(e["replace_all"], bool):
+            raise TraceError(f"expected bool, got {type(e['replace_all']).__name__}", field=f"{field}.replace_all",
+                             **where)
+        one["replace_all"] = e["replace_all"]
+    return one
 
 
 def _load_results(task: Path) -> dict | None:
