@@ -132,6 +132,28 @@ def test_rejected_call_is_noop(all_traces):
 
 
 @needs_data
+def test_an_edit_the_runtime_refused_is_not_applied(all_traces):
+    # "File has not been read yet": Claude Code changed nothing; the same edit, after a Read, applied
+    steps = all_traces["claude-code/haiku/streamlink__streamlink-3485"].steps
+    refused, applied = steps[5], steps[7]
+    assert refused.tool == "edit" and refused.args["refused"] is True and "op" not in refused.args
+    assert refused.recorded_outcome.status == "failed" and set(refused.args) == {"path", "bytes", "refused"}
+    assert applied.args["op"] == "str_replace" and applied.args["path"] == refused.args["path"]
+    assert applied.recorded_outcome is None
+
+
+def test_an_edit_whose_text_cannot_be_kept_keeps_its_size_and_says_why(tmp_path):
+    task = make_task(tmp_path, [
+        call(0, 0.1, "Write", file_path="/testbed/blob", content="a\x00b"),
+        call(0, 0.1, "Edit", file_path="/testbed/big.py", old_string="x", new_string="é" * (1 << 19 | 1)),
+    ])
+    (t,) = cc.convert(task)
+    assert t.steps[0].args == {"path": "/testbed/blob", "bytes": 3, "not_kept": "input.content contains a NUL character"}
+    assert t.steps[1].args == {"path": "/testbed/big.py", "bytes": 2 * (1 << 19 | 1),
+                               "not_kept": "input.new_string is over 1,048,576 bytes"}
+
+
+@needs_data
 def test_big_peaks(all_traces):
     peak = {tid: max(s.profile.peak_mb.value for s in t.steps) for tid, t in all_traces.items()}
     assert peak["claude-code/local/pydicom__pydicom-2065"] == 1778.0        # MiB
@@ -332,7 +354,11 @@ BAD = [
     ("edit-old-missing", _tc(_as(1, "Edit", new_string="b")), "tool_calls.json", 1, "input.old_string", "missing"),
     ("edit-new-type", _tc(_as(1, "Edit", old_string="a", new_string=5)), "tool_calls.json", 1, "input.new_string",
      "got int"),
-    ("write-content-nul", _tc(_as(1, "Write", content="a\x00")), "tool_calls.json", 1, "input.content", "NUL"),
+    ("write-content-type", _tc(_as(1, "Write", content=None)), "tool_calls.json", 1, "input.content", "got NoneType"),
+    ("multiedit-missing", _tc(_as(1, "MultiEdit")), "tool_calls.json", 1, "input.edits", "missing"),
+    ("multiedit-empty", _tc(_as(1, "MultiEdit", edits=[])), "tool_calls.json", 1, "input.edits", "non-empty list"),
+    ("multiedit-new-missing", _tc(_as(1, "MultiEdit", edits=[{"old_string": "a"}])), "tool_calls.json", 1,
+     "input.edits[0].new_string", "missing"),
     ("multiedit-item-type", _tc(_as(1, "MultiEdit", edits=["a"])), "tool_calls.json", 1, "input.edits[0]",
      "expected an object"),
     ("multiedit-replace-all-type", _tc(_as(1, "MultiEdit", edits=[{"old_string": "a", "new_string": "b",
@@ -553,7 +579,7 @@ def test_fuzz_mutated_task(tmp_path_factory, data):
     root = tmp_path_factory.mktemp("ccfuzz")
     layout = data.draw(st.sampled_from(["all", "results-only", "tool-calls-only", "results-samples"]))
     docs = {"tool_calls.json": [call(0, 1), call(1, 2, "Read", file_path="/a"), call(2, 3, "Edit", file_path="/a",
-                                                                                   new_string="x")],
+                                                                                   old_string="w", new_string="x")],
             "resources.json": {"samples": samples()[:5]},
             "results.json": _results([call(0, 1)], samples()[:4])}
     keep = {"all": docs, "results-only": {"results.json": docs["results.json"]},

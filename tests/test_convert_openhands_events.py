@@ -143,15 +143,19 @@ def test_all_action_kinds(tmp_path):
         _act(11, "think", {"thought": "hmm"}, T.format(6)),
         _obs(12, 11, "think", T.format(5)),                                     # before its action: no duration
         _act(13, "finish", {}, T.format(7)),
+        _act(14, "write", {"path": "/r/b", "content": "x", "start": 3, "end": 4}, T.format(7)),   # lines 3..4 only
     ]
     t = _one(_write(tmp_path, ev))
     assert [(s.tool, s.native_tool) for s in t.steps] == [
         ("bash", "run"), ("python", "run_ipython"), ("edit", "write"), ("browser", "browse"),
-        ("browser", "browse_interactive"), ("bash", "run"), ("bash", "run"), ("noop", "think"), ("noop", "finish")]
+        ("browser", "browse_interactive"), ("bash", "run"), ("bash", "run"), ("noop", "think"), ("noop", "finish"),
+        ("edit", "write")]
     assert t.steps[0].args == {"command": "cd /r", "timeout_ms": 7000.0, "is_input": False}
     assert t.steps[0].duration_ms.value == 1000.0
     assert t.steps[1].args == {"command": "print(1)"}
     assert t.steps[2].args == {"op": "write", "path": "/r/a", "file_text": "hi", "cwd": "/r"}
+    # a part of a file: its span kept, under an op no replay applies
+    assert t.steps[9].args == {"op": "write_lines", "lines": ["3", "4"], "path": "/r/b", "file_text": "x", "cwd": "/r"}
     assert t.steps[3].args == {"method": "browse", "url": "http://x"}
     assert t.steps[4].args == {"method": "browse_interactive", "actions": "click('1')"}
     assert t.steps[5].args == {"command": "ls", "cwd": "/own"}

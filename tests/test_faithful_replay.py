@@ -141,11 +141,13 @@ def test_claude_codes_write_edit_and_multi_edit_apply_as_that_tool_does(tree):
         cc(8, "multi_edit", "MultiEdit", status="failed",
            edits=[{"old_str": "total = 3", "new_str": "total = 4"}, {"old_str": "never there", "new_str": "x"}]),
         bash(9, "python3 count.py", 0, "9"),                                              # nothing of step 8 written
+        cc(10, "str_replace", "Edit", status="failed", old_str="total = 3", new_str="total = 3"),   # no change: refused
     ], name="cc-edits")
     assert all(r["executed"] for r in recs), recs
     assert [r["step_id"] for r in recs if r.get("diverged")] == [3]
     assert "Multiple occurrences" in recs[3]["replayed_head"]
     assert recs[8]["diverged"] is False and "edit 2 of 2" in recs[8]["replayed_head"]
+    assert recs[10]["diverged"] is False and "are the same" in recs[10]["replayed_head"]
     assert [recs[i]["replayed_head"] for i in (2, 5, 7, 9)] == ["2 2", "2 2", "9", "9"]
 
 

@@ -65,8 +65,12 @@ def _replace(text, edit, path):
     """(text with `old_str` replaced, None), or (text, "ERROR: why") when it does not apply: none, or
     several without `replace_all`."""
     old, new = edit.get("old_str"), edit.get("new_str") or ""
-    if not isinstance(old, str) or not old or not isinstance(new, str):
+    if not isinstance(old, str) or not old:
         return text, "ERROR: Parameter `old_str` is required for command: str_replace."
+    if not isinstance(new, str):
+        return text, "ERROR: Parameter `new_str` must be a string."
+    if new == old:              # both tools refuse an edit that changes nothing
+        return text, "ERROR: No replacement was performed: `new_str` and `old_str` are the same."
     count = text.count(old)
     if count == 0:
         return text, ("ERROR: No replacement was performed, old_str `{}` did not appear verbatim in {}."

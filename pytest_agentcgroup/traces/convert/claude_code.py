@@ -22,8 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..ir import Measure, Profile, Step, Trace, TraceError
-from ._common import check_str, finish, id_part, short_path
+from ..ir import Measure, Outcome, Profile, Step, Trace, TraceError
+from ._common import MAX_ARG_BYTES, check_str, finish, id_part, short_path
 from .claude_code_samples import (Samples, container_summary, derive_profile, load_json, parse_samples, read_samples,
                                   step_baseline)
 
@@ -62,7 +62,8 @@ _KEEP: dict[str, dict[str, tuple[type, ...]]] = {
     "WebSearch": {"query": (str,)},
 }
 
-_REJECTED = "<tool_use_error>InputValidationError"
+_TOOL_ERROR = "<tool_use_error>"
+_REJECTED = _TOOL_ERROR + "InputValidationError"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,30 +215,41 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
                 val = check_str(val, where, field=f"input.{key}")
             args[key] = val
     if tool == "edit" and native != "NotebookEdit":
-        # the edit in full, in the editor's terms (replay/editor.py), so a replay applies it; and the
+        # the edit in full, in the editor's terms (replay/editor.py), so a replay applies it, and the
         # UTF-8 size of what it writes
         path = inp.get("file_path")
         if path is None:
             raise TraceError("missing", file=file, record=record, field="input.file_path")
         if not isinstance(path, str):
             raise bad("file_path", "str", path)
-        args["path"] = check_str(path, where, field="input.file_path")
-        del args["file_path"]                   # the editor's name for it, as every converter's edit steps
-        texts = {"Write": (("content", "file_text"),), "Edit": (("old_string", "old_str"), ("new_string", "new_str"))}
+        args["path"] = check_str(args.pop("file_path"), where, field="input.file_path")
         if native == "MultiEdit":
             edits = inp.get("edits")
-            if not isinstance(edits, list):
-                raise bad("edits", "list", edits)
-            args["op"], args["edits"] = "multi_edit", [_one_edit(e, f"input.edits[{k}]", where) for k, e in enumerate(edits)]
-            size = sum(len(e["new_str"].encode("utf-8")) for e in args["edits"])
+            if edits is None:
+                raise TraceError("missing", file=file, record=record, field="input.edits")
+            if not isinstance(edits, list) or not edits:
+                raise bad("edits", "a non-empty list", edits)
+            spec = {"op": "multi_edit", "edits": [_one_edit(e, f"input.edits[{k}]", where) for k, e in enumerate(edits)]}
+            texts = [(f"input.edits[{k}].{key}", e[ir]) for k, e in enumerate(spec["edits"])
+                     for key, ir in (("old_string", "old_str"), ("new_string", "new_str"))]
+            written = [e["new_str"] for e in spec["edits"]]
         else:
-            args["op"] = "write" if native == "Write" else "str_replace"
-            for key, ir_key in texts[native]:
-                if key not in inp:
-                    raise TraceError("missing", file=file, record=record, field=f"input.{key}")
-                args[ir_key] = check_str(inp[key], where, field=f"input.{key}")
-            size = len(args["new_str" if native == "Edit" else "file_text"].encode("utf-8"))
-        args["bytes"] = size
+            spec = {"op": "write" if native == "Write" else "str_replace"}
+            keys = (("content", "file_text"),) if native == "Write" else (("old_string", "old_str"), ("new_string", "new_str"))
+            for key, ir in keys:
+                spec[ir] = _text(inp.get(key, _MISSING), f"input.{key}", where)
+            if native == "Edit" and args.get("replace_all") is not None:
+                spec["replace_all"] = args.pop("replace_all")
+            texts = [(f"input.{key}", spec[ir]) for key, ir in keys]
+            written = [spec["new_str" if native == "Edit" else "file_text"]]
+        args["bytes"] = sum(len(t.encode("utf-8", "surrogatepass")) for t in written)
+        why = next((f"{fld} {w}" for fld, t in texts if (w := _unkeepable(t))), None)
+        if why:                 # kept as its size only: a replay does not apply it
+            args["not_kept"] = why
+        else:
+            for fld, t in texts:
+                check_str(t, where, field=fld)
+            args.update(spec)
     elif tool == "edit":
         # a notebook cell: not applied by a replay, only the size of what it wrote is kept
         key = "new_source"
@@ -249,12 +261,32 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
     return args
 
 
+_MISSING = object()
+
+
+def _text(val: Any, field: str, where: dict) -> str:
+    if val is _MISSING:
+        raise TraceError("missing", field=field, **where)
+    if not isinstance(val, str):
+        raise TraceError(f"expected str, got {type(val).__name__}", field=field, **where)
+    return val
+
+
+def _unkeepable(text: str) -> str | None:
+    """Why an edit's text cannot be kept in a step's arguments (then only its size is), or None."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_ARG_BYTES:
+        return f"is over {MAX_ARG_BYTES:,} bytes"
+    return None
+
+
 def _one_edit(e: Any, field: str, where: dict) -> dict[str, Any]:
     """One of a MultiEdit's edits in the editor's terms."""
     if not isinstance(e, dict):
         raise TraceError(f"expected an object, got {type(e).__name__}", field=field, **where)
-    one = {"old_str": check_str(e.get("old_string"), where, field=f"{field}.old_string"),
-           "new_str": check_str(e.get("new_string"), where, field=f"{field}.new_string")}
+    one = {"old_str": _text(e.get("old_string", _MISSING), f"{field}.old_string", where),
+           "new_str": _text(e.get("new_string", _MISSING), f"{field}.new_string", where)}
     if e.get("replace_all") is not None:
         if not isinstance(e["replace_all"], bool):
             raise TraceError(f"expected bool, got {type(e['replace_all']).__name__}", field=f"{field}.replace_all",
@@ -372,9 +404,17 @@ def convert_task(task: Path) -> Trace:
         tool = TOOL_MAP.get(native, "noop")
         preview = call.get("result_preview")
         try:
+            refused = False
             if isinstance(preview, str) and preview.startswith(_REJECTED):
                 # the agent runtime refused the call's arguments: nothing ran
                 tool, args = "noop", {"rejected": True, **_args(native, "noop", inp, file, i, strict=False)}
+            elif tool == "edit" and isinstance(preview, str) and preview.startswith(_TOOL_ERROR):
+                # the runtime refused the edit (the file not read first, nothing to change, the text
+                # not found): the file stayed as it was, so a replay leaves it too (no op: not applied)
+                refused = True
+                args = {k: v for k, v in _args(native, tool, inp, file, i).items()
+                        if k in ("path", "notebook_path", "bytes")}
+                args["refused"] = True
             else:
                 args = _args(native, tool, inp, file, i)
         except TraceError as exc:
@@ -391,7 +431,7 @@ def convert_task(task: Path) -> Trace:
         baselines.append(step_baseline(samples, start) if samples is not None and profile.peak_mb else None)
         steps.append(Step(step_id=i, tool=tool, native_tool=native, args=args,
                           duration_ms=Measure(float(round((end - start) * 1000.0)), "recorded") if has_end else None,
-                          profile=profile))
+                          profile=profile, recorded_outcome=Outcome("failed") if refused else None))
 
     model_dir = id_part(task.parent.name, "unknown")
     known = _from_dataset(task)

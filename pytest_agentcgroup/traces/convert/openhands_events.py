@@ -220,6 +220,11 @@ def _step(action: str, args: dict, ev: dict, idx: int, cwd: str | None, where: d
             text = opt("content")
             if text is not None:
                 out["file_text"] = text
+            # a FileWriteAction replaces lines start..end: only the whole file (0..-1, its default) is
+            # a `write` a replay applies; a part keeps its span and is not applied
+            span = [args.get("start", 0), args.get("end", -1)]
+            if [str(v) for v in span] != ["0", "-1"]:
+                out["op"], out["lines"] = "write_lines", [str(v) for v in span]
         else:
             for key in ("file_text", "old_str", "new_str"):
                 text = opt(key)
