@@ -85,11 +85,13 @@ clean:
 	rm -rf .venv results report results-paper report-paper docs/_build docs/results/pages
 
 # The recorded-here corpus (issue 15): its workspace (more-itertools' sdist and a wheel directory,
-# pinned by sha256, from PyPI) and its command traces profiled on this machine into traces/ (subset
+# pinned by sha256, from PyPI) and its command traces (written from tools/recorded_here.py; not in
+# traces/, where each trace is once: the profiled one) profiled on this machine into traces/ (subset
 # recorded-here; resumable: a trace already complete there is kept, delete it to profile it again)
 recorded-here: setup
 	@$(AGENTCGROUP) tools recorded-here workspace .cache/recorded-here/workspace
-	@$(AGENTCGROUP) traces profile traces/recorded-here/commands -o traces \
+	@$(AGENTCGROUP) tools recorded-here traces .cache/recorded-here/commands
+	@$(AGENTCGROUP) traces profile .cache/recorded-here/commands -o traces \
 	  --workspace .cache/recorded-here/workspace --subset recorded-here
 
 # the Docker images the project built (agentcgroup/...), so that the next run builds them from nothing;

@@ -20,6 +20,7 @@ from pytest_agentcgroup import cli
 from pytest_agentcgroup.profile.run import ProfileError, Settings, profile_traces, to_curve
 from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
+from pytest_agentcgroup.traces import select
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
 
 from helpers import EXP_MODULE, cgroups_or_skip
@@ -419,14 +420,15 @@ def _check_download(index, good, pin):
 
 
 def test_the_shipped_recorded_here_corpus():
-    """traces/recorded-here/: the command traces are the generator's, and each has its profiled
-    trace in the manifest (subset recorded-here) with every executing step recorded and an outcome."""
+    """traces/recorded-here/: each of the generator's command traces has its profiled trace in the
+    manifest (subset recorded-here) with every executing step recorded and an outcome; and traces/,
+    read as a directory, holds every trace id once (the command traces are not shipped beside them)."""
     root = REPO / "traces"
     corpus = Corpus.open(root)
-    commands = {t.trace_id: t for f in sorted((root / "recorded-here" / "commands").glob("*.json"))
-                for t in read_traces(f)}
-    assert commands == {t.trace_id: t for t in recorded_here.traces()}
+    commands = {t.trace_id: t for t in recorded_here.traces()}
     assert set(corpus.ids("recorded-here")) == set(commands) and 5 <= len(commands) <= 10
+    loaded, errors = select.load([root])
+    assert not errors and len(loaded) == len({t.trace_id for t in loaded}), errors
     statuses = set()
     for tid, src in commands.items():
         t = corpus.load(tid)
@@ -444,14 +446,14 @@ def test_the_shipped_recorded_here_corpus():
 
 @pytest.mark.network
 def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp_path, can_profile):
-    """Acceptance: `agentcgroup traces profile` on one command trace of traces/recorded-here/commands,
-    in the workspace `make recorded-here` builds (built here the same way when absent)."""
+    """Acceptance: `agentcgroup traces profile` on one recorded-here command trace (`agentcgroup tools
+    recorded-here traces`), in the workspace `make recorded-here` builds (built here the same way when absent)."""
     ws = REPO / ".cache" / "recorded-here" / "workspace"
     try:
         recorded_here.build_workspace(ws)               # kept as it is when already complete
     except SystemExit as exc:
         pytest.skip(f"the recorded-here workspace is not built and cannot be: {exc}")
-    src = REPO / "traces" / "recorded-here" / "commands" / "search-and-read.json"
+    src = next(p for p in recorded_here.write_traces(tmp_path / "commands") if p.name == "search-and-read.json")
     done = subprocess.run([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(src),
                            "-o", str(tmp_path / "out"), "--workspace", str(ws), "--json"],
                           capture_output=True, text=True, timeout=600)

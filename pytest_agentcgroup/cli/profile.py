@@ -49,7 +49,8 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                     "again after an interruption. -n N profiles N traces at a time on disjoint CPUs. The last line says "
                     "the wall time and the profiler's own peak memory. Needs root (cgroups, the sandbox's bounded "
                     "workspace).",
-        epilog="Example: agentcgroup traces profile traces/recorded-here/commands -o /tmp/profiled "
+        epilog="Example (after `agentcgroup tools recorded-here traces /tmp/commands`, and its `workspace`): "
+               "agentcgroup traces profile /tmp/commands -o /tmp/profiled "
                "--workspace .cache/recorded-here/workspace. Exit codes: 0 ok, 1 bad input or cannot run "
                "here (named on stderr), 2 usage error, 130 interrupted (rerun to resume).")
     p.add_argument("files", nargs="+", metavar="TRACES", type=Path, help="IR trace files or directories of them")
