@@ -90,6 +90,7 @@ clean:
 # recorded-here; resumable: a trace already complete there is kept, delete it to profile it again)
 recorded-here: setup
 	@$(AGENTCGROUP) tools recorded-here workspace .cache/recorded-here/workspace
+	@rm -rf .cache/recorded-here/commands
 	@$(AGENTCGROUP) tools recorded-here traces .cache/recorded-here/commands
 	@$(AGENTCGROUP) traces profile .cache/recorded-here/commands -o traces \
 	  --workspace .cache/recorded-here/workspace --subset recorded-here

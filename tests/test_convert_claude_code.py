@@ -146,11 +146,14 @@ def test_an_edit_whose_text_cannot_be_kept_keeps_its_size_and_says_why(tmp_path)
     task = make_task(tmp_path, [
         call(0, 0.1, "Write", file_path="/testbed/blob", content="a\x00b"),
         call(0, 0.1, "Edit", file_path="/testbed/big.py", old_string="x", new_string="é" * (1 << 19 | 1)),
+        call(0, 0.1, "Write", file_path="/testbed/cut", content="emoji \ud83d"),
     ])
     (t,) = cc.convert(task)
     assert t.steps[0].args == {"path": "/testbed/blob", "bytes": 3, "not_kept": "input.content contains a NUL character"}
     assert t.steps[1].args == {"path": "/testbed/big.py", "bytes": 2 * (1 << 19 | 1),
                                "not_kept": "input.new_string is over 1,048,576 bytes"}
+    assert t.steps[2].args == {"path": "/testbed/cut", "bytes": 9,
+                               "not_kept": "input.content contains an unpaired surrogate at offset 6"}
 
 
 @needs_data

@@ -155,7 +155,7 @@ def test_all_action_kinds(tmp_path):
     assert t.steps[1].args == {"command": "print(1)"}
     assert t.steps[2].args == {"op": "write", "path": "/r/a", "file_text": "hi", "cwd": "/r"}
     # a part of a file: its span kept, under an op no replay applies
-    assert t.steps[9].args == {"op": "write_lines", "lines": ["3", "4"], "path": "/r/b", "file_text": "x", "cwd": "/r"}
+    assert t.steps[9].args == {"op": "write_lines", "lines": [3, 4], "path": "/r/b", "file_text": "x", "cwd": "/r"}
     assert t.steps[3].args == {"method": "browse", "url": "http://x"}
     assert t.steps[4].args == {"method": "browse_interactive", "actions": "click('1')"}
     assert t.steps[5].args == {"command": "ls", "cwd": "/own"}

@@ -445,7 +445,7 @@ def test_the_shipped_recorded_here_corpus():
 
 
 @pytest.mark.network
-def test_the_cli_profiles_a_shipped_command_trace_with_every_number_recorded(tmp_path, can_profile):
+def test_the_cli_profiles_a_recorded_here_command_trace_with_every_number_recorded(tmp_path, can_profile):
     """Acceptance: `agentcgroup traces profile` on one recorded-here command trace (`agentcgroup tools
     recorded-here traces`), in the workspace `make recorded-here` builds (built here the same way when absent)."""
     ws = REPO / ".cache" / "recorded-here" / "workspace"

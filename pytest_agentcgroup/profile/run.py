@@ -13,8 +13,10 @@ What a profiled step carries (traces/ir.py):
   step killed by a signal has exit_code 128 + signal (the shell's convention); a timed-out step none;
 - `original`: the figures the step had before (kept from an earlier `original` when a profiled
   trace is profiled again, so it always holds the source's own).
-Steps that execute nothing here (edit, read, search, noop, browser: the agent runtime's own work,
-not a command) keep their profile unchanged and get no outcome: that is what "not profiled" means.
+An edit the trace recorded in full is applied by the editor (replay/editor.py) and profiled like a
+command. Steps that execute nothing here (read, search, noop, browser, an edit kept only as its
+size: the agent runtime's own work, not a command) keep their profile unchanged and get no outcome:
+that is what "not profiled" means.
 
 Output: OUT/<trace_id>.json (the corpus layout), written whole once the trace has ended (a
 `.partial` file before), and OUT/manifest.json listing it (merged: the rest of the manifest and the

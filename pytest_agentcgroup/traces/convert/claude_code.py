@@ -276,6 +276,10 @@ def _unkeepable(text: str) -> str | None:
     """Why an edit's text cannot be kept in a step's arguments (then only its size is), or None."""
     if "\x00" in text:
         return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains an unpaired surrogate at offset {exc.start}"
     if len(text.encode("utf-8", "surrogatepass")) > MAX_ARG_BYTES:
         return f"is over {MAX_ARG_BYTES:,} bytes"
     return None

@@ -11,7 +11,8 @@ agent takes is one step:
 * `run` -> `bash` (args `command`, `cwd`, `timeout_ms` from the event's `timeout` in seconds,
   `is_input`); `run_ipython` -> `python` (`command` = the cell's code);
 * `edit` / `write` -> `edit` (`op` = the editor sub-command, `path`, the edit's text fields);
-  `read` -> `read` (`path`, `view_range`); `browse` / `browse_interactive` -> `browser`
+  a `write` of some lines (`start`/`end` not 0/-1) is `op` `write_lines` with `lines` [start, end],
+  which no replay applies; `read` -> `read` (`path`, `view_range`); `browse` / `browse_interactive` -> `browser`
   (`method`, `url` or `actions`);
 * `think`, `finish`, `message`, `reject`, `delegate`, `null`, `condensation`, `task_tracking`,
   `call_tool_mcp`, ... -> `noop` steps, kept with `native_tool` set.
@@ -222,9 +223,12 @@ def _step(action: str, args: dict, ev: dict, idx: int, cwd: str | None, where: d
                 out["file_text"] = text
             # a FileWriteAction replaces lines start..end: only the whole file (0..-1, its default) is
             # a `write` a replay applies; a part keeps its span and is not applied
-            span = [args.get("start", 0), args.get("end", -1)]
-            if [str(v) for v in span] != ["0", "-1"]:
-                out["op"], out["lines"] = "write_lines", [str(v) for v in span]
+            start = int(check_number(args.get("start", 0), where, step=idx, field=f"{af}.start", allow_str=True))
+            end = args.get("end", -1)
+            end = -1 if str(end).strip() == "-1" else int(check_number(end, where, step=idx, field=f"{af}.end",
+                                                                         allow_str=True))
+            if (start, end) != (0, -1):
+                out["op"], out["lines"] = "write_lines", [start, end]
         else:
             for key in ("file_text", "old_str", "new_str"):
                 text = opt(key)
