@@ -12,14 +12,12 @@ Decisions that hold for every converter (they are documented here once, and the 
 * **Size caps.** Any string kept in a step's args (a command, code, a path, an edit's text) must be at
   most :data:`MAX_ARG_BYTES` (1 MiB, UTF-8). A 10 MB command is **refused** with a TraceError naming
   the field: agents' tool calls are orders of magnitude smaller, Linux refuses a single ``bash -c``
-  argument above 128 KiB anyway, and replaying
-  a multi-megabyte "command" would measure the replayer, not the agent. (One exception: the Claude
-  Code converter keeps an edit whose text breaks this or the NUL rule as its size only, `not_kept`
-  saying why, as its edits were kept before they were applied.) Whole-file JSON inputs are
-  capped at :data:`MAX_JSON_FILE_BYTES`, one JSONL line at :data:`MAX_JSONL_LINE_BYTES`.
+  argument above 128 KiB anyway, and replaying a multi-megabyte "command" would measure the
+  replayer, not the agent (an edit text too big for an argument: its size, claude_code_edits.py).
+  Whole-file JSON inputs are capped at :data:`MAX_JSON_FILE_BYTES`, one JSONL line at :data:`MAX_JSONL_LINE_BYTES`.
 * **NUL bytes.** A raw NUL byte in a JSON file is reported as such (it is never valid JSON). A NUL
   inside a kept string (``"\\u0000"`` in a command or path) is refused: ``execve`` cannot pass it and
-  no file name can hold it. NULs in text we do not keep (tool output) are ignored.
+  no file name can hold it; NULs in text we do not keep (tool output) are ignored.
 * **Numbers.** JSON ``NaN``/``Infinity`` and negative values are refused where we use a number
   (timeouts, durations).
 * **Source and ids.** ``source.path`` is ``<parent folder>/<file name>`` (stable across machines).

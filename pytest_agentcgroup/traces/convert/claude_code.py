@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..ir import Measure, Outcome, Profile, Step, Trace, TraceError
-from ._common import MAX_ARG_BYTES, check_str, finish, id_part, short_path
+from ._common import check_str, finish, id_part, short_path
+from .claude_code_edits import edit_args
 from .claude_code_samples import (Samples, container_summary, derive_profile, load_json, parse_samples, read_samples,
                                   step_baseline)
 
@@ -214,89 +215,9 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
             if isinstance(val, str):
                 val = check_str(val, where, field=f"input.{key}")
             args[key] = val
-    if tool == "edit" and native != "NotebookEdit":
-        # the edit in full, in the editor's terms (replay/editor.py), so a replay applies it, and the
-        # UTF-8 size of what it writes
-        path = inp.get("file_path")
-        if path is None:
-            raise TraceError("missing", file=file, record=record, field="input.file_path")
-        if not isinstance(path, str):
-            raise bad("file_path", "str", path)
-        args["path"] = check_str(args.pop("file_path"), where, field="input.file_path")
-        if native == "MultiEdit":
-            edits = inp.get("edits")
-            if edits is None:
-                raise TraceError("missing", file=file, record=record, field="input.edits")
-            if not isinstance(edits, list) or not edits:
-                raise bad("edits", "a non-empty list", edits)
-            spec = {"op": "multi_edit", "edits": [_one_edit(e, f"input.edits[{k}]", where) for k, e in enumerate(edits)]}
-            texts = [(f"input.edits[{k}].{key}", e[ir]) for k, e in enumerate(spec["edits"])
-                     for key, ir in (("old_string", "old_str"), ("new_string", "new_str"))]
-            written = [e["new_str"] for e in spec["edits"]]
-        else:
-            spec = {"op": "write" if native == "Write" else "str_replace"}
-            keys = (("content", "file_text"),) if native == "Write" else (("old_string", "old_str"), ("new_string", "new_str"))
-            for key, ir in keys:
-                spec[ir] = _text(inp.get(key, _MISSING), f"input.{key}", where)
-            if native == "Edit" and args.get("replace_all") is not None:
-                spec["replace_all"] = args.pop("replace_all")
-            texts = [(f"input.{key}", spec[ir]) for key, ir in keys]
-            written = [spec["new_str" if native == "Edit" else "file_text"]]
-        args["bytes"] = sum(len(t.encode("utf-8", "surrogatepass")) for t in written)
-        why = next((f"{fld} {w}" for fld, t in texts if (w := _unkeepable(t))), None)
-        if why:                 # kept as its size only: a replay does not apply it
-            args["not_kept"] = why
-        else:
-            for fld, t in texts:
-                check_str(t, where, field=fld)
-            args.update(spec)
-    elif tool == "edit":
-        # a notebook cell: not applied by a replay, only the size of what it wrote is kept
-        key = "new_source"
-        text = inp.get(key, "")
-        if not isinstance(text, str):
-            raise bad(key, "str", text)
-        size = len(text.encode("utf-8"))
-        args["bytes"] = size
+    if tool == "edit":
+        args = edit_args(native, inp, args, where)
     return args
-
-
-_MISSING = object()
-
-
-def _text(val: Any, field: str, where: dict) -> str:
-    if val is _MISSING:
-        raise TraceError("missing", field=field, **where)
-    if not isinstance(val, str):
-        raise TraceError(f"expected str, got {type(val).__name__}", field=field, **where)
-    return val
-
-
-def _unkeepable(text: str) -> str | None:
-    """Why an edit's text cannot be kept in a step's arguments (then only its size is), or None."""
-    if "\x00" in text:
-        return "contains a NUL character"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return f"contains an unpaired surrogate at offset {exc.start}"
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_ARG_BYTES:
-        return f"is over {MAX_ARG_BYTES:,} bytes"
-    return None
-
-
-def _one_edit(e: Any, field: str, where: dict) -> dict[str, Any]:
-    """One of a MultiEdit's edits in the editor's terms."""
-    if not isinstance(e, dict):
-        raise TraceError(f"expected an object, got {type(e).__name__}", field=field, **where)
-    one = {"old_str": _text(e.get("old_string", _MISSING), f"{field}.old_string", where),
-           "new_str": _text(e.get("new_string", _MISSING), f"{field}.new_string", where)}
-    if e.get("replace_all") is not None:
-        if not isinstance(e["replace_all"], bool):
-            raise TraceError(f"expected bool, got {type(e['replace_all']).__name__}", field=f"{field}.replace_all",
-                             **where)
-        one["replace_all"] = e["replace_all"]
-    return one
 
 
 def _load_results(task: Path) -> dict | None:
