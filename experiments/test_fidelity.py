@@ -1,9 +1,11 @@
 """Fidelity: the emulator replays the shipped recorded-here corpus
 (traces/recorded-here: real commands recorded in cgroups by `agentcgroup traces profile`) and at
 least 90 % of its steps meet both the peak (±5 % or 4 MiB) and the duration (±10 %) goal, each
-step's figure the median of REPEAT emulations. The whole distribution (peak, duration, CPU), the
-worst steps and the load before and after beside them are printed, as `agentcgroup traces
-fidelity` prints them. This is where the duration goal is gated (a timed benchmark, not a unit test:
+step's figure the median of REPEAT emulations (a step's duration: of those no hypervisor steal
+disturbed; where every one was, the step counts neither way, and a verdict the steal-timed steps
+could turn is not given: the peaks are still gated and the test skips saying so). The whole
+distribution (peak, duration, CPU), the worst steps and the load before and after beside them are
+printed, as `agentcgroup traces fidelity` prints them. This is where the duration goal is gated (a timed benchmark, not a unit test:
 tests/test_fidelity.py checks what does not depend on the load).
 
 Needs root or a delegated cgroup (each emulated step gets a cgroup of its own) and a C compiler
@@ -51,5 +53,13 @@ def test_fidelity_on_the_recorded_here_corpus(capsys):
     g = res["gate"]
     assert g["steps"] >= len(files), f"only {g['steps']} recorded step(s) compared in {len(files)} file(s)"
     assert not [r for r in rows if r.get("failed")], "an emulation failed (see the worst steps above)"
+    if not g["checked"] and g["stolen"] and not g["unmeasured"]:
+        # the peaks (the kernel's, load-insensitive) are still gated; the durations cannot be
+        peaks = res["emulated"]["peak_mb"]["met_share"]
+        assert peaks >= g["goal_share"], f"{100 * peaks:.0f}% of the steps meet the peak goal; the goal is >= 90%"
+        pytest.skip(f"the duration goal cannot be checked here: {g['stolen']} of {g['steps']} step(s) were timed only "
+                    f"while the hypervisor took the CPUs ({fidelity.contention(res)}); {g['met_both']} meet both goals, "
+                    f"so the share is between {100 * g['share']:.0f}% and "
+                    f"{100 * (g['met_both'] + g['stolen']) / g['steps']:.0f}% (peaks: {100 * peaks:.0f}% met)")
     assert g["passed"], (f"{g['met_both']}/{g['steps']} step(s) ({100 * g['share']:.0f}%) meet both the peak and the "
                          f"duration goal; the goal is >= {100 * g['goal_share']:.0f}% ({load}; {fidelity.contention(res)})")

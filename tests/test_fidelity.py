@@ -340,7 +340,7 @@ def test_a_replay_the_hypervisor_disturbed_is_run_again_within_its_budget(monkey
     monkeypatch.setattr(fidelity_run, "cpu_ticks", counters({1}))
     em = fidelity_run.emulate([trace], repeat=2)
     assert (em.replays, em.disturbed, em.disturbed_kept) == (3, 1, 0)
-    assert em.rows[0]["repeats"] == 2 and not em.rows[0].get("failed"), em.rows
+    assert em.rows[0]["repeats"] == 2 and not em.rows[0].get("failed") and "duration_stolen" not in em.rows[0]
     res = fidelity.result(em.rows, (0.0,) * 3, (0.0,) * 3, 2, em.exit_tail_ms, em.host())
     assert "1 of 3 trace replay(s) had steal above 1%: 1 run again (" in fidelity.format_report(res)
 
@@ -348,5 +348,31 @@ def test_a_replay_the_hypervisor_disturbed_is_run_again_within_its_budget(monkey
     em = fidelity_run.emulate([trace], repeat=2)
     # four replays run again (the budget: twice as many as the repetitions), then two kept and said so
     assert (em.replays, em.disturbed, em.disturbed_kept) == (6, 6, 2) and em.rows[0]["repeats"] == 2
+    assert em.rows[0]["duration_stolen"] is True       # timed in disturbed replays only: counted neither way
     res = fidelity.result(em.rows, (0.0,) * 3, (0.0,) * 3, 2, em.exit_tail_ms, em.host())
     assert "6 of 6 trace replay(s) had steal above 1%: 4 run again, 2 kept" in fidelity.format_report(res)
+
+
+def test_steps_timed_only_under_steal_decide_the_gate_only_when_they_cannot_turn_it():
+    from pytest_agentcgroup.metrics import fidelity
+
+    def row(i, duration_met, stolen=False):
+        r = {"trace_id": "t", "step_id": i, "cmd": "x", "repeats": 3,
+             "emulated": {"peak_mb": {"recorded": 50.0, "got": 50.0, "error_pct": 0.0, "met": True},
+                          "duration_ms": {"recorded": 100.0, "got": 100.0 if duration_met else 150.0,
+                                          "error_pct": 0.0 if duration_met else 50.0, "met": duration_met}}}
+        return {**r, "duration_stolen": True} if stolen else r
+    # 18 met + 2 stolen of 20: 90 % even were the stolen ones missed -> passed
+    g = fidelity.gate([row(i, True) for i in range(18)] + [row(18, False, True), row(19, False, True)])
+    assert (g["checked"], g["passed"], g["stolen"], g["met_both"]) == (True, True, 2, 18)
+    # 16 met + 2 stolen + 2 missed: 80 % to 90 % -> not decided, and the report says why
+    rows = [row(i, True) for i in range(16)] + [row(16, False, True), row(17, True, True), row(18, False), row(19, False)]
+    res = fidelity.result(rows, (0.0,) * 3, (0.0,) * 3, 3)
+    assert (res["gate"]["checked"], res["gate"]["passed"]) == (False, False)
+    text = fidelity.format_report(res)
+    assert "gate NOT CHECKED: 16/20 step(s) meet both goals and 2 more" in text and "between 80% and 90%" in text
+    assert "(timed under steal only)" in text and fidelity.exit_code(res, 0) == fidelity.EXIT_BAD_INPUT
+    # 14 met + 2 stolen + 4 missed: under 90 % even were the stolen ones met -> failed
+    g = fidelity.gate([row(i, True) for i in range(14)] + [row(14, True, True), row(15, True, True)]
+                      + [row(i, False) for i in range(16, 20)])
+    assert (g["checked"], g["passed"]) == (True, False)

@@ -96,7 +96,9 @@ def emulate(traces: list[Trace], *, repeat: int = 1) -> Emulated:
     hypervisor ran something else on our CPUs for more than STEAL_LIMIT_PCT of their time (steal:
     the emulator then falls behind its schedule, as no real command would have when recorded) is run
     again, at most RERUNS_PER_REPEAT * `repeat` times per trace; past that budget the disturbed
-    replays are kept and counted."""
+    replays are kept and counted. A step's duration is then the median of its undisturbed
+    repetitions; where all of them were disturbed, the row says so (`duration_stolen`) and the gate
+    does not count its duration either way (metrics/fidelity.py gate)."""
     tree = RunTree(detect())        # no cgroups: said before the emulator is built and probed
     todo = [(trace, steps) for trace in traces
             if (steps := tuple(s for s in trace.steps if recorded(s) is not None))]
@@ -120,15 +122,16 @@ def emulate(traces: list[Trace], *, repeat: int = 1) -> Emulated:
                              ArmPlacement(Arm("unlimited"), work, tree.controllers, pool=True))
                 replays += 1
                 stolen = steal_pct(before, cpu_ticks())
-                if stolen is not None and stolen > STEAL_LIMIT_PCT:
+                hit = stolen is not None and stolen > STEAL_LIMIT_PCT
+                if hit:
                     disturbed += 1
                     if retries[k] > 0:
                         retries[k] -= 1
                         continue
                     disturbed_kept += 1
-                kept[k].append(run)
+                kept[k].append((run, hit))
         wait1, ticks1, t1 = cpu_wait_us(), cpu_ticks(), time.monotonic()
-        rows = [_row(trace, step, [r[i] for r in kept[k]])
+        rows = [_row(trace, step, [run[i] for run, _ in kept[k]], [run[i] for run, hit in kept[k] if not hit])
                 for k, (trace, steps) in enumerate(todo) for i, step in enumerate(steps)]
     finally:
         tree.close()
@@ -138,17 +141,22 @@ def emulate(traces: list[Trace], *, repeat: int = 1) -> Emulated:
                     disturbed_kept)
 
 
-def _row(trace: Trace, step: Step, results) -> dict:
+def _row(trace: Trace, step: Step, results, unstolen=None) -> dict:
+    """The step's figures over `results` (its repetitions); its duration over `unstolen` (those no
+    steal disturbed) when there is one, else over all, the row then saying `duration_stolen`."""
     failed = [r for r in results if not r.executed or r.exit_code != 0 or r.timed_out]
     row = {"trace_id": trace.trace_id, "step_id": step.step_id, "cmd": " ".join((step.command or "").split())[:80],
            "repeats": len(results)}
+    timed = results if unstolen is None else unstolen
+    if not timed:
+        timed, row["duration_stolen"] = results, True
     if failed:                  # the emulator is ours: a failed emulation meets no goal
         r = failed[0]
         row["failed"] = r.error or ("timed out" if r.timed_out else f"exit {r.exit_code}, signal {r.signal}")
     med = lambda xs: statistics.median(xs) if xs and None not in xs else None      # noqa: E731
     got = Figures(med([r.counters.get("peak_bytes") for r in results if r.executed]) / MB
                   if all(r.executed and r.counters.get("peak_bytes") is not None for r in results) else None,
-                  med([r.latency_ms for r in results if r.executed]),
+                  med([r.latency_ms for r in timed if r.executed]),
                   # cpu.stat not read (None) is no CPU figure, not a CPU miss blamed on the emulator
                   med([r.counters["cpu_usec"] / 1000.0 if r.counters.get("cpu_usec") is not None else None
                        for r in results if r.executed]))
