@@ -24,8 +24,9 @@ def add_parser(tsub) -> None:
                     "the worst steps and, where steps keep their source's figures, how wrong those were. Needs "
                     "cgroups this user can create (root or a delegated cgroup).",
         epilog="Exit codes: 0 at least 90% of the steps meet both the peak and the duration goal; 3 fewer do; "
-               "1 bad input (named on stderr), no recorded step, no cgroups, or a kernel without memory.peak "
-               "(the gate cannot be checked); 2 usage error.")
+               "1 bad input (named on stderr), no recorded step, no cgroups, a kernel without memory.peak, or "
+               "steps timed only under the hypervisor's steal that could turn the verdict (the gate cannot be "
+               "checked: said on stderr); 2 usage error.")
     f.add_argument("files", nargs="+", metavar="RECORDED", type=Path, help="IR files or directories of recorded traces")
     f.add_argument("--repeat", type=int, default=1, metavar="N", help="emulate each step N times, compare the median")
     f.add_argument("--json", type=Path, metavar="OUT", help="also write the whole result (every step) as JSON to OUT")
@@ -64,6 +65,9 @@ def cmd_fidelity(args) -> int:
     if res["gate"]["unmeasured"]:
         print("agentcgroup traces fidelity: this kernel has no per-cgroup memory peak (v2 memory.peak is 5.19+): "
               "peaks are not compared and the gate cannot be checked here", file=sys.stderr)
+    if not res["gate"]["checked"] and res["gate"]["stolen"] and not res["gate"]["unmeasured"]:
+        print(f"agentcgroup traces fidelity: {res['gate']['stolen']} step(s) were timed only while the hypervisor took "
+              "the CPUs (steal), and they could turn the verdict: the gate cannot be checked here now", file=sys.stderr)
     print(fidelity.format_report(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")

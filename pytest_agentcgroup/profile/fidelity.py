@@ -11,7 +11,8 @@ the kernel's per-cgroup peak (v2 memory.peak | v1 memory.max_usage_in_bytes), th
 (cpu.stat usage_usec: user + system over every process of the step) and the wall time from spawn
 to reap. The emulator's own exit and reap are measured right before the replays and taken off each
 curve step's end (replay/executors/emulate.py: the recorded duration holds the real command's
-exit). With `repeat` > 1 each step's figure is the median of its repetitions.
+exit). With `repeat` > 1 each step's figure is the median of its repetitions (its duration: of those
+no steal disturbed, `duration_repeats` of them).
 
 Durations are only comparable on a host as idle as the recording's: beside the load average, the
 report gives the share of the replays' wall time in which some task waited for a CPU (the kernel's
@@ -150,6 +151,7 @@ def _row(trace: Trace, step: Step, results, unstolen=None) -> dict:
     timed = results if unstolen is None else unstolen
     if not timed:
         timed, row["duration_stolen"] = results, True
+    row["duration_repeats"] = len(timed)
     if failed:                  # the emulator is ours: a failed emulation meets no goal
         r = failed[0]
         row["failed"] = r.error or ("timed out" if r.timed_out else f"exit {r.exit_code}, signal {r.signal}")
