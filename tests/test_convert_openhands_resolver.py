@@ -53,7 +53,9 @@ def test_flat_history_record():
     assert t1.steps[2].args == {"command": "cd widgets && grep -n '_SIZE' units.py", "cwd": "/workspace"}
     assert t1.steps[5].args["cwd"] == "/workspace/widgets"
     assert t1.steps[6].args == {"op": "view", "path": "/workspace/tests/test_units.py", "cwd": "/workspace/widgets"}
-    assert t1.steps[7].args["path"] == "/workspace/widgets/units.py" and t1.steps[7].args["op"] == "write"
+    # a FileWriteAction of line 9 only: its span kept, under an op no replay applies (not a whole-file write)
+    assert t1.steps[7].args["path"] == "/workspace/widgets/units.py" and t1.steps[7].args["op"] == "write_lines"
+    assert t1.steps[7].args["lines"] == [9, 9]
     assert all(s.duration_ms is None for s in t1.steps)          # no timestamps in this shape
     assert all(s.profile.to_json() == {} for s in t1.steps)
 
