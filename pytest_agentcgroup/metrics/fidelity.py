@@ -96,13 +96,15 @@ def gate(rows: list[dict]) -> dict:
     verdict (passed even were they all missed, failed even were they all met)."""
     def met(r, metrics):
         return all(r["emulated"].get(m, {}).get("met", False) for m in metrics)
-    stolen = sum(1 for r in rows if r.get("duration_stolen") and not r.get("failed") and met(r, ("peak_mb",)))
-    ok = [met(r, GATED) and not (r.get("duration_stolen") and not r.get("failed")) for r in rows]
+    stolen = sum(1 for r in rows if _stolen(r) and met(r, ("peak_mb",)))
+    ok = [met(r, GATED) and not _stolen(r) for r in rows]
     unmeasured = sum(1 for r in rows if not r.get("failed") and any(m not in r["emulated"] for m in GATED))
     n, need = len(ok), GATE_SHARE * len(ok)
     share = sum(ok) / n if n else 0.0
     decided = bool(ok) and not unmeasured and (sum(ok) >= need or sum(ok) + stolen < need)
     return {"steps": n, "met_both": sum(ok), "share": share, "goal_share": GATE_SHARE,
+            # the share were every stolen step met: the top of the range a NOT CHECKED gate gives
+            "share_max": (sum(ok) + stolen) / n if n else 0.0,
             "unmeasured": unmeasured, "stolen": stolen, "checked": decided,
             "passed": decided and sum(ok) >= need}
 
@@ -195,8 +197,8 @@ def format_report(res: dict) -> str:
     if not g["checked"] and g.get("stolen") and not g.get("unmeasured"):
         out.append(f"gate NOT CHECKED: {g['met_both']}/{g['steps']} step(s) meet both goals and {g['stolen']} more "
                    "were timed only while the hypervisor took the CPUs (steal in every replay of their trace): "
-                   f"the share is between {100 * g['share']:.0f}% and "
-                   f"{100 * (g['met_both'] + g['stolen']) / g['steps']:.0f}%, the goal >= {100 * g['goal_share']:.0f}%; "
+                   f"the share is between {100 * g['share']:.0f}% and {100 * g['share_max']:.0f}%, "
+                   f"the goal >= {100 * g['goal_share']:.0f}%; "
                    "durations cannot be compared with a recording made on a quiet host")
         return "\n".join(out)
     if g.get("unmeasured"):

@@ -88,22 +88,16 @@ def apply(edit):
     op, path, history = edit.get("op"), edit.get("path"), edit.get("history")
     if not isinstance(path, str) or not os.path.isabs(path):
         return 1, "ERROR: Invalid `path` parameter: {!r}. The path should be an absolute path.".format(path)
-    if op == "create":
-        if os.path.lexists(path):
+    if op in ("create", "write"):       # a whole content: `create` only where there is no file yet
+        if op == "create" and os.path.lexists(path):
             return 1, "ERROR: File already exists at: {}. Cannot overwrite files using command `create`.".format(path)
-        parent = os.path.dirname(path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        _write(path, edit.get("file_text") or "")
-        return 0, "File created successfully at: {}".format(path)
-    if op == "write":
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
         if os.path.isfile(path):
             _remember(history, path, _read(path))
         _write(path, edit.get("file_text") or "")
-        return 0, "File written successfully at: {}".format(path)
+        return 0, "File {} successfully at: {}".format("created" if op == "create" else "written", path)
     if op not in ("str_replace", "multi_edit", "insert", "undo_edit"):
         return 1, "ERROR: unknown edit operation {!r}".format(op)
     if not os.path.isfile(path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir import TraceError
-from ._common import MAX_ARG_BYTES, check_str
+from ._common import MAX_ARG_BYTES
 
 _MISSING = object()
 _EDIT_TEXTS = {"Write": (("content", "file_text"),), "Edit": (("old_string", "old_str"), ("new_string", "new_str"))}
@@ -24,9 +24,8 @@ def edit_args(native: str, inp: dict, args: dict[str, Any], where: dict) -> dict
     if native == "NotebookEdit":
         args["bytes"] = len(_text(inp.get("new_source", ""), "input.new_source", where).encode("utf-8", "surrogatepass"))
         return args
-    path = args.pop("file_path", _MISSING)      # type-checked with the other kept keys, when present
-    args["path"] = _text(inp.get("file_path", _MISSING) if path is _MISSING else path, "input.file_path", where)
-    check_str(args["path"], where, field="input.file_path")
+    # checked with the call's other kept keys when it is a string; missing or null is said here
+    args["path"] = _text(args.pop("file_path", inp.get("file_path", _MISSING)), "input.file_path", where)
     if native == "MultiEdit":
         edits = inp.get("edits", _MISSING)
         if edits is _MISSING or edits is None:
