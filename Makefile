@@ -8,7 +8,7 @@ SETUP_GROUPS ?=
 # `make run` fails on a regression against this baseline; `make baseline` rewrites it
 BASELINE     ?= experiments/baseline/smoke.json
 
-.PHONY: setup setup-vm setup-kernels test test-quick test-kernels run baseline report paper docs clean clean-images clean-emulator recorded-here
+.PHONY: setup setup-vm setup-kernels test test-quick test-kernels run real baseline report paper docs clean clean-images clean-emulator recorded-here
 
 setup:
 	@bash pytest_agentcgroup/hostsetup.sh $(SETUP_GROUPS)
@@ -44,6 +44,18 @@ test-kernels: setup-kernels
 run: setup
 	@$(PY) -m pytest experiments -q --benchmark-columns=median --agentcgroup-out results --agentcgroup-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
+
+# the `real` subset (traces/mini-swe-agent): public mini-swe-agent trajectories' real commands in
+# their sympy workspaces, under the sandbox and then the docker executor (exp1's unlimited arm: the
+# real commands, no limit to kill them). The first run builds the workspaces pinned in
+# traces/workspaces.lock.json from PyPI into the cache; later runs use the cache, without network.
+# A trace whose compared steps diverge beyond max_divergence fails; the summary says per trace how
+# faithful its replay was. Every exp1 arm: PYTEST_ARGS='-k exp1' (docs/workspaces.md).
+REAL_ARGS    := experiments/test_exp1_domain_mismatch.py -q -k unlimited --agentcgroup-subset real
+real: setup
+	@for ex in sandbox docker; do \
+	  $(PY) -m pytest $(REAL_ARGS) --agentcgroup-executor $$ex --agentcgroup-out results-real $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; [ $$rc -eq 0 ] || exit $$rc; done
 
 baseline: setup
 	@$(PY) -m pytest experiments -q --benchmark-columns=median --agentcgroup-out results --agentcgroup-save-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \

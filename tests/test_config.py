@@ -119,6 +119,13 @@ def test_latency_budget_names_the_slowest_step():
     recs = [_rec(i, 1, 0, latency=10.0) for i in range(19)] + [_rec(19, 1, 0, latency=900.0)]
     (v,) = check(recs, {"latency_overhead_p95_ms": 50}, Arm("unlimited"))
     assert v.step_id == 19 and v.counter == "latency_overhead_p95_ms"
+    # a real command its trace gives no duration has no overhead: its wall time is its own; under
+    # emulate the step is asked to last 0 ms, and its wall time is all overhead
+    recs[19]["replayed_duration_ms"] = None
+    both = {"latency_overhead_p95_ms": 50, "latency_overhead_max_ms": 100}
+    assert check([{**r, "executor": "sandbox"} for r in recs], both, Arm("unlimited")) == []
+    got = check([{**r, "executor": "emulate"} for r in recs], both, Arm("unlimited"))
+    assert [(v.step_id, v.counter) for v in got] == [(19, "latency_overhead_ms"), (19, "latency_overhead_p95_ms")]
 
 
 def test_predicted_throttles_only_for_low_priority_steps_above_the_soft_limit():

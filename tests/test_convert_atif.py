@@ -21,6 +21,7 @@ from pytest_agentcgroup.traces import convert as registry
 from pytest_agentcgroup.traces.convert import atif as conv
 from pytest_agentcgroup.traces.convert import ir as ir_conv
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace, read_traces, write_trace
+from pytest_agentcgroup.traces.corpus import ir_files
 from converter_checks import (DATASETS, FUZZ, check_converter, expect_trace_error, json_values, maybe_cut,
                               mutated, only_trace)
 
@@ -33,7 +34,7 @@ _err = partial(expect_trace_error, conv)
 
 
 def _corpus_traces() -> list[Trace]:
-    return [t for p in sorted(CORPUS.rglob("*.json")) if p.name != "manifest.json" for t in read_traces(p)]
+    return [t for p in ir_files([CORPUS]) for t in read_traces(p)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_agentcgroup.traces.ir import Outcome, Step, Trace
 from pytest_agentcgroup.traces.task import Task
-from pytest_agentcgroup.workspaces import choose
+from pytest_agentcgroup.workspaces import choose, seen
 from pytest_agentcgroup.engines.docker import LOCAL_IMAGE
 from pytest_agentcgroup.traces.corpus import LOCK_FILE
 from pytest_agentcgroup.workspaces.lock import SCHEMA, LockFile, WorkspaceError
@@ -112,6 +112,17 @@ def test_one_process_builds_a_workspace_and_another_waits_for_it_then_uses_it(tm
     assert got == [b.seed_of(e, out)]                              # used as built (a build would fail: no index)
 
 
+def test_tasks_locked_to_the_same_files_share_one_build(tmp_path):
+    from pytest_agentcgroup.workspaces import build as b
+    from pytest_agentcgroup.workspaces.lock import parse_entry
+    one = parse_entry("acme__widget-7", entry(), "lock")
+    other = parse_entry("acme__widget-8", entry(chosen_by="its sdist agrees best ...", notes=["a note"]), "lock")
+    assert b.built_dir(one, tmp_path) == b.built_dir(other, tmp_path)
+    for change in ({"version": "1.0.3"}, {"path": "/testbed"}, {"env_path": "/opt/env"},
+                   {"wheels": [{**entry()["wheels"][0], "version": "8.3.4"}]}):
+        assert b.built_dir(parse_entry("acme__widget-7", entry(**change), "lock"), tmp_path) != b.built_dir(one, tmp_path)
+
+
 def view(i, path, first_line, lines):
     head = f"Here's the result of running `cat -n` on {path}:\n" + "".join(
         f"{n:6}\t{text}\n" for n, text in enumerate(lines, first_line)) + "    99\tcut"
@@ -130,30 +141,90 @@ def test_a_release_is_told_apart_by_the_edits_that_apply_and_the_lines_the_traje
     old = {"widget/core.py": "# widget\ndef f():\n    return 1\n"}
     new = {"widget/core.py": "# widget\ndef f():\n    return one\n"}
     # old: the edit applies, both views agree (2 lines, then the edited line), the old_str's line is there
-    assert choose.edit_score(t, TASK, old) == (1, 1, 4)
-    assert choose.edit_score(t, TASK, new) == (0, 1, 1)          # only `def f():` agrees
-    assert choose.edit_score(t, TASK, {}) == (0, 1, 0)
+    assert seen.edit_score(t, TASK, old) == (1, 1, 4)
+    assert seen.edit_score(t, TASK, new) == (0, 1, 1)          # only `def f():` agrees
+    assert seen.edit_score(t, TASK, {}) == (0, 1, 0)
     # what the trajectory saw that the sdist lacks (the agent's own new.py is no loss)
-    assert choose.absent(t, TASK, old) == [] and choose.absent(t, TASK, {}) == ["widget/core.py"]
-    assert choose.named_version(trace(Step(0, "bash", {"command": "pip show widget"},
+    assert seen.absent(t, TASK, old) == [] and seen.absent(t, TASK, {}) == ["widget/core.py"]
+    assert seen.named_version(trace(Step(0, "bash", {"command": "pip show widget"},
                                            recorded_outcome=Outcome("ok", 0),
                                            recorded_output="Name: widget\nVersion: 1.0.2\n")),
                                 "widget", ["1.0.1", "1.0.2"]) == ("1.0.2", 0)
-    assert choose.named_version(t, "widget", ["1.0.1"]) is None
+    assert seen.named_version(t, "widget", ["1.0.1"]) is None
     assert choose.in_series("0.0.11", "0.0") and choose.in_series("0.0", "0.0") and not choose.in_series("0.01", "0.0")
+
+
+def bash(i, command, output, exit_code=0):
+    return Step(i, "bash", {"command": command, "cwd": PATH},
+                recorded_outcome=Outcome("ok" if exit_code == 0 else "failed", exit_code), recorded_output=output)
+
+
+def test_a_shells_read_only_views_place_lines_in_files_and_anything_else_is_no_view():
+    core = "widget/core.py"
+    cases = {
+        "cat widget/core.py": ("# widget\ndef f():\n    retu", {1: "# widget", 2: "def f():"}),   # the cut line is left out
+        "nl -ba widget/core.py | sed -n '2,3p'": ("     2\tdef f():\n     3\t    return 1\n", {2: "def f():", 3: "    return 1"}),
+        "cat -n widget/core.py | grep return | head -n 5": ("     3\t    return 1\n", {3: "    return 1"}),
+        "sed -n '2,3p' widget/core.py": ("def f():\n    return 1\n", {2: "def f():", 3: "    return 1"}),
+        "grep -n -A 1 'def f' widget/core.py": ("2:def f():\n3-    return 1\n", {2: "def f():", 3: "    return 1"}),
+        f"cd {PATH}/widget && head -n 1 core.py": ("# widget\n", {1: "# widget"}),
+        "cat widget/core.py | sed -n '3p'": ("    return 1\n", {3: "    return 1"}),
+        "head -2 widget/core.py": ("# widget\ndef f():\n", {1: "# widget", 2: "def f():"}),
+        "cat widget/core.py | head -1": ("# widget\n", {1: "# widget"}),
+        "nl -ba widget/core.py | grep -v '#' | tail -n +2": ("     3\t    return 1\n", {3: "    return 1"}),
+    }
+    for command, (output, rows) in cases.items():
+        assert seen.bash_view(bash(0, command, output), PATH + "/") == (core, rows), command
+    for command in ("cat widget/core.py > copy.py", "cat widget/core.py; rm x", "cat $F", "cat widget/*.py",
+                    "grep -rn f widget", "cat widget/core.py other.py", "grep -c f widget/core.py",
+                    "cat /etc/passwd", "cat ../outside.py", "cat widget/core.py | sort", "python widget/core.py",
+                    "cat widget/core.py\nrm x", "sed -i 's/1/2/' widget/core.py", "tail -n 3 widget/core.py",
+                    "head -n 5", "head -n 5 widget/core.py other.py", "sed -n '2,3p' widget/core.py | head -n 1",
+                    # filters that change the rows or read a file of their own
+                    "cat -n widget/core.py | sed 's/1/2/'", "cat -n widget/core.py | sed -n '2,3p' other.py",
+                    "cat -n widget/core.py | tail -c 5", "cat -n widget/core.py | grep -o f",
+                    "cat -n widget/core.py | head -n 3 other.py", "grep -n f widget/core.py -e",
+                    # paths the shell would not take as they are
+                    "cat widget/{core,other}.py", "cd - && cat core.py", "cd wid* && cat core.py", "cat ~/core.py"):
+        assert seen.bash_view(bash(0, command, "def f():\n"), PATH + "/") is None, command
+    assert seen.bash_view(bash(0, "cat widget/core.py", "cat: widget/core.py: No such file\n", 1), PATH + "/") is None
+    assert seen.bash_view(bash(0, "cat widget/a#b.py", "x\n"), PATH + "/") == ("widget/a#b.py", {1: "x"})   # no comment
+    # the views decide between two releases, as the editor's do; a file the agent wrote itself is no evidence
+    t = trace(bash(0, "sed -n '2,3p' widget/core.py", "def f():\n    return 1\n"),
+              Step(1, "edit", {"op": "create", "path": f"{PATH}/new.py", "file_text": "x = 1\n"}, recorded_outcome=Outcome("ok")),
+              bash(2, "cat new.py", "x = 1\n"))
+    old = {core: "# widget\ndef f():\n    return 1\n", "new.py": "y = 2\n"}
+    assert seen.edit_score(t, TASK, old) == (0, 0, 2)
+    assert seen.edit_score(t, TASK, {core: "# widget\ndef f():\n    return one\n"}) == (0, 0, 1)
+    assert seen.paths_seen(t, TASK) == {core, "new.py"}
+
+
+def test_a_trajectory_whose_environment_had_no_pytest_gets_none():
+    assert seen.pytest_lacked(trace(bash(0, "ls", "a\n"), bash(1, "pytest x", "bash: line 1: pytest: command not found\n", 127))) == 1
+    assert seen.pytest_lacked(trace(bash(0, "python -m pytest", "/usr/bin/python: No module named pytest\n", 1))) == 0
+    assert seen.pytest_lacked(trace(bash(0, "pytest", "==== test session starts ====\n"))) is None
 
 
 def test_requirements_are_read_from_an_sdist_without_running_it():
     setup_py = '''
 from setuptools import setup
 DEPS = ["numpy", "xarray<=2022.03."]
-setup(name="widget", install_requires=DEPS + ["ignored-because-not-literal"],
+setup(name="widget", install_requires=DEPS + read_requirements(),
       tests_require=["pytest-cov"], extras_require={"test": ["hypothesis"], "docs": ["sphinx"]})
 '''
-    # DEPS + [...] is no literal: what cannot be read without running setup.py is left out
+    # DEPS + read_requirements() is no literal: what cannot be read without running setup.py is left out
     assert choose.requirements({"setup.py": setup_py}, "widget") == ["pytest-cov", "hypothesis"]
-    setup_py = setup_py.replace('DEPS + ["ignored-because-not-literal"]', "DEPS")
+    setup_py = setup_py.replace("DEPS + read_requirements()", "DEPS")
     assert choose.requirements({"setup.py": setup_py}, "widget") == ["numpy", "xarray<=2022.03", "pytest-cov", "hypothesis"]
+    # strings and lists built from literals, as sympy's 'mpmath>=%s' % min_mpmath_version
+    built = ('V = "0.19"\nBASE = ["toolz"]\nsetup(install_requires=BASE + ["mpmath>=%s" % V, f"attrs>={V}", "a" + "b",'
+             ' "c>=%s" % (V,), "d>=%s,<%s" % (V, "2")], extras_require={"test": ["e>=%s" % V], "docs": "f"})\n')
+    assert choose.requirements({"setup.py": built}, "widget") == [
+        "toolz", "mpmath>=0.19", "attrs>=0.19", "ab", "c>=0.19", "d<2,>=0.19", "e>=0.19"]
+    # what only running it would tell, a format that does not fit, a string no requirement would be
+    for bad in ('"m>=%s" % get_version()', '"%(v)s" % {"w": 1}', '"%0100000000d" % 1', '"%s" % unknown',
+                '"%s" % ["a"]', '"a" + 1'):
+        assert choose.requirements({"setup.py": f"setup(install_requires=[{bad}], tests_require=['ok'])"}, "widget") == ["ok"], bad
     cfg = "[options]\ninstall_requires =\n    toolz>=0.10\n[options.extras_require]\ntesting = pytest-mock\n"
     pyproject = '[project]\ndependencies = ["dask"]\n[project.optional-dependencies]\ntests = ["widget[extra]", "attrs"]\n'
     pkg = 'Metadata-Version: 2.1\nRequires-Dist: tqdm\nRequires-Dist: furo; extra == "docs"\nRequires-Dist: mock; extra == "test"\n'
@@ -221,3 +292,48 @@ def test_an_sdist_with_a_hard_link_unpacks_and_one_pointing_out_is_one_message(t
     assert (dest / "a.txt").read_text() == (dest / "b.txt").read_text() == "hello\n"
     with pytest.raises(WorkspaceError, match="p-1.0.tar.gz: cannot unpack"):
         unpack_sdist(sdist("/etc/passwd"), "p-1.0.tar.gz", tmp_path / "out")
+
+
+def test_a_downloaded_sdist_is_kept_under_its_sha256_and_checked_again_when_read(tmp_path, monkeypatch):
+    import hashlib
+    from pytest_agentcgroup.workspaces import pypi
+    data = b"the sdist"
+    sha = hashlib.sha256(data).hexdigest()
+    fetched = []
+    monkeypatch.setattr(pypi, "_download", lambda *args: fetched.append(args) or data)
+    cache = tmp_path / "sdists"
+    assert pypi.download_sdist("p", "p-1.tar.gz", sha, cache=cache) == data and len(fetched) == 1
+    assert (cache / f"{sha}-p-1.tar.gz").read_bytes() == data
+    assert pypi.download_sdist("p", "p-1.tar.gz", sha, cache=cache) == data and len(fetched) == 1     # kept
+    (cache / f"{sha}-p-1.tar.gz").write_bytes(b"changed since")
+    assert pypi.download_sdist("p", "p-1.tar.gz", sha, cache=cache) == data and len(fetched) == 2     # checked
+    (tmp_path / "a-file").write_text("")
+    assert pypi.download_sdist("p", "p-1.tar.gz", sha, cache=tmp_path / "a-file" / "sdists") == data  # no cache: no error
+    assert not list(tmp_path.rglob("*.part"))
+
+
+def test_only_the_files_asked_for_are_read_from_an_sdist():
+    import io
+    import tarfile
+    from pytest_agentcgroup.workspaces.pypi import sdist_files
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in (("w-1/setup.py", b"setup()"), ("w-1/w/core.py", b"x = 1"), ("w-1/w/bin.dat", b"\xff\xfe")):
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
+    assert sdist_files(buf.getvalue(), "w-1.tar.gz") == {"setup.py": "setup()", "w/core.py": "x = 1"}
+    assert sdist_files(buf.getvalue(), "w-1.tar.gz", only={"w/core.py", "absent.py"}) == {"w/core.py": "x = 1"}
+
+
+def test_of_releases_that_agree_as_well_the_oldest_final_one_is_chosen(monkeypatch):
+    files = {"w/core.py": "def f():\n    return 1\n"}
+    rels = {v: [{"filename": f"widget-{v}.tar.gz", "packagetype": "sdist", "digests": {"sha256": "0" * 64},
+                 "upload_time_iso_8601": when}]
+            for v, when in (("0.9", "2020-01-01"), ("1.0rc1", "2020-02-01"), ("1.0", "2020-03-01"), ("1.1", "2020-04-01"))}
+    monkeypatch.setattr(choose, "sdist_cache", lambda: None)
+    monkeypatch.setattr(choose, "download_sdist", lambda project, filename, sha, cache: filename)
+    monkeypatch.setattr(choose, "sdist_files", lambda name, filename, only: {} if "0.9" in name else files)
+    t = trace(bash(0, "sed -n '1,2p' w/core.py", "def f():\n    return 1\n"), task=Task(instance_id="acme__widget-7", path=PATH))
+    version, how = choose.choose_release(t, t.task, "widget", rels)
+    assert version == "1.0" and "2 lines it saw are there" in how and "of 3 that tie, the oldest (final releases first)" in how

@@ -1,5 +1,5 @@
 """`agentcgroup tools ...`: the corpus-building tools, run by hand to regenerate what traces/ ships
-(tools/build_corpus.py, tools/browser_record.py, tools/recorded_here.py), and the shipped web app
+(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py), and the shipped web app
 the browser traces replay against, served for a look at it (tenants/webapp.py)."""
 from __future__ import annotations
 
@@ -27,6 +27,22 @@ def add_parsers(sub) -> None:
     b.add_argument("src", type=Path, help="agentcgroup-claude-code dataset root")
     b.add_argument("out", type=Path, help="output trace directory (e.g. traces/)")
     b.set_defaults(func=cmd_build_corpus)
+
+    m = tsub.add_parser(
+        "real-corpus", help="build the real subset (traces/mini-swe-agent) from mini-swe-agent's SWE-bench run",
+        description="Convert the sympy tasks (pull request 20000 on) of mini-swe-agent 1.15's Gemini 3 Pro run "
+                    "on SWE-bench Verified (TRAJS: the run's trajs directory, <instance>/<instance>.traj.json) "
+                    "into OUT/mini-swe-agent/<instance>.json with their origin and licence, list them as "
+                    "the subset `real` in OUT/manifest.json (other families kept) and write "
+                    "OUT/mini-swe-agent/README.md. Deterministic. Pin their workspaces afterwards with "
+                    "`agentcgroup traces lock OUT/mini-swe-agent -o OUT/workspaces.lock.json` (PyPI).",
+        epilog="Example: git -C MIRROR archive HEAD swebench_results/20251118_gemini-3-pro-74pct/trajs | "
+               "tar -x -C /tmp/msa; agentcgroup tools real-corpus "
+               "/tmp/msa/swebench_results/20251118_gemini-3-pro-74pct/trajs traces. Exit codes: 0 ok, "
+               "1 bad input (named on stderr), 2 usage error.")
+    m.add_argument("trajs", type=Path, help="the run's trajs directory")
+    m.add_argument("out", type=Path, help="the trace corpus directory (e.g. traces/)")
+    m.set_defaults(func=cmd_real_corpus)
 
     r = tsub.add_parser(
         "browser-record", help="build the browser traces (traces/playwright, subset browser)",
@@ -73,6 +89,19 @@ def cmd_build_corpus(args) -> int:
           + ", ".join(f"{k}: {len(v)}" for k, v in subsets.items()))
     for name, st in result["stats"].items():
         print(f"{name}: recorded {st['recorded_s']} s; step peaks {st['all']}; bash {st['bash']}")
+    return EXIT_OK
+
+
+def cmd_real_corpus(args) -> int:
+    from ..tools.real_corpus import build
+    from ..traces.ir import TraceError
+    try:
+        entries = build(args.trajs, args.out)
+    except TraceError as exc:
+        print(f"agentcgroup tools real-corpus: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"wrote {len(entries)} traces to {args.out}/mini-swe-agent (subset real); "
+          f"{sum(e['steps'] for e in entries)} steps")
     return EXIT_OK
 
 

@@ -3,7 +3,8 @@
     [experiments.exp1.budgets.static-toolcall]
     oom_kills = "predicted"          # or a number: at most this many OOM kills in the trace
     mem_high_events = "predicted"    # every step predicted above the soft limit breaches it
-    latency_overhead_p95_ms = 250    # p95 of (latency - replayed duration) over executed steps
+    latency_overhead_p95_ms = 250    # p95 of (latency - replayed duration) over executed steps (of a
+                                     # real command, those its trace gives a duration)
     latency_overhead_max_ms = 5000   # the same, for the worst step (a step parked for good breaks it)
 
     [experiments.exp1.budgets.agentcgroup]    # policy arms (bpf/controller.py) also have
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arms import Arm
+from ..metrics.faithfulness import REAL_EXECUTORS
 from ..metrics.records import percentile
 
 BUDGET_KEYS = ("oom_kills", "mem_high_events", "throttles", "policy_kills", "latency_overhead_p95_ms",
@@ -115,8 +117,11 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
                 worst = max(records, key=lambda r: r.get(counter, 0))
                 out.append(Violation(trace_id, worst["step_id"] if worst.get(counter) else None, counter, total,
                                      f"<= {want} for the trace"))
-    # a step's overhead: its wall time beyond the duration the replay was asked to last
-    ran = [r for r in records if r["executed"] and r["latency_ms"] is not None]
+    # a step's overhead: its wall time beyond the duration the replay was asked to last. A real
+    # command its trace gives no duration has none: its wall time is its own (under emulate such a
+    # step is asked to last 0 ms, and all its wall time is overhead)
+    ran = [r for r in records if r["executed"] and r["latency_ms"] is not None
+           and (r.get("replayed_duration_ms") is not None or r.get("executor") not in REAL_EXECUTORS)]
     overhead = lambda r: r["latency_ms"] - (r.get("replayed_duration_ms") or 0.0)   # noqa: E731
     worst = max(ran, key=overhead, default=None)
     if "latency_overhead_max_ms" in budget and worst is not None:

@@ -275,7 +275,9 @@ with `pids_max`.
 
 Other families live in their own directories, each with its own README (origin, licence,
 derivation) and builder, and keep their manifest entries when this corpus is rebuilt:
-`playwright/` (browser traces, subset `browser`; Apache-2.0 converted + MIT recorded).
+`playwright/` (browser traces, subset `browser`; Apache-2.0 converted + MIT recorded);
+`mini-swe-agent/` (public SWE-bench trajectories replayed for real in workspaces pinned in
+`workspaces.lock.json`, subset `real`; MIT).
 
 ## Regenerate
 

@@ -4,7 +4,7 @@
         src/       the sdist, unpacked (its top directory stripped): copied to the task's path
         env/       a virtual environment of the lock's interpreter with the pinned wheels: copied to
                    env_path, where the agent's interpreter was
-        complete   the lock entry's hash: written last, so a half-built workspace is built again
+        complete   the build's key (entry_key): written last, so a half-built workspace is built again
 
 The environment is made where the cache is and then made to work at env_path: its scripts' `#!`
 lines and its own files name env_path, and its modules are compiled with env_path in their
@@ -35,7 +35,10 @@ MARKER = "complete"
 
 
 def entry_key(entry: Locked) -> str:
-    return hashlib.sha256(json.dumps(entry.to_json(), sort_keys=True).encode()).hexdigest()[:16]
+    """The hash of what the build is made of: tasks locked to the same files at the same paths share
+    one build, whatever their lock entries say of why (chosen_by, notes)."""
+    made_of = {k: v for k, v in entry.to_json().items() if k not in ("chosen_by", "notes")}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cache_root() -> Path:
@@ -46,6 +49,15 @@ def cache_root() -> Path:
         raise WorkspaceError(str(exc)) from None
     root.mkdir(mode=0o700, exist_ok=True)
     return root
+
+
+def sdist_cache() -> Path | None:
+    """Where downloaded sdists are kept under their sha256 (a lock compares many, a build reads one
+    again); None when there is no cache directory to use (they are then downloaded each time)."""
+    try:
+        return cache_root() / "sdists"
+    except WorkspaceError:
+        return None
 
 
 def seed_of(entry: Locked, built: Path) -> Seed:
@@ -80,7 +92,8 @@ def build(entry: Locked, root: Path | None = None, *, index: str = SIMPLE_INDEX)
 def _build(entry: Locked, out: Path, index: str) -> Seed:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index)
+        data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index,
+                              cache=out.parent / "sdists")
         unpack_sdist(data, entry.sdist["file"], tmp / "src")
         if entry.eol == "lf":
             _to_lf(tmp / "src")

@@ -6,10 +6,11 @@ The release (`chosen_by` in the lock says which rule decided, with its figures):
 2. else the one whose sdist agrees best with what the trajectory saw of its files: first the most
    edits that apply (a `str_replace` applies when its `old_str` occurs exactly once, an `insert`
    when its line exists; edits are replayed in order in memory, files the agent created included),
-   then the most lines the editor showed (`cat -n` views) or an edit expected (`old_str` lines) that
-   the file has, at that number for a view; the oldest of those that tie (the first release with
-   all the trajectory saw: later ones only add what it did not, the task's fix perhaps), when
-   anything agrees at all;
+   then the most lines the editor or the shell showed (seen.py) or an edit expected (`old_str`
+   lines) that the file has, at that number for a view; the oldest of those that tie, final
+   releases before pre-releases (the first release with all the trajectory saw: later ones only add
+   what it did not, the task's fix perhaps), when anything agrees at all. Without a series, the
+   MAX_CANDIDATES newest releases are compared;
 3. else the newest release of the series with an sdist.
 Files are compared with LF line ends; where the chosen sdist has CRLF in a file the trajectory
 edited or viewed (its editor saw LF: a git checkout), the lock says `eol: "lf"` and the build
@@ -17,9 +18,10 @@ converts the sdist's text files to LF.
 The series is the task's version label: `0.0` takes 0.0 and 0.0.x, never 0.0x.
 
 The environment: the sdist's own requirements (PKG-INFO's Requires-Dist, setup.cfg, pyproject.toml,
-a setup.py's literal install_requires / tests_require / extras_require, requirements.txt), with
-its `test`/`tests`/`testing` extras, and pytest (the version the trajectory's pytest banner shows,
-when it installs here). pip resolves them for the lock's interpreter, wheels only, and the
+a setup.py's install_requires / tests_require / extras_require built from literals,
+requirements.txt), with its `test`/`tests`/`testing` extras, and pytest (the version the
+trajectory's pytest banner shows, when it installs here; none where its outputs say its
+environment had none). pip resolves them for the lock's interpreter, wheels only, and the
 dependencies are held to their era: each one whose chosen release came out after the project's
 next release is capped at its newest release from before then that has a wheel for this
 interpreter (none such: pip's choice stands, and a note says so).
@@ -44,6 +46,8 @@ from ..traces.ir import Trace
 from ..traces.task import Task, task_of
 from .lock import Locked, WorkspaceError, clean_abs, task_key
 from .pypi import SIMPLE_INDEX, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
+from .build import sdist_cache
+from .seen import outputs, absent, crlf_seen, edit_score, named_version, paths_seen, pytest_lacked
 
 INTERPRETER = "/usr/bin/python3"      # the sandbox's own (its /usr is the host's, read-only)
 DEFAULT_ENV = "/opt/venv"             # where the environment is when the trace names no interpreter
@@ -63,81 +67,6 @@ def in_series(version: str, series: str | None) -> bool:
     return series is None or version == series or version.startswith(series + ".")
 
 
-def _outputs(trace: Trace) -> list[tuple[int, str]]:
-    return [(s.step_id, s.recorded_output) for s in trace.steps if s.recorded_output]
-
-
-def _failed(step) -> bool:
-    return step.recorded_outcome is not None and step.recorded_outcome.status != "ok"
-
-
-def named_version(trace: Trace, project: str, candidates: list[str]) -> tuple[str, int] | None:
-    """(version, step) where the trajectory's outputs name a candidate release of `project`."""
-    names = "|".join(re.escape(n) for n in {project, project.replace("-", "_"), project.replace("_", "-")})
-    pat = re.compile(rf"(?i)(?:\b(?:{names})(?:==|[-\s]+v?)|Name:\s*(?:{names})\s*\nVersion:\s*)(\d+(?:\.\d+)+)\b")
-    for step_id, text in _outputs(trace):
-        for m in pat.finditer(text):
-            if m.group(1) in candidates:
-                return m.group(1), step_id
-    return None
-
-
-_VIEW_LINE = re.compile(r"^\s*(\d+)\t(.*)$")
-
-
-def _view_lines(head: str, text: str | None) -> int:
-    """How many of a `cat -n` view's numbered lines `text` has at that line number."""
-    lines = text.split("\n") if text is not None else []
-    hits = 0
-    for row in head.splitlines()[1:-1]:         # the first is the editor's title, the last may be cut
-        m = _VIEW_LINE.match(row)
-        if m and m.group(2).strip() and 0 < int(m.group(1)) <= len(lines) \
-                and lines[int(m.group(1)) - 1].expandtabs() == m.group(2).expandtabs():
-            hits += 1
-    return hits
-
-
-def edit_score(trace: Trace, task: Task, files: dict[str, str]) -> tuple[int, int, int]:
-    """(edits applied, edits tried, lines agreeing) of the trajectory's recorded, successful edits
-    and views of files the sdist's tree should have had, replayed in order on `files` (relative
-    path -> text): the lines are the views' numbered lines and the edits' `old_str` lines found."""
-    base = (task.path or "").rstrip("/") + "/"
-    state, created, applied, tried, agree = dict(files), set(), 0, 0, 0
-    for s in trace.steps:
-        a = s.args
-        if s.tool not in ("edit", "read") or _failed(s) or not isinstance(a.get("path"), str) \
-                or not a["path"].startswith(base):
-            continue
-        rel, op = a["path"][len(base):], a.get("op")
-        if s.tool == "read":
-            if s.recorded_output and rel not in created:
-                agree += _view_lines(s.recorded_output, state.get(rel))
-            continue
-        if op in ("create", "write") and isinstance(a.get("file_text"), str):     # a whole content
-            state[rel] = a["file_text"]
-            created.add(rel)
-            continue
-        if op not in ("str_replace", "insert"):
-            continue
-        if rel not in created:
-            tried += 1
-        text = state.get(rel)
-        if text is None:
-            continue
-        if op == "str_replace" and isinstance(a.get("old_str"), str) and rel not in created:
-            have = set(text.split("\n"))
-            agree += sum(1 for line in a["old_str"].split("\n") if line.strip() and line in have)
-        if op == "str_replace" and isinstance(a.get("old_str"), str) and a["old_str"] and text.count(a["old_str"]) == 1:
-            state[rel] = text.replace(a["old_str"], a.get("new_str") or "", 1)
-        elif op == "insert" and isinstance(a.get("insert_line"), int) and 0 <= a["insert_line"] <= len(text.split("\n")):
-            lines = text.split("\n")
-            state[rel] = "\n".join(lines[:a["insert_line"]] + str(a.get("new_str") or "").split("\n") + lines[a["insert_line"]:])
-        else:
-            continue
-        applied += rel not in created
-    return applied, tried, agree
-
-
 def choose_release(trace: Trace, task: Task, project: str, rels: dict[str, list[dict]],
                    forced: str | None = None) -> tuple[str, str]:
     """(version, how it was chosen) of the release whose sdist is the task's source."""
@@ -153,19 +82,20 @@ def choose_release(trace: Trace, task: Task, project: str, rels: dict[str, list[
     named = named_version(trace, project, cands)
     if named:
         return named[0], f"the trajectory's output names {project} {named[0]} (step {named[1]})"
-    scores = {}
+    scores, wanted = {}, paths_seen(trace, task)
     for v in cands[-MAX_CANDIDATES:]:
         sd = sdist_of(with_sdist[v])
-        data = download_sdist(project, sd["filename"], sd["digests"]["sha256"])
-        scores[v] = edit_score(trace, task, lf(sdist_files(data, sd["filename"])))
+        data = download_sdist(project, sd["filename"], sd["digests"]["sha256"], cache=sdist_cache())
+        scores[v] = edit_score(trace, task, lf(sdist_files(data, sd["filename"], only=wanted)))
     best = max((a, g) for a, _, g in scores.values())
     series = f"series {task.version}" if task.version else "releases"
     if best > (0, 0):
-        top = [v for v in cands if v in scores and (scores[v][0], scores[v][2]) == best]
+        top = sorted((v for v in cands if v in scores and (scores[v][0], scores[v][2]) == best),
+                     key=lambda v: _v(v).is_prerelease)          # a final release before a pre-release
         said = ", ".join(f"{v}: {a}/{t} edits, {g} lines" for v, (a, t, g) in scores.items())
         return top[0], (f"its sdist agrees best with the files the trajectory edited and viewed: {best[0]} of its "
                          f"{scores[top[0]][1]} edits of existing files apply and {best[1]} lines it saw are there "
-                         f"(the {series} with an sdist: {said}); the oldest of {len(top)} that tie")
+                         f"(the {series} with an sdist: {said}); of {len(top)} that tie, the oldest (final releases first)")
     newest = cands[-1]
     return newest, (f"the newest release of the {series} with an sdist (uploaded {(uploaded(with_sdist[newest]) or '?')[:10]});"
                     " the trajectory names no version, and no sdist applies any of its edits")
@@ -173,32 +103,6 @@ def choose_release(trace: Trace, task: Task, project: str, rels: dict[str, list[
 
 def lf(files: dict[str, str]) -> dict[str, str]:
     return {k: v.replace("\r\n", "\n") for k, v in files.items()}
-
-
-def crlf_seen(trace: Trace, task: Task, files: dict[str, str]) -> bool:
-    """Whether a file the trajectory edited or viewed has CRLF line ends in the sdist."""
-    base = (task.path or "").rstrip("/") + "/"
-    seen = {s.args["path"][len(base):] for s in trace.steps if s.tool in ("edit", "read")
-            and isinstance(s.args.get("path"), str) and s.args["path"].startswith(base)}
-    return any("\r\n" in files.get(rel, "") for rel in seen)
-
-
-def absent(trace: Trace, task: Task, files: dict[str, str]) -> list[str]:
-    """Files the trajectory viewed or edited (not created) that the sdist does not have: an sdist
-    often leaves the tests out, and the steps that use them then diverge."""
-    base = (task.path or "").rstrip("/") + "/"
-    created, out = set(), []
-    for s in trace.steps:
-        rel = s.args.get("path", "")[len(base):] if isinstance(s.args.get("path"), str) \
-            and s.args["path"].startswith(base) else None
-        if not rel or s.tool not in ("edit", "read") or _failed(s):
-            continue
-        if s.tool == "edit" and s.args.get("op") in ("create", "write"):
-            created.add(rel)
-        elif rel not in created and rel not in files and not any(k.startswith(rel.rstrip("/") + "/") for k in files) \
-                and rel not in out:
-            out.append(rel)
-    return out
 
 
 def requirements(files: dict[str, str], project: str) -> list[str]:
@@ -260,22 +164,53 @@ def _setup_py(text: str) -> list[str]:
         return []
     names = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
 
-    def literal(node):
+    def literal(node, depth=0):
+        """The value of an expression built from literals (and names bound to them) with lists,
+        tuples, dicts, `%`, `+` and f-strings; None for anything else, or for a string no
+        requirement would be (a hostile sdist cannot make a huge one)."""
         node = names.get(node.id, node) if isinstance(node, ast.Name) else node
-        try:
-            return ast.literal_eval(node)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        if depth > 8:
             return None
+        if isinstance(node, ast.Constant):
+            return node.value if isinstance(node.value, (str, int, float)) and not isinstance(node.value, bool) else None
+        if isinstance(node, (ast.List, ast.Tuple)):          # ['mpmath>=%s' % min_version, ...]
+            items = [literal(x, depth + 1) for x in node.elts]
+            return None if any(x is None for x in items) else items if isinstance(node, ast.List) else tuple(items)
+        if isinstance(node, ast.Dict) and None not in node.keys:          # extras_require={...}
+            keys = [literal(k, depth + 1) for k in node.keys]
+            return {k: literal(v, depth + 1) for k, v in zip(keys, node.values) if isinstance(k, str)}
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
+            left, right = literal(node.left, depth + 1), literal(node.right, depth + 1)
+            if left is None or right is None or isinstance(left, str) and re.search(r"%[-#0 +]*\d{3}", left):
+                return None
+            try:
+                val = left % right if isinstance(node.op, ast.Mod) and isinstance(left, str) \
+                    and not isinstance(right, (list, dict)) \
+                    else left + right if isinstance(left, (str, list, tuple)) and type(left) is type(right) else None
+            except Exception:                # a format that does not fit its values
+                return None
+            return val if not isinstance(val, str) or len(val) <= 1000 else None
+        if isinstance(node, ast.JoinedStr):                 # f'mpmath>={min_version}'
+            parts = []
+            for v in node.values:
+                x = v.value if isinstance(v, ast.Constant) else literal(v.value, depth + 1) \
+                    if isinstance(v, ast.FormattedValue) and v.format_spec is None and v.conversion == -1 else None
+                if not isinstance(x, (str, int, float)) or isinstance(x, bool):
+                    return None
+                parts.append(str(x))
+            return "".join(parts)
+        return None
+
+    def strings(val) -> list[str]:
+        return [val] if isinstance(val, str) else [x for x in val if isinstance(x, str)] \
+            if isinstance(val, (list, tuple)) else []
     out: list[str] = []
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
         for kw in call.keywords:
             val = literal(kw.value) if kw.arg in ("install_requires", "tests_require", "extras_require") else None
-            if kw.arg == "extras_require" and isinstance(val, dict):
-                val = [x for k in TEST_EXTRAS for x in (val.get(k) or [])]
-            if isinstance(val, (list, tuple)):
-                out += [x for x in val if isinstance(x, str)]
-            elif isinstance(val, str):
-                out += val.splitlines()
+            if kw.arg == "extras_require":
+                val = [x for k in TEST_EXTRAS for x in strings(val.get(k))] if isinstance(val, dict) else None
+            out += [line for x in strings(val) for line in x.splitlines()]
     return out
 
 
@@ -310,7 +245,19 @@ def _python_ok(spec, python: str) -> bool:
 
 def resolve(reqs: list[str], cutoff: str | None, interpreter: str = INTERPRETER) -> tuple[list[dict], str, list[str]]:
     """(wheels, the interpreter's version, notes): what pip installs for `reqs` on `interpreter`,
-    wheels only, dependencies held to `cutoff` (module docstring)."""
+    wheels only, dependencies held to `cutoff` (module docstring). Tasks of one release resolve the
+    same: pip runs once per process for each (requirements, cutoff, interpreter)."""
+    key = (tuple(reqs), cutoff, interpreter)
+    if key not in _RESOLVED:
+        _RESOLVED[key] = _resolve(reqs, cutoff, interpreter)
+    wheels, version, notes = _RESOLVED[key]
+    return list(wheels), version, list(notes)
+
+
+_RESOLVED: dict[tuple, tuple[list[dict], str, list[str]]] = {}
+
+
+def _resolve(reqs: list[str], cutoff: str | None, interpreter: str) -> tuple[list[dict], str, list[str]]:
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="agentcgroup-lock-") as tmp:
         tmp = Path(tmp)
@@ -417,22 +364,25 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
     rels = releases(project)
     chosen, how = choose_release(trace, task, project, rels, forced=version)
     sd = sdist_of(rels[chosen])
-    files = sdist_files(download_sdist(project, sd["filename"], sd["digests"]["sha256"]), sd["filename"])
+    files = sdist_files(download_sdist(project, sd["filename"], sd["digests"]["sha256"], cache=sdist_cache()),
+                        sd["filename"])
     later = sorted(t for v, f in rels.items() if (t := uploaded(f)) and t > (uploaded(rels[chosen]) or ""))
     reqs = requirements(lf(files), project)
     eol = "lf" if crlf_seen(trace, task, files) else None
-    banner = next((m.group(1) for _, t in _outputs(trace) if (m := re.search(r"\bpytest-(\d+(?:\.\d+)+)", t))), None)
-    notes = []
+    banner = next((m.group(1) for _, t in outputs(trace) if (m := re.search(r"\bpytest-(\d+(?:\.\d+)+)", t))), None)
+    lacked = None if banner else pytest_lacked(trace)
+    pytest_req = [] if lacked is not None else [f"pytest=={banner}" if banner else "pytest"]
+    notes = [f"no pytest: the trajectory's environment had none (step {lacked})"] if lacked is not None else []
     try:
-        wheels, py_version, notes = resolve([*reqs, f"pytest=={banner}" if banner else "pytest"],
-                                            later[0] if later else None, interpreter)
+        wheels, py_version, more = resolve([*reqs, *pytest_req], later[0] if later else None, interpreter)
+        notes += more
     except WorkspaceError as exc:
         if not banner:
             raise
         notes.append(f"pytest=={banner} (the trajectory's) does not resolve here: {str(exc).splitlines()[-1][:160]}")
         wheels, py_version, more = resolve([*reqs, "pytest"], later[0] if later else None, interpreter)
         notes += more
-    recorded_py = next((m.group(1) for _, t in _outputs(trace) if (m := re.search(r"\bPython (\d+\.\d+\.\d+)", t))), None)
+    recorded_py = next((m.group(1) for _, t in outputs(trace) if (m := re.search(r"\bPython (\d+\.\d+\.\d+)", t))), None)
     if recorded_py and recorded_py.rsplit(".", 1)[0] != py_version.rsplit(".", 1)[0]:
         notes.insert(0, f"the trajectory ran Python {recorded_py}; this environment has {py_version}")
     missing = absent(trace, task, files)

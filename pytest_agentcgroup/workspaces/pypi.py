@@ -26,10 +26,33 @@ JSON_INDEX = "https://pypi.org/pypi"              # the JSON API: releases, file
 PIP_TIMEOUT_S = 1800
 
 
-def download_sdist(project: str, filename: str, sha256: str, index: str = SIMPLE_INDEX) -> bytes:
+def download_sdist(project: str, filename: str, sha256: str, index: str = SIMPLE_INDEX,
+                   cache: Path | None = None) -> bytes:
     """The file `filename` of `project`, found on the simple index page and checked against `sha256`
     (the link's own hash and the bytes'); no build, nothing else fetched. WorkspaceError with one
-    message when the index cannot be reached or the file is not there or not the pinned one."""
+    message when the index cannot be reached or the file is not there or not the pinned one.
+    `cache`: a directory keeping each file under its sha256, checked again when read."""
+    kept = cache / f"{sha256}-{filename}" if cache is not None else None
+    if kept is not None and kept.is_file():
+        data = kept.read_bytes()
+        if hashlib.sha256(data).hexdigest() == sha256:
+            return data
+    data = _download(project, filename, sha256, index)
+    if kept is not None:                # best effort: a cache that cannot be written is no error
+        part = kept.with_name(kept.name + f".{os.getpid()}.part")
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            part.write_bytes(data)
+            part.replace(kept)
+        except OSError:
+            try:
+                part.unlink()
+            except OSError:
+                pass
+    return data
+
+
+def _download(project: str, filename: str, sha256: str, index: str) -> bytes:
     page_url = f"{index}/{project}/"
     try:
         with urllib.request.urlopen(page_url, timeout=60) as r:
@@ -128,26 +151,25 @@ def _top(names: list[str], filename: str) -> str:
     return tops.pop()
 
 
-def sdist_files(data: bytes, filename: str) -> dict[str, str]:
-    """relative path -> text of every UTF-8 text file of an sdist (its top directory stripped),
-    read in memory: what choose.py compares a trajectory's edits with."""
+def sdist_files(data: bytes, filename: str, only: set[str] | None = None) -> dict[str, str]:
+    """relative path -> text of every UTF-8 text file of an sdist (its top directory stripped; `only`:
+    of those paths), read in memory: what choose.py compares a trajectory's edits with."""
     out: dict[str, str] = {}
     try:
         if filename.endswith(".zip"):
             with zipfile.ZipFile(io.BytesIO(data)) as z:
                 items = [(i.filename, lambda i=i: z.read(i)) for i in z.infolist() if not i.is_dir()]
-                return _texts(items, out)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            items = [(m.name, lambda m=m: tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
-            return _texts(items, out)
+                return _texts(items, out, only)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:    # in order: a compressed tar seeks back slowly
+            return _texts(((m.name, lambda m=m: tar.extractfile(m).read()) for m in tar if m.isfile()), out, only)
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise WorkspaceError(f"{filename}: cannot read: {exc}") from None
 
 
-def _texts(items, out: dict[str, str]) -> dict[str, str]:
+def _texts(items, out: dict[str, str], only: set[str] | None) -> dict[str, str]:
     for name, read in items:
         rel = name.split("/", 1)[1] if "/" in name else ""
-        if not rel:
+        if not rel or only is not None and rel not in only:
             continue
         try:
             out[rel] = read().decode("utf-8")
