@@ -20,6 +20,7 @@ best, workspaces/choose.py):
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def stamped(trace: Trace, path: Path) -> Trace:
     instance = path.parent.name
     source = {**trace.source, "dataset": SAMPLE_SOURCES[FAMILY]["dataset"], "licence": SAMPLE_SOURCES[FAMILY]["licence"],
               "origin": f"{ORIGIN}:{RUN}/{instance}/{path.name}", "path": f"{RUN}/{instance}/{path.name}"}
-    return Trace(trace_id=trace.trace_id, source=source, steps=trace.steps, task=trace.task)
+    return dataclasses.replace(trace, source=source)
 
 
 def build(trajs: Path, out: Path) -> list[dict]:

@@ -82,10 +82,10 @@ def choose_release(trace: Trace, task: Task, project: str, rels: dict[str, list[
     named = named_version(trace, project, cands)
     if named:
         return named[0], f"the trajectory's output names {project} {named[0]} (step {named[1]})"
-    scores, wanted = {}, paths_seen(trace, task)
+    scores, wanted, cache = {}, paths_seen(trace, task), sdist_cache()
     for v in cands[-MAX_CANDIDATES:]:
         sd = sdist_of(with_sdist[v])
-        data = download_sdist(project, sd["filename"], sd["digests"]["sha256"], cache=sdist_cache())
+        data = download_sdist(project, sd["filename"], sd["digests"]["sha256"], cache=cache)
         scores[v] = edit_score(trace, task, lf(sdist_files(data, sd["filename"], only=wanted)))
     best = max((a, g) for a, _, g in scores.values())
     series = f"series {task.version}" if task.version else "releases"

@@ -56,15 +56,9 @@ def pytest_lacked(trace: Trace) -> int | None:
 
 
 def _view_lines(head: str, text: str | None) -> int:
-    """How many of a `cat -n` view's numbered lines `text` has at that line number."""
-    lines = text.split("\n") if text is not None else []
-    hits = 0
-    for row in head.splitlines()[1:-1]:         # the first is the editor's title, the last may be cut
-        m = _VIEW_LINE.match(row)
-        if m and m.group(2).strip() and 0 < int(m.group(1)) <= len(lines) \
-                and lines[int(m.group(1)) - 1].expandtabs() == m.group(2).expandtabs():
-            hits += 1
-    return hits
+    """How many of an editor's `cat -n` view's numbered lines `text` has at that line number."""
+    rows = head.splitlines()[1:-1]              # the first is the editor's title, the last may be cut
+    return _agree({int(m.group(1)): m.group(2) for x in rows if (m := _VIEW_LINE.match(x))}, text)
 
 
 _GREP_ROW = re.compile(r"^(\d+)[:-](.*)$")         # grep -n: N:match, N-context
