@@ -50,9 +50,13 @@ def test_plumbum_row_step_by_step(traces):
     assert t.steps[0].args == {"command": "ls -F", "cwd": "/plumbum"}   # cwd from the task turn's footer
     assert t.steps[2].args == {"op": "open", "action": "open plumbum/cli/image.py",
                                "path": "plumbum/cli/image.py", "cwd": "/plumbum"}
-    assert t.steps[3].args == {"op": "edit", "action": "edit 5:5\nimport plumbum.cli as cli\nend_of_edit",
+    # edit 5:5 in the replay editor's terms; the user turn after it (`[File: ...` ... File updated) says
+    # the tool applied it
+    assert t.steps[3].args == {"op": "replace_lines", "action": "edit 5:5\nimport plumbum.cli as cli\nend_of_edit",
                                "start_line": 5, "end_line": 5, "path": "/plumbum/plumbum/cli/image.py",
-                               "cwd": "/plumbum"}
+                               "cwd": "/plumbum", "new_str": "import plumbum.cli as cli"}
+    assert t.steps[3].recorded_outcome.status == "ok"
+    assert t.steps[3].recorded_output.startswith("[File: /plumbum/plumbum/cli/image.py (99 lines total)]")
     assert t.steps[4].command == 'python -c "import plumbum.cli.image"'
     assert t.source == {"format": "swe-agent-rows", "dataset": "nebius/SWE-agent-trajectories",
                         "path": "swe-agent-hf-rows/rows_1-3.json", "licence": "CC-BY-4.0",
@@ -77,11 +81,14 @@ def test_counts(traces):
 
 
 def test_edit_path_is_the_open_file(traces):
-    edits = [s for s in traces[1].steps if s.args.get("op") == "edit"]
+    edits = [s for s in traces[1].steps if s.native_tool == "edit"]
     assert [s.args.get("path") for s in edits] == [
         "/OQuPy/reproduce.py", "/OQuPy/oqupy/process_tensor.py", "/OQuPy/oqupy/process_tensor.py",
         "/OQuPy/oqupy/process_tensor.py"]
     assert [(s.args["start_line"], s.args["end_line"]) for s in edits] == [(1, 1), (536, 536), (536, 536), (539, 539)]
+    assert {s.args["op"] for s in edits} == {"replace_lines"} and all(s.recorded_outcome.status == "ok" for s in edits)
+    create = traces[1].steps[0]     # `create reproduce.py`, relative: made absolute from the step's directory
+    assert (create.args["op"], create.args["path"], create.args["file_text"]) == ("create", "/OQuPy/reproduce.py", "\n")
 
 
 # ---------------------------------------------------------------------------------------------

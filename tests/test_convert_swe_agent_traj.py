@@ -46,6 +46,12 @@ def test_v0_test_repo():
     assert t.steps[0].args["cwd"] == "/klieret__swe-agent-test-repo"
     assert t.source["licence"] == "MIT"
     assert t.source["origin"] == "SWE-agent/SWE-agent@3ea751c087f32b16e039a2233dd6eefecef325d5"
+    # `edit 4:4` on the open file, in the replay editor's terms; the tool said "File updated"
+    edit = t.steps[2]
+    assert {k: edit.args[k] for k in ("op", "path", "start_line", "end_line", "new_str")} == {
+        "op": "replace_lines", "path": "/klieret__swe-agent-test-repo/tests/missing_colon.py", "start_line": 4,
+        "end_line": 4, "new_str": "def division(a: float, b: float) -> float:"}
+    assert edit.recorded_outcome.status == "ok" and "not_kept" not in edit.args
 
 
 @needs_data
@@ -66,8 +72,14 @@ def test_v1_test_repo_durations():
     # execution_time (s) -> duration_ms, recorded
     assert [s.duration_ms.value for s in t.steps] == [281.413, 296.753, 493.579, 292.579, 269.165]
     assert {s.duration_ms.provenance for s in t.steps} == {"recorded"}
-    # v1 `edit '<search>' '<replace>'` edits the open file
-    assert t.steps[2].args["path"] == "/SWE-agent__test-repo/tests/missing_colon.py"
+    # v1 `edit '<search>' '<replace>' False` edits the open file; its third argument goes through
+    # argparse's type=bool, so "False" means every occurrence (the tool answered "Replaced 1 occurrences")
+    edit = t.steps[2]
+    assert {k: edit.args[k] for k in ("op", "path", "old_str", "new_str", "replace_all")} == {
+        "op": "str_replace", "path": "/SWE-agent__test-repo/tests/missing_colon.py",
+        "old_str": "def division(a: float, b: float) -> float", "new_str": "def division(a: float, b: float) -> float:",
+        "replace_all": True}
+    assert edit.recorded_outcome.status == "ok" and edit.recorded_output.startswith("Replaced 1 occurrences")
 
 
 @needs_data
@@ -82,6 +94,16 @@ def test_v1_marshmallow():
         "ls -F", "pip install -e .[dev]", "python reproduce.py", "ls -F", "python reproduce.py", "rm reproduce.py"]
     assert t.steps[2].duration_ms.value == 1951.447   # pip install is the slow one
     assert all(s.args["cwd"] == "/testbed" for s in t.steps)
+    create, insert, edit = (t.steps[i].args for i in (3, 4, 9))
+    # `create reproduce.py`: one empty line (the tool's answer: "1 lines total"), at the step's directory
+    assert (create["op"], create["path"], create["file_text"]) == ("create", "/testbed/reproduce.py", "\n")
+    # `insert '<text>'` with no line: after the end of the open file
+    assert (insert["op"], insert["path"]) == ("append", "/testbed/reproduce.py")
+    assert insert["new_str"].startswith("from marshmallow.fields import TimeDelta\n") and insert["new_str"].endswith(
+        'print(td_field.serialize("td_field", obj))')
+    assert (edit["op"], edit["path"], edit["replace_all"]) == ("str_replace", "/testbed/src/marshmallow/fields.py", False)
+    assert edit["old_str"] == "return int(value.total_seconds() / base_unit.total_seconds())"
+    assert [t.steps[i].recorded_outcome.status for i in (3, 4, 9)] == ["ok", "ok", "ok"]
     parse_trace(t.to_json())
 
 
@@ -109,14 +131,66 @@ def _write(tmp_path, doc, name="x.traj"):
     return p
 
 
-def test_state_is_after_the_action(tmp_path):
-    p = _write(tmp_path, _traj([_step("cd /a\n", "/a", v0=True), _step("open f.py", "/a", "/a/f.py", v0=True),
-                                _step("edit 1:1\nx\nend_of_edit", "/a", "/a/f.py", v0=True), _step("", "/a", v0=True),
-                                _step("cd /b", "/b", v0=True), _step("ls", "/b", v0=True)]))
+def test_v1_state_is_after_the_action_and_v0_state_before_it(tmp_path):
+    p = _write(tmp_path, _traj([_step("cd /a\n", "/a"), _step("open f.py", "/a", "/a/f.py"),
+                                _step("edit 1:1\nx\nend_of_edit", "/a", "/a/f.py"), _step("", "/a"),
+                                _step("cd /b", "/b"), _step("ls", "/b")]))
     t = _one(p)
     assert [s.args.get("cwd") for s in t.steps] == ["/start", "/a", "/a", None, "/a", "/b"]
     assert t.steps[2].args["path"] == "/a/f.py"
     assert t.steps[3].to_json() == {"step_id": 3, "tool": "noop", "native_tool": "(empty)", "args": {}}
+    # v0 (a JSON string state, asked for before the action: its `open` shows no open file yet, as in
+    # v0_test-repo-i1.traj) runs each step in its own state
+    p = _write(tmp_path, _traj([_step("cd /a\n", "/start", v0=True), _step("open f.py", "/a", v0=True),
+                                _step("edit 1:1\nx\nend_of_edit", "/a", "/a/f.py", v0=True), _step("ls", "/a", v0=True)]))
+    t = _one(p)
+    assert [s.args.get("cwd") for s in t.steps] == ["/start", "/a", "/a", "/a"]
+    assert t.steps[2].args["path"] == "/a/f.py"
+
+
+def _observed(action, observation, wd="/a", opened="/a/f.py"):
+    return {**_step(action, wd, opened), "observation": observation}
+
+
+def test_edits_in_the_editors_terms_and_whether_the_tool_applied_them(tmp_path):
+    """Each SWE-agent edit tool read as that tool reads its arguments; what the tool answered says
+    whether it applied the edit. A windowed edit it refused (its linter, its window) is not kept, so
+    a replay does not apply what the agent's tool did not; str_replace_editor's refusals are the
+    replay editor's own, so its failed edit is kept and compared."""
+    lint = ("Your proposed edit has introduced new syntax error(s). Please read this error message carefully\n"
+            "ERRORS:\n- E999 IndentationError\nYour changes have NOT been applied.")
+    p = _write(tmp_path, _traj([
+        _observed("open f.py", "[File: /a/f.py (9 lines total)]"),
+        _observed("edit 2:3\n    x = 1\n\n    y = 2\nend_of_edit", "[File: /a/f.py (9 lines total)]\n1:def f():\nFile updated."),
+        _observed("edit 2:2\n  x = (\nend_of_edit", lint),
+        _observed("edit 'x = 1' 'x = 3'", "Your edit was not applied (file not modified): Text 'x = 1' not found"),
+        _observed("insert 'import os\n' 0", "[File: /a/f.py (10 lines total)]\n1:import os"),
+        _observed("create ../b/new.py", "[File: /b/new.py (0 lines total)]", opened="/b/new.py"),
+        _observed("str_replace_editor str_replace /a/f.py   --old_str 'y = 2' --new_str 'y = \"two\"'",
+                  "The file /a/f.py has been edited. Here's the result of running `cat -n`"),
+        _observed("str_replace_editor str_replace /a/f.py --old_str 'gone' --new_str 'x'",
+                  "ERROR: No replacement was performed, old_str `gone` did not appear verbatim in /a/f.py."),
+        _observed("str_replace_editor create rel.py --file_text 'print(1)'", "File created successfully at: /a/rel.py"),
+        _observed("edit 'unbalanced", "Usage: edit <search> <replace>"),
+        _observed("edit 4:4\nno end of edit", "weird"),
+        _observed("append\ntext\nend_of_append", "[File: /a/f.py (11 lines total)]"),
+    ]))
+    steps = _one(p).steps[1:]
+    args = [s.args for s in steps]
+    assert [(a["op"], a.get("start_line"), a.get("end_line"), a.get("new_str")) for a in args[:1]] == [
+        ("replace_lines", 2, 3, "    x = 1\n\n    y = 2")]
+    assert [s.recorded_outcome.status if s.recorded_outcome else None for s in steps] == [
+        "ok", "failed", "failed", "ok", "ok", "ok", "failed", "ok", "failed", None, "ok"]
+    kept = ["not_kept" not in a for a in args]
+    assert kept == [True, False, False, True, True, True, True, True, False, False, False]
+    assert "its linter" in args[1]["not_kept"] and "new_str" not in args[1] and args[1]["op"] == "edit"
+    assert (args[3]["op"], args[3]["insert_line"], args[3]["new_str"]) == ("insert", 0, "import os")
+    assert (args[4]["op"], args[4]["path"], args[4]["file_text"]) == ("create", "/b/new.py", "")   # "0 lines total"
+    assert (args[5]["op"], args[5]["old_str"], args[5]["new_str"]) == ("str_replace", "y = 2", 'y = "two"')
+    assert args[6]["op"] == "str_replace" and steps[6].recorded_output.startswith("ERROR: No replacement")
+    assert (args[7]["path"], args[7]["file_text"]) == ("/a/rel.py", "print(1)")
+    assert args[8]["not_kept"] == args[9]["not_kept"] == "its arguments could not be read as that tool reads them"
+    assert args[10]["not_kept"] == "the replay editor has no `append`"
 
 
 _err = partial(expect_trace_error, conv)

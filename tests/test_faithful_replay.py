@@ -152,6 +152,47 @@ def test_claude_codes_write_edit_and_multi_edit_apply_as_that_tool_does(tree):
 
 
 @needs_bwrap
+def test_swe_agents_edits_apply_as_its_tools_did_and_one_its_linter_refused_is_not_applied(tree, tmp_path):
+    """A SWE-agent .traj (v1: state after each action) through its converter, then replayed: `create`,
+    `insert` at the end, `edit N:M`, `edit SEARCH REPLACE` and `str_replace_editor` write the script
+    the agent then runs; the edit its linter refused (the tool's answer says so) is not applied here
+    either, and the commands' outputs say so."""
+    from dataclasses import replace as with_
+    from pytest_agentcgroup.traces.convert import swe_agent_traj
+
+    def act(action, observation=""):
+        return {"action": action, "observation": observation, "response": "", "thought": "",
+                "state": {"open_file": f"{REPO_PATH}/reproduce.py", "working_dir": REPO_PATH}}
+    lint = "Your proposed edit has introduced new syntax error(s).\nYour changes have NOT been applied."
+    traj = {"trajectory": [
+        act("create reproduce.py", f"[File: {REPO_PATH}/reproduce.py (1 lines total)]\n1:"),
+        act("insert 'print(\"hello\")\nprint(\"x\")\n'", f"[File: {REPO_PATH}/reproduce.py (3 lines total)]"),
+        act("python3 reproduce.py"),
+        act("edit 3:3\nprint(\"y\")\nend_of_edit", f"[File: {REPO_PATH}/reproduce.py (3 lines total)]\nFile updated."),
+        act("python3 reproduce.py"),
+        act("edit 'print(\"hello\")' 'print(\"bye\")'", "Text replaced. Please review the changes"),
+        act("edit 3:3\n  print(\"broken\"\nend_of_edit", lint),
+        act(f"str_replace_editor str_replace {REPO_PATH}/reproduce.py   --old_str 'print(\"y\")' --new_str 'print(\"z\")'",
+            f"The file {REPO_PATH}/reproduce.py has been edited."),
+        act("python3 reproduce.py"),
+        act("tr '\\n' '|' < reproduce.py"),
+    ], "history": [{"role": "user", "content": f"the task\n(Open file: n/a)\n(Current directory: {REPO_PATH})\nbash-$"}],
+        "info": {}}
+    (tmp_path / "t.traj").write_text(json.dumps(traj))
+    steps = list(next(swe_agent_traj.convert(tmp_path / "t.traj")).steps)
+    # what each command printed first there; the file: create's empty line, then the edits
+    heads = {2: "hello", 4: "hello", 8: "bye", 9: '|print("bye")|print("z")'}
+    steps = [with_(s, recorded_outcome=Outcome("ok", 0), recorded_output=heads[s.step_id]) if s.tool == "bash" else s
+             for s in steps]
+    recs = run_sandbox(tree, steps, name="swe-edits")
+    assert [r["executed"] for r in recs] == [True] * 6 + [False, True, True, True], recs
+    assert [r.get("diverged") for r in recs] == [False] * 6 + [None] + [False] * 3, recs
+    assert recs[0]["replayed_head"].startswith("File created successfully")
+    assert recs[3]["replayed_head"].startswith("File updated")
+    assert [recs[i]["replayed_head"] for i in (2, 4, 8, 9)] == ["hello", "hello", "bye", '|print("bye")|print("z")']
+
+
+@needs_bwrap
 def test_an_edit_larger_than_one_argument_is_applied_whole_and_one_beyond_arg_max_refused(tree):
     """A file an agent wrote is often bigger than the 128 KiB the kernel passes in one argument: the
     edit goes to the editor in pieces (cut between characters: the text is multi-byte throughout)

@@ -8,10 +8,11 @@ own: the executors pass its source to the sandbox's `python3 -I -S -c`, then the
 into as many arguments as the kernel needs (at most 128 KiB each), joined here. Standard library
 only, and Python 3.6 syntax (a task's image may have an old python3).
 
-    {"op": "create" | "write" | "str_replace" | "multi_edit" | "insert" | "undo_edit",
+    {"op": "create" | "write" | "str_replace" | "multi_edit" | "insert" | "undo_edit"
+           | "replace_lines" | "append",
      "path": "/abs/file", "file_text": ..., "old_str": ..., "new_str": ..., "replace_all": bool,
      "edits": [{"old_str": ..., "new_str": ..., "replace_all": bool}, ...], "insert_line": N,
-     "history": "/dir"}
+     "start_line": N, "end_line": M, "history": "/dir"}
 
 OpenHands' `str_replace_editor`: `create` writes a new file (its directories made; an existing file
 is an error, as there), `str_replace` replaces the one occurrence of `old_str` (none or several is
@@ -19,7 +20,10 @@ an error), `insert` puts `new_str` after line `insert_line` (0: at the top), `un
 the file as it was before its last edit (kept in `history`). Claude Code's Write is `write` (a new
 file or a whole new content), its Edit `str_replace` (with `replace_all`: every occurrence, at least
 one), its MultiEdit `multi_edit`: the edits in order, each on the result of the one before, and
-the file written only when every one applied (none is, otherwise, as there).
+the file written only when every one applied (none is, otherwise, as there). SWE-agent's windowed
+tools: `edit N:M` is `replace_lines` (lines N to M, from 1, replaced by the lines of `new_str`:
+that tool's slice assignment), `insert TEXT` without a line is `append` (after the file's text,
+less one final newline of each, as that tool joins them).
 Exit 0 and the tool's message when the edit applied; exit 1 and `ERROR: why` when it did not, which
 a replay counts as a divergence from a trajectory whose edit applied.
 """
@@ -83,6 +87,19 @@ def _replace(text, edit, path):
     return text.replace(old, new, 1), None
 
 
+def _replace_lines(text, lines, edit, path, history):
+    """SWE-agent's `edit N:M`: its list slice assignment, so a range past the end appends, as there."""
+    start, end, new = edit.get("start_line"), edit.get("end_line"), edit.get("new_str")
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (start, end)) or start < 1 or end < 0:
+        return 1, "ERROR: Invalid line range {!r}:{!r}: lines count from 1.".format(start, end)
+    if not isinstance(new, str):
+        return 1, "ERROR: Parameter `new_str` is required for command: replace_lines."
+    _remember(history, path, text)
+    lines[start - 1:end] = new.split("\n") if new else []
+    _write(path, "\n".join(lines))
+    return 0, "File updated: {} lines {}:{} replaced.".format(path, start, end)
+
+
 def apply(edit):
     """(exit code, message) of applying `edit` (the JSON object above)."""
     op, path, history = edit.get("op"), edit.get("path"), edit.get("history")
@@ -98,7 +115,7 @@ def apply(edit):
             _remember(history, path, _read(path))
         _write(path, edit.get("file_text") or "")
         return 0, "File {} successfully at: {}".format("created" if op == "create" else "written", path)
-    if op not in ("str_replace", "multi_edit", "insert", "undo_edit"):
+    if op not in ("str_replace", "multi_edit", "insert", "undo_edit", "replace_lines", "append"):
         return 1, "ERROR: unknown edit operation {!r}".format(op)
     if not os.path.isfile(path):
         return 1, "ERROR: Invalid `path` parameter: {}. The path {} does not exist.".format(path, path)
@@ -125,7 +142,16 @@ def apply(edit):
         _remember(history, path, text)
         _write(path, new_text)
         return 0, "The file {} has been edited.".format(path)
+    if op == "append":
+        new = edit.get("new_str")
+        if not isinstance(new, str):
+            return 1, "ERROR: Parameter `new_str` is required for command: append."
+        _remember(history, path, text)
+        _write(path, (text[:-1] if text.endswith("\n") else text) + "\n" + new if text else new)
+        return 0, "The file {} has been edited.".format(path)
     lines = text.split("\n")
+    if op == "replace_lines":
+        return _replace_lines(text, lines, edit, path, history)
     at, new = edit.get("insert_line"), edit.get("new_str")
     if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(lines):
         return 1, ("ERROR: Invalid `insert_line` parameter: {!r}. It should be within the range of lines "

@@ -113,6 +113,7 @@ def copy_tree(src: Path, dst: Path, *, uid: int | None = None, gid: int | None =
 EDITOR_SOURCE = Path(editor.__file__).read_text()
 EDIT_OPS = {"create": ("file_text",), "write": ("file_text",), "str_replace": ("old_str",),
             "multi_edit": ("edits",), "insert": ("insert_line", "new_str"),
+            "replace_lines": ("start_line", "end_line", "new_str"), "append": ("new_str",),
             "undo_edit": ()}        # op -> what the step must have recorded for it to be applied
 
 
@@ -126,8 +127,8 @@ def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
     if step.tool != "edit" or need is None or not isinstance(args.get("path"), str) \
             or any(k not in args for k in need):
         return None
-    spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "replace_all", "edits", "insert_line")
-            if k in args}
+    spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "replace_all", "edits", "insert_line",
+                                 "start_line", "end_line") if k in args}
     text = json.dumps({**spec, "history": history}, ensure_ascii=False)
     if "\0" in text:
         raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} contains a NUL byte, "

@@ -1,12 +1,37 @@
 """What the two SWE-agent converters (swe_agent_rows.py, swe_agent_traj.py) share: the command of
-a model response (its last fenced block) and what an ACI command does (read, edit, search, noop,
-or a shell command). Not a format of its own."""
+a model response (its last fenced block), what an ACI command does (read, edit, search, noop, or a
+shell command) and an edit in the replay editor's terms (replay/editor.py). Not a format of its own.
+
+**Edits** (`edit_spec`; the tools' own code: SWE-agent's `tools/windowed*` and `edit_anthropic`):
+
+* `edit N:M` + lines + `end_of_edit` (v0, and v1's windowed_edit_linting) on the open file:
+  `replace_lines` of lines N to M;
+* `edit SEARCH REPLACE [REPLACE_ALL]` (v1's windowed_edit_replace, shell-quoted arguments) on the open
+  file: `str_replace`; its third argument is read by argparse's `type=bool`, so any non-empty word
+  (`False` too) means every occurrence, as there. That tool looks in the displayed window only;
+  a replay, which has no window, looks in the whole file;
+* `insert TEXT [LINE]` (v1): `insert` after line LINE, or `append` at the end; one final newline of
+  TEXT dropped, as there;
+* `create PATH` (relative to the step's directory): `create` of a file holding one empty line
+  (v0's `printf "\n"`), or none where the tool's answer says `(0 lines total)` (v1's `touch`);
+* `str_replace_editor CMD PATH --file_text .. --old_str .. --new_str .. --insert_line N` (v1's
+  edit_anthropic, shell-quoted): OpenHands' editor, the same terms.
+
+What the tool answered (the observation) says whether it applied the edit: `recorded_outcome` ok or
+failed, `recorded_output` its head. The windowed tools refuse edits for reasons a replay cannot
+reproduce (their window, their flake8 run): an edit they refused keeps its action only, `not_kept`
+saying why, and is not applied. `str_replace_editor`'s refusals are the replay editor's own, so its
+failed edits are applied and compared. An `append` tool or an edit whose arguments cannot be parsed
+keeps its action only.
+"""
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 
-from ..ir import Measure, Step
-from ._common import Where, check_str
+from ..ir import Measure, Outcome, Step
+from ._common import Where, check_str, output_head
 
 _FENCE = re.compile(r"^```(\S*)\s*\n|^```\s*$", re.MULTILINE)
 
@@ -36,6 +61,15 @@ ACI_NOOP = frozenset({"submit", "exit_forfeit", "exit_cost", "exit_context", "ex
                       "exit_api", "skip"})
 _FIRST_WORD = re.compile(r"\s*(\S+)")
 _EDIT_RANGE = re.compile(r"edit\s+(\d+)\s*:\s*(\d+)\s*$")
+#: How the tools' answers begin when they did not apply an edit (a lint refusal, no open file,
+#: a search not found, a usage error, an existing file).
+_REFUSED = ("Your proposed edit has introduced new syntax error", "Your edit was not applied", "No file open",
+            "Usage:", "Error", "ERROR", "Warning: File", "Your search and replace strings are the same")
+_APPLIED = re.compile(r"File updated|Text replaced|Replaced \d+ occurrences|has been edited|"
+                      r"File created successfully|undone successfully")
+_NO_LINES = re.compile(r"^\[File: [^\n]*\(0 lines total\)\]")
+_EDITOR_OPS = ("create", "str_replace", "insert", "undo_edit")
+_READ_EDITS = ("edit", "insert", "create", "str_replace_editor")      # the edit tools edit_spec reads
 
 
 def aci_step_fields(action: str) -> tuple[str, str, dict]:
@@ -72,6 +106,79 @@ def aci_step_fields(action: str) -> tuple[str, str, dict]:
     return "bash", "bash", {"command": action}
 
 
+def edit_outcome(observation: str | None) -> Outcome | None:
+    """ok or failed by what an edit tool answered; None where it says neither (or was not kept)."""
+    if not isinstance(observation, str):
+        return None
+    text = observation.lstrip()
+    if text.startswith(_REFUSED):
+        return Outcome("failed")
+    if text.startswith("[File: ") or _APPLIED.search(text):
+        return Outcome("ok")
+    return None
+
+
+def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observation: str | None = None) -> dict | None:
+    """The edit `action` makes, in the replay editor's terms (module docstring), or None where it
+    cannot be said: an argument that does not parse, no open file, a relative path with no cwd."""
+    text = action.strip()
+    m = _FIRST_WORD.match(text)
+    word, rest = (m.group(1), text[m.end():]) if m else ("", "")
+    try:
+        if word == "str_replace_editor":
+            return _editor_spec(shlex.split(rest), cwd)
+        if word == "create":
+            path = _absolute(shlex.split(rest)[0], cwd)
+            empty = observation is not None and _NO_LINES.match(observation.lstrip())
+            return {"op": "create", "path": path, "file_text": "" if empty else "\n"} if path else None
+        if word not in ("edit", "insert") or not (path := _absolute(open_file, cwd)):
+            return None
+        first, _, body = text.partition("\n")
+        rng = _EDIT_RANGE.match(first.strip())
+        if word == "edit" and rng:
+            lines = body.split("\n")
+            if "end_of_edit" not in lines:
+                return None
+            return {"op": "replace_lines", "path": path, "start_line": int(rng.group(1)),
+                    "end_line": int(rng.group(2)), "new_str": "\n".join(lines[:lines.index("end_of_edit")])}
+        argv = shlex.split(rest)
+        if word == "edit" and len(argv) in (2, 3):
+            return {"op": "str_replace", "path": path, "old_str": argv[0], "new_str": argv[1],
+                    "replace_all": len(argv) == 3 and argv[2] != ""}
+        if word == "insert" and len(argv) in (1, 2) and argv[0]:
+            new = argv[0][:-1] if argv[0].endswith("\n") else argv[0]
+            if len(argv) == 1:
+                return {"op": "append", "path": path, "new_str": new}
+            line = int(argv[1])
+            return {"op": "insert", "path": path, "insert_line": line, "new_str": new} if line >= 0 else None
+    except (ValueError, IndexError):         # unbalanced quotes, a missing or non-integer argument
+        return None
+    return None
+
+
+def _editor_spec(argv: list[str], cwd: str | None) -> dict | None:
+    """str_replace_editor's arguments: CMD PATH, then `--name value` pairs."""
+    if len(argv) < 2 or argv[0] not in _EDITOR_OPS or len(argv) % 2:
+        return None
+    spec: dict = {"op": argv[0], "path": _absolute(argv[1], cwd)}
+    for name, value in zip(argv[2::2], argv[3::2]):
+        if name == "--insert_line":
+            spec["insert_line"] = int(value)
+        elif name in ("--file_text", "--old_str", "--new_str"):
+            spec[name[2:]] = value
+        elif name != "--view_range":
+            return None
+    return spec if spec["path"] else None
+
+
+def _absolute(path: str | None, cwd: str | None) -> str | None:
+    if not path:
+        return None
+    if posixpath.isabs(path):
+        return posixpath.normpath(path)
+    return posixpath.normpath(posixpath.join(cwd, path)) if cwd and posixpath.isabs(cwd) else None
+
+
 _CWD_FOOTER = re.compile(r"\(Current directory: ([^\n)]*)\)")
 _OPEN_FOOTER = re.compile(r"\(Open file: ([^\n)]*)\)")
 
@@ -90,15 +197,29 @@ def swe_footer(text: str) -> tuple[str | None, str | None]:
 
 
 def swe_agent_step(action: str, index: int, where: Where, field: str, *, cwd: str | None,
-                   open_file: str | None, duration: Measure | None = None) -> Step:
-    """One IR step from a SWE-agent action string, validating the strings we keep."""
+                   open_file: str | None, duration: Measure | None = None, observation: str | None = None) -> Step:
+    """One IR step from a SWE-agent action string, validating the strings we keep; an edit's
+    `observation` (what its tool answered) gives its recorded outcome (module docstring)."""
     action = check_str(action, where, step=index, field=field).strip("\n")
     tool, native, args = aci_step_fields(action)
-    if args.get("op") == "edit" and "path" not in args and open_file:
+    if args.get("op") in ("edit", "insert") and "path" not in args and open_file:
         args["path"] = open_file
     if cwd is not None:
         args["cwd"] = check_str(cwd, where, step=index, field="cwd")
     for key in ("path",):
         if key in args:
             check_str(args[key], where, step=index, field=field)
-    return Step(step_id=index, tool=tool, native_tool=native, args=args, duration_ms=duration)
+    outcome = output = None
+    if tool == "edit":
+        outcome = edit_outcome(observation)
+        output = output_head(observation) if outcome is not None else None
+        spec = edit_spec(action, cwd=cwd, open_file=open_file, observation=observation)
+        if spec is None:
+            args["not_kept"] = ("its arguments could not be read as that tool reads them" if native in _READ_EDITS
+                                else f"the replay editor has no `{native}`")
+        elif outcome is not None and outcome.status == "failed" and native != "str_replace_editor":
+            args["not_kept"] = "the tool did not apply it there (for a reason of its own: its window, its linter)"
+        else:
+            args.update(spec)
+    return Step(step_id=index, tool=tool, native_tool=native, args=args, duration_ms=duration,
+                recorded_outcome=outcome, recorded_output=output)

@@ -11,7 +11,8 @@ What a command does (see `_swe_agent.aci_step_fields`): `open`/`goto`/`scroll_up
 `read`; `create`/`edit N:M ... end_of_edit` -> `edit`; `search_dir`/`search_file`/`find_file` ->
 `search`; `submit` -> `noop`; anything else -> `bash` with the block as `command`. ACI steps keep the
 raw text in `args.action` (never `args.command`: they are SWE-agent tools, not shell commands) plus
-`op`, `path` (the open file for `edit`) and `start_line`/`end_line`.
+`op`, `path` (the open file for `edit`) and `start_line`/`end_line`; an edit also in the replay
+editor's terms, the user turn after it (its tool's answer) saying whether it applied there.
 
 Working directory: every user turn ends with SWE-agent's prompt footer `(Open file: ...)` /
 `(Current directory: ...)`, the state the *next* command runs in. So a step's `cwd` is the footer of
@@ -60,6 +61,13 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
     steps: list[Step] = []
     cwd: str | None = None
     open_file: str | None = None
+    pending: tuple | None = None        # an ai turn's command, made a step once its answer is read
+
+    def flush(observation: str | None) -> None:
+        block, idx, tf, at_cwd, at_open = pending
+        steps.append(swe_agent_step(block, idx, where, f"{tf}.text", cwd=at_cwd, open_file=at_open,
+                                    observation=observation))
+
     for ti, turn in enumerate(traj):
         tf = f"trajectory[{ti}]"
         if not isinstance(turn, dict):
@@ -67,6 +75,9 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
         role = need(turn, "role", str, where, prefix=f"{tf}.")
         if role == "user":
             text = turn.get("text")
+            if pending is not None:
+                flush(text if isinstance(text, str) else None)
+                pending = None
             if isinstance(text, str):
                 new_cwd, opened = swe_footer(text)
                 if new_cwd is not None:
@@ -76,13 +87,18 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
             continue
         if role != "ai":
             continue
+        if pending is not None:
+            flush(None)
+            pending = None
         idx = len(steps)
         text = need(turn, "text", str, where, step=idx, prefix=f"{tf}.")
         block = last_fenced_block(text)
         if block is None:
             steps.append(Step(step_id=idx, tool="noop", native_tool="(no command)", args={}))
             continue
-        steps.append(swe_agent_step(block.strip("\n"), idx, where, f"{tf}.text", cwd=cwd, open_file=open_file))
+        pending = (block.strip("\n"), idx, tf, cwd, open_file)
+    if pending is not None:
+        flush(None)
     if not steps:
         raise fail("empty trajectory: no ai turns", where, field="trajectory")
     return finish(make_trace_id(FORMAT, id_part(instance, f"row{rec}"), rec), source, steps, where)

@@ -9,12 +9,15 @@ A `.traj` file is a JSON object with `trajectory`, a list of steps {`action`, `o
 
 Each trajectory step is one IR step; its `action` is mapped like a SWE-agent HF row's command (see
 `swe_agent_rows` and `_swe_agent.aci_step_fields`: ACI read/edit/search commands, `submit` -> `noop`,
-the rest `bash`). An empty action (a format error SWE-agent answered without running anything) is a
+the rest `bash`; an edit in the replay editor's terms, its step's `observation` saying whether the
+tool applied it). An empty action (a format error SWE-agent answered without running anything) is a
 `noop` step with `native_tool` "(empty)".
 
-Working directory: `state` is recorded *after* the action ran, so step i runs in step i-1's
-`state.working_dir` (carried on). The first step's cwd is the `(Current directory: ...)` footer of
-the last history message before the first model action (the task prompt); unknown when absent.
+Working directory and open file: v1 records `state` *after* the action ran, so step i runs in step
+i-1's `state` (carried on); v0 records it before (its agent asks for the state, then runs the
+action: `sweagent/agent/agents.py` of 0.7), so a v0 step runs in its own. Before any state, the
+first step's cwd is the `(Current directory: ...)` footer of the last history message before the
+first model action (the task prompt); unknown when absent.
 """
 from __future__ import annotations
 
@@ -89,6 +92,24 @@ def _initial_cwd(history: Any) -> str | None:
     return cwd
 
 
+def _carry(item: dict, where: dict, i: int, f: str, cwd: str | None,
+           open_file: str | None) -> tuple[str | None, str | None]:
+    """(cwd, open file) after reading step `item`'s state over the ones before it."""
+    state = _state(item.get("state"), where, i, f"{f}.state")
+    wd = state.get("working_dir")
+    if wd is not None and wd != "":
+        cwd = check_str(check_type(wd, str, where, step=i, field=f"{f}.state.working_dir"), where, step=i,
+                        field=f"{f}.state.working_dir")
+    if "open_file" in state:
+        of = state["open_file"]
+        if of is None or of in ("n/a", ""):
+            open_file = None
+        else:
+            open_file = check_str(check_type(of, str, where, step=i, field=f"{f}.state.open_file"), where,
+                                  step=i, field=f"{f}.state.open_file")
+    return cwd, open_file
+
+
 def convert_traj(data: Any, where: dict, source: dict, trace_id: str) -> Trace:
     traj = need_items(data, "trajectory", where, what="a .traj object", empty="empty trajectory: no steps")
     cwd = _initial_cwd(data.get("history"))
@@ -104,22 +125,17 @@ def convert_traj(data: Any, where: dict, source: dict, trace_id: str) -> Trace:
         duration: Measure | None = None
         if item.get("execution_time") is not None:
             duration = recorded_ms(check_number(item["execution_time"], where, step=i, field=f"{f}.execution_time"))
+        before = isinstance(item.get("state"), str)      # v0: the state the action ran in
+        if before:
+            cwd, open_file = _carry(item, where, i, f, cwd, open_file)
         if not action.strip():
             check_str(action, where, step=i, field=f"{f}.action")
             steps.append(Step(step_id=i, tool="noop", native_tool="(empty)", args={}, duration_ms=duration))
         else:
+            observation = item.get("observation")
             steps.append(swe_agent_step(action, i, where, f"{f}.action", cwd=cwd, open_file=open_file,
-                                        duration=duration))
-        state = _state(item.get("state"), where, i, f"{f}.state")
-        wd = state.get("working_dir")
-        if wd is not None and wd != "":
-            cwd = check_str(check_type(wd, str, where, step=i, field=f"{f}.state.working_dir"), where, step=i,
-                            field=f"{f}.state.working_dir")
-        if "open_file" in state:
-            of = state["open_file"]
-            if of is None or of in ("n/a", ""):
-                open_file = None
-            else:
-                open_file = check_str(check_type(of, str, where, step=i, field=f"{f}.state.open_file"), where,
-                                      step=i, field=f"{f}.state.open_file")
+                                        duration=duration,
+                                        observation=observation if isinstance(observation, str) else None))
+        if not before:
+            cwd, open_file = _carry(item, where, i, f, cwd, open_file)
     return finish(trace_id, source, steps, where)
