@@ -50,11 +50,11 @@ def test_plumbum_row_step_by_step(traces):
     assert t.steps[0].args == {"command": "ls -F", "cwd": "/plumbum"}   # cwd from the task turn's footer
     assert t.steps[2].args == {"op": "open", "action": "open plumbum/cli/image.py",
                                "path": "plumbum/cli/image.py", "cwd": "/plumbum"}
-    # edit 5:5 in the replay editor's terms; the user turn after it (`[File: ...` ... File updated) says
-    # the tool applied it
+    # edit 5:5 in the replay editor's terms (SWE-agent 0.x's bash function: each line written back with
+    # its newline); the user turn after it (`[File: ...` ... File updated) says the tool applied it
     assert t.steps[3].args == {"op": "replace_lines", "action": "edit 5:5\nimport plumbum.cli as cli\nend_of_edit",
                                "start_line": 5, "end_line": 5, "path": "/plumbum/plumbum/cli/image.py",
-                               "cwd": "/plumbum", "new_str": "import plumbum.cli as cli"}
+                               "cwd": "/plumbum", "new_str": "import plumbum.cli as cli\n", "line_ends": True}
     assert t.steps[3].recorded_outcome.status == "ok"
     assert t.steps[3].recorded_output.startswith("[File: /plumbum/plumbum/cli/image.py (99 lines total)]")
     assert t.steps[4].command == 'python -c "import plumbum.cli.image"'

@@ -48,9 +48,9 @@ def test_v0_test_repo():
     assert t.source["origin"] == "SWE-agent/SWE-agent@3ea751c087f32b16e039a2233dd6eefecef325d5"
     # `edit 4:4` on the open file, in the replay editor's terms; the tool said "File updated"
     edit = t.steps[2]
-    assert {k: edit.args[k] for k in ("op", "path", "start_line", "end_line", "new_str")} == {
+    assert {k: edit.args[k] for k in ("op", "path", "start_line", "end_line", "new_str", "line_ends")} == {
         "op": "replace_lines", "path": "/klieret__swe-agent-test-repo/tests/missing_colon.py", "start_line": 4,
-        "end_line": 4, "new_str": "def division(a: float, b: float) -> float:"}
+        "end_line": 4, "new_str": "def division(a: float, b: float) -> float:\n", "line_ends": True}
     assert edit.recorded_outcome.status == "ok" and "not_kept" not in edit.args
 
 
@@ -164,33 +164,42 @@ def test_edits_in_the_editors_terms_and_whether_the_tool_applied_them(tmp_path):
         _observed("edit 2:3\n    x = 1\n\n    y = 2\nend_of_edit", "[File: /a/f.py (9 lines total)]\n1:def f():\nFile updated."),
         _observed("edit 2:2\n  x = (\nend_of_edit", lint),
         _observed("edit 'x = 1' 'x = 3'", "Your edit was not applied (file not modified): Text 'x = 1' not found"),
-        _observed("insert 'import os\n' 0", "[File: /a/f.py (10 lines total)]\n1:import os"),
+        _observed("insert 'import os\n' 1", "[File: /a/f.py (10 lines total)]\n1:import os"),
         _observed("create ../b/new.py", "[File: /b/new.py (0 lines total)]", opened="/b/new.py"),
         _observed("str_replace_editor str_replace /a/f.py   --old_str 'y = 2' --new_str 'y = \"two\"'",
                   "The file /a/f.py has been edited. Here's the result of running `cat -n`"),
-        _observed("str_replace_editor str_replace /a/f.py --old_str 'gone' --new_str 'x'",
-                  "ERROR: No replacement was performed, old_str `gone` did not appear verbatim in /a/f.py."),
-        _observed("str_replace_editor create rel.py --file_text 'print(1)'", "File created successfully at: /a/rel.py"),
+        # the tool's own refusals (SWE-agent 1.1's edit_anthropic), one quoting words of a success
+        _observed("str_replace_editor str_replace /a/f.py --old_str 'File updated' --new_str 'x'",
+                  "No replacement was performed, old_str `File updated` did not appear verbatim in /a/f.py."),
+        _observed("str_replace_editor create rel.py --file_text 'print(1)'",
+                  "The path rel.py is not an absolute path, it should start with `/`. Maybe you meant /a/rel.py?"),
         _observed("edit 'unbalanced", "Usage: edit <search> <replace>"),
         _observed("edit 4:4\nno end of edit", "weird"),
         _observed("append\ntext\nend_of_append", "[File: /a/f.py (11 lines total)]"),
+        _observed("insert 'at the top' 0", "[File: /a/f.py (12 lines total)]"),
+        _observed("edit 1:" + "9" * 5000 + "\nx\nend_of_edit", "File updated."),      # no int of 5000 digits
+        _observed("str_replace_editor undo_edit /a/f.py --view_range 1 2", "Last edit to /a/f.py undone successfully."),
     ]))
     steps = _one(p).steps[1:]
     args = [s.args for s in steps]
     assert [(a["op"], a.get("start_line"), a.get("end_line"), a.get("new_str")) for a in args[:1]] == [
-        ("replace_lines", 2, 3, "    x = 1\n\n    y = 2")]
+        ("replace_lines", 2, 3, "    x = 1\n\n    y = 2")]        # v1 (a state object): the lines joined
     assert [s.recorded_outcome.status if s.recorded_outcome else None for s in steps] == [
-        "ok", "failed", "failed", "ok", "ok", "ok", "failed", "ok", "failed", None, "ok"]
+        "ok", "failed", "failed", "ok", "ok", "ok", "failed", "failed", "failed", None, "ok", "ok", "ok", "ok"]
     kept = ["not_kept" not in a for a in args]
-    assert kept == [True, False, False, True, True, True, True, True, False, False, False]
-    assert "its linter" in args[1]["not_kept"] and "new_str" not in args[1] and args[1]["op"] == "edit"
+    assert kept == [True, False, False, True, True, True, False, False, False, False, False, False, False, False]
+    assert args[1]["not_kept"] == "the tool did not apply it there" and "new_str" not in args[1] and args[1]["op"] == "edit"
+    # SWE-agent 1.1's insert goes before line N
     assert (args[3]["op"], args[3]["insert_line"], args[3]["new_str"]) == ("insert", 0, "import os")
     assert (args[4]["op"], args[4]["path"], args[4]["file_text"]) == ("create", "/b/new.py", "")   # "0 lines total"
-    assert (args[5]["op"], args[5]["old_str"], args[5]["new_str"]) == ("str_replace", "y = 2", 'y = "two"')
-    assert args[6]["op"] == "str_replace" and steps[6].recorded_output.startswith("ERROR: No replacement")
-    assert (args[7]["path"], args[7]["file_text"]) == ("/a/rel.py", "print(1)")
-    assert args[8]["not_kept"] == args[9]["not_kept"] == "its arguments could not be read as that tool reads them"
+    assert (args[5]["op"], args[5]["old_str"], args[5]["new_str"], args[5]["expand_tabs"]) == (
+        "str_replace", "y = 2", 'y = "two"', True)
+    assert steps[6].recorded_output.startswith("No replacement was performed")
+    assert args[7]["not_kept"] == args[8]["not_kept"] == args[9]["not_kept"] == args[12]["not_kept"] == \
+        "its arguments could not be read as that tool reads them"
     assert args[10]["not_kept"] == "the replay editor has no `append`"
+    from pytest_agentcgroup.replay.executors.base import edit_argv
+    assert [edit_argv(s, "/usr/bin/python3", "/h") is not None for s in steps] == kept    # not kept: not applied
 
 
 _err = partial(expect_trace_error, conv)

@@ -193,6 +193,34 @@ def test_swe_agents_edits_apply_as_its_tools_did_and_one_its_linter_refused_is_n
 
 
 @needs_bwrap
+def test_swe_agent_0x_edit_writes_every_line_back_and_str_replace_editor_expands_tabs(tree, tmp_path):
+    """SWE-agent 0.x (.traj state as a JSON string, taken before each action): its bash `edit N:M`
+    writes every line back with a newline, one empty replacement line stays a line; then
+    str_replace_editor finds spaces where the file has a tab, as that tool (it expands tabs) did."""
+    from dataclasses import replace as with_
+    from pytest_agentcgroup.traces.convert import swe_agent_traj
+    script = f"{REPO_PATH}/t.py"
+
+    def act(action, observation, opened=script):
+        return {"action": action, "observation": observation, "response": "", "thought": "",
+                "state": json.dumps({"open_file": opened, "working_dir": REPO_PATH})}
+    traj = {"trajectory": [
+        act("create t.py", f"[File: {script} (1 lines total)]\n1:", opened="n/a"),
+        act("edit 1:1\nif x:\n\treturn 1\nend_of_edit", f"[File: {script} (2 lines total)]\nFile updated."),
+        act("edit 3:3\n\nend_of_edit", f"[File: {script} (3 lines total)]\nFile updated."),
+        act(f"str_replace_editor str_replace {script} --old_str '        return 1' --new_str '        return 2'",
+            f"The file {script} has been edited."),
+        act("tr '\\n\\t' '|T' < t.py", ""),
+    ], "history": [], "info": {}}
+    (tmp_path / "t.traj").write_text(json.dumps(traj))
+    steps = list(next(swe_agent_traj.convert(tmp_path / "t.traj")).steps)
+    steps[4] = with_(steps[4], recorded_outcome=Outcome("ok", 0), recorded_output="if x:|        return 2||")
+    recs = run_sandbox(tree, steps, name="swe-v0")
+    assert [r.get("diverged") for r in recs] == [False] * 5, recs
+    assert recs[4]["replayed_head"] == "if x:|        return 2||"
+
+
+@needs_bwrap
 def test_an_edit_larger_than_one_argument_is_applied_whole_and_one_beyond_arg_max_refused(tree):
     """A file an agent wrote is often bigger than the 128 KiB the kernel passes in one argument: the
     edit goes to the editor in pieces (cut between characters: the text is multi-byte throughout)

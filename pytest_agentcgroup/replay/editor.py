@@ -12,7 +12,7 @@ only, and Python 3.6 syntax (a task's image may have an old python3).
            | "replace_lines" | "append",
      "path": "/abs/file", "file_text": ..., "old_str": ..., "new_str": ..., "replace_all": bool,
      "edits": [{"old_str": ..., "new_str": ..., "replace_all": bool}, ...], "insert_line": N,
-     "start_line": N, "end_line": M, "history": "/dir"}
+     "start_line": N, "end_line": M, "line_ends": bool, "expand_tabs": bool, "history": "/dir"}
 
 OpenHands' `str_replace_editor`: `create` writes a new file (its directories made; an existing file
 is an error, as there), `str_replace` replaces the one occurrence of `old_str` (none or several is
@@ -22,8 +22,10 @@ file or a whole new content), its Edit `str_replace` (with `replace_all`: every 
 one), its MultiEdit `multi_edit`: the edits in order, each on the result of the one before, and
 the file written only when every one applied (none is, otherwise, as there). SWE-agent's windowed
 tools: `edit N:M` is `replace_lines` (lines N to M, from 1, replaced by the lines of `new_str`:
-that tool's slice assignment), `insert TEXT` without a line is `append` (after the file's text,
-less one final newline of each, as that tool joins them).
+that tool's slice assignment; `line_ends`: every line written back with a newline, as its 0.x
+bash function does), `insert TEXT` without a line is `append` (after the file's text, less one final
+newline of each, as that tool joins them); its `str_replace_editor` expands tabs in the file and
+in both strings first (`expand_tabs`).
 Exit 0 and the tool's message when the edit applied; exit 1 and `ERROR: why` when it did not, which
 a replay counts as a divergence from a trajectory whose edit applied.
 """
@@ -87,16 +89,24 @@ def _replace(text, edit, path):
     return text.replace(old, new, 1), None
 
 
-def _replace_lines(text, lines, edit, path, history):
-    """SWE-agent's `edit N:M`: its list slice assignment, so a range past the end appends, as there."""
+def _replace_lines(text, edit, path, history):
+    """SWE-agent's `edit N:M`: its list slice assignment, so a range past the end appends, as there.
+    `line_ends` (its 0.x bash function): the file and `new_str` read as lines that each end with a
+    newline (a last one without counts too), every line written back with one."""
     start, end, new = edit.get("start_line"), edit.get("end_line"), edit.get("new_str")
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in (start, end)) or start < 1 or end < 0:
         return 1, "ERROR: Invalid line range {!r}:{!r}: lines count from 1.".format(start, end)
     if not isinstance(new, str):
         return 1, "ERROR: Parameter `new_str` is required for command: replace_lines."
     _remember(history, path, text)
-    lines[start - 1:end] = new.split("\n") if new else []
-    _write(path, "\n".join(lines))
+    if edit.get("line_ends") is True:
+        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
+        lines[start - 1:end] = new.split("\n")[:-1] if new.endswith("\n") else new.split("\n") if new else []
+        _write(path, "".join(x + "\n" for x in lines))
+    else:
+        lines = text.split("\n")
+        lines[start - 1:end] = new.split("\n") if new else []
+        _write(path, "\n".join(lines))
     return 0, "File updated: {} lines {}:{} replaced.".format(path, start, end)
 
 
@@ -120,6 +130,9 @@ def apply(edit):
     if not os.path.isfile(path):
         return 1, "ERROR: Invalid `path` parameter: {}. The path {} does not exist.".format(path, path)
     text = _read(path)
+    if edit.get("expand_tabs") is True and op in ("str_replace", "insert"):     # SWE-agent's str_replace_editor
+        text = text.expandtabs()
+        edit = dict(edit, **{k: edit[k].expandtabs() for k in ("old_str", "new_str") if isinstance(edit.get(k), str)})
     if op == "undo_edit":
         n = 0
         while history and os.path.exists(_history_file(history, path, n)):
@@ -149,9 +162,9 @@ def apply(edit):
         _remember(history, path, text)
         _write(path, (text[:-1] if text.endswith("\n") else text) + "\n" + new if text else new)
         return 0, "The file {} has been edited.".format(path)
-    lines = text.split("\n")
     if op == "replace_lines":
-        return _replace_lines(text, lines, edit, path, history)
+        return _replace_lines(text, edit, path, history)
+    lines = text.split("\n")
     at, new = edit.get("insert_line"), edit.get("new_str")
     if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(lines):
         return 1, ("ERROR: Invalid `insert_line` parameter: {!r}. It should be within the range of lines "

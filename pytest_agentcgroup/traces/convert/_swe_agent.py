@@ -2,27 +2,32 @@
 a model response (its last fenced block), what an ACI command does (read, edit, search, noop, or a
 shell command) and an edit in the replay editor's terms (replay/editor.py). Not a format of its own.
 
-**Edits** (`edit_spec`; the tools' own code: SWE-agent's `tools/windowed*` and `edit_anthropic`):
+**Edits** (`edit_spec`; the tools' own code: SWE-agent 0.7's `config/commands/edit_linting.sh`,
+1.1's `tools/windowed*` and `edit_anthropic`):
 
 * `edit N:M` + lines + `end_of_edit` (v0, and v1's windowed_edit_linting) on the open file:
-  `replace_lines` of lines N to M;
+  `replace_lines` of lines N to M; v0's bash function writes every line back with a newline
+  (`line_ends`), v1's Python joins them as they were;
 * `edit SEARCH REPLACE [REPLACE_ALL]` (v1's windowed_edit_replace, shell-quoted arguments) on the open
   file: `str_replace`; its third argument is read by argparse's `type=bool`, so any non-empty word
   (`False` too) means every occurrence, as there. That tool looks in the displayed window only;
-  a replay, which has no window, looks in the whole file;
-* `insert TEXT [LINE]` (v1): `insert` after line LINE, or `append` at the end; one final newline of
-  TEXT dropped, as there;
+  a replay, which has no window, looks in the whole file (so where the text is also elsewhere,
+  the replay refuses what the tool applied: a divergence);
+* `insert TEXT [LINE]` (v1.1): `insert` before line LINE, or `append` at the end; one final newline
+  of TEXT dropped, as there; a line under 1 (its own start-of-file rule) is not kept;
 * `create PATH` (relative to the step's directory): `create` of a file holding one empty line
   (v0's `printf "\n"`), or none where the tool's answer says `(0 lines total)` (v1's `touch`);
-* `str_replace_editor CMD PATH --file_text .. --old_str .. --new_str .. --insert_line N` (v1's
-  edit_anthropic, shell-quoted): OpenHands' editor, the same terms.
+* `str_replace_editor CMD /PATH --file_text .. --old_str .. --new_str .. --insert_line N` (v1's
+  edit_anthropic, shell-quoted): the editor's own terms, with `expand_tabs` for str_replace and
+  insert (that tool expands tabs in the file and in both strings); a relative path, which it
+  refuses, is not kept.
 
 What the tool answered (the observation) says whether it applied the edit: `recorded_outcome` ok or
-failed, `recorded_output` its head. The windowed tools refuse edits for reasons a replay cannot
-reproduce (their window, their flake8 run): an edit they refused keeps its action only, `not_kept`
-saying why, and is not applied. `str_replace_editor`'s refusals are the replay editor's own, so its
-failed edits are applied and compared. An `append` tool or an edit whose arguments cannot be parsed
-keeps its action only.
+failed, `recorded_output` its head. The tools refuse edits for reasons a replay cannot always
+reproduce (the windowed tools' window and flake8 run, str_replace_editor's rules of its own): an
+edit its tool refused keeps its action only, `not_kept` saying why, and is applied nowhere, so the
+files stay as the agent's were. An `append` tool or an edit whose arguments cannot be parsed keeps
+its action only too.
 """
 from __future__ import annotations
 
@@ -61,12 +66,18 @@ ACI_NOOP = frozenset({"submit", "exit_forfeit", "exit_cost", "exit_context", "ex
                       "exit_api", "skip"})
 _FIRST_WORD = re.compile(r"\s*(\S+)")
 _EDIT_RANGE = re.compile(r"edit\s+(\d+)\s*:\s*(\d+)\s*$")
-#: How the tools' answers begin when they did not apply an edit (a lint refusal, no open file,
-#: a search not found, a usage error, an existing file).
+_LINE_DIGITS = 9            # a line number longer than this is no line (and no int() of 5000 digits)
+#: How the tools' answers begin when they did not apply an edit: the windowed tools (a lint
+#: refusal, no open file, a search not found, an existing file) and str_replace_editor (its
+#: `No replacement was performed`, `The path ... is not an absolute path` / `does not exist`,
+#: `The parent directory ...`, `Parameter ...`, `Invalid ...`), argparse's usage errors.
 _REFUSED = ("Your proposed edit has introduced new syntax error", "Your edit was not applied", "No file open",
-            "Usage:", "Error", "ERROR", "Warning: File", "Your search and replace strings are the same")
-_APPLIED = re.compile(r"File updated|Text replaced|Replaced \d+ occurrences|has been edited|"
-                      r"File created successfully|undone successfully")
+            "Usage:", "usage:", "Error", "ERROR", "Warning: File", "Your search and replace strings are the same",
+            "No replacement was performed", "The path ", "The parent directory ", "File already exists",
+            "Parameter `", "Invalid `", "Unrecognized command", "No edit history")
+#: How they begin when they applied it: a window of the file, or the tool's own words.
+_APPLIED = re.compile(r"\[File: |File updated|Text replaced|Replaced \d+ occurrences|File created successfully"
+                      r"|The file .* has been edited|Last edit to .* undone successfully")
 _NO_LINES = re.compile(r"^\[File: [^\n]*\(0 lines total\)\]")
 _EDITOR_OPS = ("create", "str_replace", "insert", "undo_edit")
 _READ_EDITS = ("edit", "insert", "create", "str_replace_editor")      # the edit tools edit_spec reads
@@ -100,7 +111,7 @@ def aci_step_fields(action: str) -> tuple[str, str, dict]:
         if word in ("open", "create") and rest:
             args["path"] = rest.split("\n", 1)[0].split()[0].strip("'\"")
         rng = _EDIT_RANGE.match(first_line)
-        if word == "edit" and rng:
+        if word == "edit" and rng and max(len(rng.group(1)), len(rng.group(2))) <= _LINE_DIGITS:
             args["start_line"], args["end_line"] = int(rng.group(1)), int(rng.group(2))
         return tool, word, args
     return "bash", "bash", {"command": action}
@@ -113,20 +124,21 @@ def edit_outcome(observation: str | None) -> Outcome | None:
     text = observation.lstrip()
     if text.startswith(_REFUSED):
         return Outcome("failed")
-    if text.startswith("[File: ") or _APPLIED.search(text):
-        return Outcome("ok")
-    return None
+    return Outcome("ok") if _APPLIED.match(text) else None
 
 
-def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observation: str | None = None) -> dict | None:
+def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observation: str | None = None,
+              v0: bool = False) -> dict | None:
     """The edit `action` makes, in the replay editor's terms (module docstring), or None where it
-    cannot be said: an argument that does not parse, no open file, a relative path with no cwd."""
+    cannot be said: an argument that does not parse, no open file, a relative path with no cwd.
+    `v0`: SWE-agent 0.x, whose `edit N:M` is a bash function that writes every line back with
+    a newline."""
     text = action.strip()
     m = _FIRST_WORD.match(text)
     word, rest = (m.group(1), text[m.end():]) if m else ("", "")
     try:
         if word == "str_replace_editor":
-            return _editor_spec(shlex.split(rest), cwd)
+            return _editor_spec(shlex.split(rest))
         if word == "create":
             path = _absolute(shlex.split(rest)[0], cwd)
             empty = observation is not None and _NO_LINES.match(observation.lstrip())
@@ -137,10 +149,13 @@ def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observatio
         rng = _EDIT_RANGE.match(first.strip())
         if word == "edit" and rng:
             lines = body.split("\n")
-            if "end_of_edit" not in lines:
+            if "end_of_edit" not in lines or max(len(rng.group(1)), len(rng.group(2))) > _LINE_DIGITS:
                 return None
-            return {"op": "replace_lines", "path": path, "start_line": int(rng.group(1)),
-                    "end_line": int(rng.group(2)), "new_str": "\n".join(lines[:lines.index("end_of_edit")])}
+            lines = lines[:lines.index("end_of_edit")]
+            spec = {"op": "replace_lines", "path": path, "start_line": int(rng.group(1)), "end_line": int(rng.group(2))}
+            if v0:          # its lines each with their newline: "" is none, "\n" one empty line
+                return {**spec, "new_str": "".join(x + "\n" for x in lines), "line_ends": True}
+            return {**spec, "new_str": "\n".join(lines)}
         argv = shlex.split(rest)
         if word == "edit" and len(argv) in (2, 3):
             return {"op": "str_replace", "path": path, "old_str": argv[0], "new_str": argv[1],
@@ -149,18 +164,19 @@ def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observatio
             new = argv[0][:-1] if argv[0].endswith("\n") else argv[0]
             if len(argv) == 1:
                 return {"op": "append", "path": path, "new_str": new}
-            line = int(argv[1])
-            return {"op": "insert", "path": path, "insert_line": line, "new_str": new} if line >= 0 else None
+            line = int(argv[1])         # SWE-agent 1.1 inserts before line N (at N - 1); 0: its own rule
+            return {"op": "insert", "path": path, "insert_line": line - 1, "new_str": new} if line >= 1 else None
     except (ValueError, IndexError):         # unbalanced quotes, a missing or non-integer argument
         return None
     return None
 
 
-def _editor_spec(argv: list[str], cwd: str | None) -> dict | None:
-    """str_replace_editor's arguments: CMD PATH, then `--name value` pairs."""
-    if len(argv) < 2 or argv[0] not in _EDITOR_OPS or len(argv) % 2:
+def _editor_spec(argv: list[str]) -> dict | None:
+    """str_replace_editor's arguments: CMD PATH (absolute: it refuses any other), then `--name value`
+    pairs. It expands tabs in the file and in both strings before it looks (`expand_tabs`)."""
+    if len(argv) < 2 or argv[0] not in _EDITOR_OPS or len(argv) % 2 or not posixpath.isabs(argv[1]):
         return None
-    spec: dict = {"op": argv[0], "path": _absolute(argv[1], cwd)}
+    spec: dict = {"op": argv[0], "path": posixpath.normpath(argv[1])}
     for name, value in zip(argv[2::2], argv[3::2]):
         if name == "--insert_line":
             spec["insert_line"] = int(value)
@@ -168,7 +184,7 @@ def _editor_spec(argv: list[str], cwd: str | None) -> dict | None:
             spec[name[2:]] = value
         elif name != "--view_range":
             return None
-    return spec if spec["path"] else None
+    return {**spec, "expand_tabs": True} if argv[0] in ("str_replace", "insert") else spec
 
 
 def _absolute(path: str | None, cwd: str | None) -> str | None:
@@ -197,7 +213,8 @@ def swe_footer(text: str) -> tuple[str | None, str | None]:
 
 
 def swe_agent_step(action: str, index: int, where: Where, field: str, *, cwd: str | None,
-                   open_file: str | None, duration: Measure | None = None, observation: str | None = None) -> Step:
+                   open_file: str | None, duration: Measure | None = None, observation: str | None = None,
+                   v0: bool = False) -> Step:
     """One IR step from a SWE-agent action string, validating the strings we keep; an edit's
     `observation` (what its tool answered) gives its recorded outcome (module docstring)."""
     action = check_str(action, where, step=index, field=field).strip("\n")
@@ -213,12 +230,12 @@ def swe_agent_step(action: str, index: int, where: Where, field: str, *, cwd: st
     if tool == "edit":
         outcome = edit_outcome(observation)
         output = output_head(observation) if outcome is not None else None
-        spec = edit_spec(action, cwd=cwd, open_file=open_file, observation=observation)
+        spec = edit_spec(action, cwd=cwd, open_file=open_file, observation=observation, v0=v0)
         if spec is None:
             args["not_kept"] = ("its arguments could not be read as that tool reads them" if native in _READ_EDITS
                                 else f"the replay editor has no `{native}`")
-        elif outcome is not None and outcome.status == "failed" and native != "str_replace_editor":
-            args["not_kept"] = "the tool did not apply it there (for a reason of its own: its window, its linter)"
+        elif outcome is not None and outcome.status == "failed":
+            args["not_kept"] = "the tool did not apply it there"
         else:
             args.update(spec)
     return Step(step_id=index, tool=tool, native_tool=native, args=args, duration_ms=duration,

@@ -12,7 +12,8 @@ What a command does (see `_swe_agent.aci_step_fields`): `open`/`goto`/`scroll_up
 `search`; `submit` -> `noop`; anything else -> `bash` with the block as `command`. ACI steps keep the
 raw text in `args.action` (never `args.command`: they are SWE-agent tools, not shell commands) plus
 `op`, `path` (the open file for `edit`) and `start_line`/`end_line`; an edit also in the replay
-editor's terms, the user turn after it (its tool's answer) saying whether it applied there.
+editor's terms (SWE-agent 0.x's: the dataset's runs are of that series), the user turn after it (its
+tool's answer) saying whether it applied there.
 
 Working directory: every user turn ends with SWE-agent's prompt footer `(Open file: ...)` /
 `(Current directory: ...)`, the state the *next* command runs in. So a step's `cwd` is the footer of
@@ -66,7 +67,7 @@ def convert_row(row: Any, where: dict, source: dict, rec: int) -> Trace:
     def flush(observation: str | None) -> None:
         block, idx, tf, at_cwd, at_open = pending
         steps.append(swe_agent_step(block, idx, where, f"{tf}.text", cwd=at_cwd, open_file=at_open,
-                                    observation=observation))
+                                    observation=observation, v0=True))
 
     for ti, turn in enumerate(traj):
         tf = f"trajectory[{ti}]"

@@ -134,7 +134,7 @@ def convert_traj(data: Any, where: dict, source: dict, trace_id: str) -> Trace:
         else:
             observation = item.get("observation")
             steps.append(swe_agent_step(action, i, where, f"{f}.action", cwd=cwd, open_file=open_file,
-                                        duration=duration,
+                                        duration=duration, v0=before,
                                         observation=observation if isinstance(observation, str) else None))
         if not before:
             cwd, open_file = _carry(item, where, i, f, cwd, open_file)
