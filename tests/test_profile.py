@@ -135,7 +135,7 @@ def test_the_manifest_is_merged_not_rewritten(tmp_path, can_profile):
     profile_traces([tiny(tmp_path, [bash(0, "true", cwd="/workspace")])], out, Settings())
     new = json.loads((out / "manifest.json").read_text())
     assert (new["seed"], new["strata"]) == (7, {"short": 1})
-    assert new["subsets"] == {"dev": ["x/y"], "profiled": ["x/y", "t/tiny"]}
+    assert new["subsets"] == {"dev": ["x/y"], "profiled": ["t/tiny", "x/y"]}    # in id order
     entries = {e.get("trace_id"): e for e in new["traces"]}
     assert entries["x/y"] == {"trace_id": "x/y", "file": "x/y.json", "bursty": True}
     assert entries[None] == {"note": "an entry without an id"}
@@ -528,3 +528,19 @@ def test_exp1_replays_the_shipped_recorded_here_corpus(pytester: pytest.Pytester
     lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * sum(len(t.steps) for t in traces)
     assert {r["profile_source"] for r in lines} == {"recorded"}
+
+
+def test_traces_in_a_corpus_subdirectory_use_the_corpus_lock_and_none_above_its_root(tmp_path):
+    """`traces profile traces/mini-swe-agent` finds traces/workspaces.lock.json: the nearest lock from
+    the directory given upward, up to the corpus root (manifest.json); none above it."""
+    from pytest_agentcgroup.profile.run import lock_dir
+    corpus, family = tmp_path / "corpus", tmp_path / "corpus" / "family"
+    family.mkdir(parents=True)
+    (corpus / "manifest.json").write_text("{}")
+    assert lock_dir(family) == family                       # no lock anywhere: the directory given
+    (tmp_path / "workspaces.lock.json").write_text("{}")
+    assert lock_dir(family) == family                       # one above the corpus root is not this corpus's
+    (corpus / "workspaces.lock.json").write_text("{}")
+    assert lock_dir(family) == corpus
+    (family / "workspaces.lock.json").write_text("{}")
+    assert lock_dir(family) == family                       # the nearest wins

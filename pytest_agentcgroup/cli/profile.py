@@ -62,7 +62,8 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                    help="a directory copied to each trace's task path (or working directory) before its first "
                         "step, e.g. a repository checkout; `empty` for an empty one. Default: a trace that names "
                         "a task gets its task's image (docker, where present) or the PyPI workspace locked for "
-                        "it in workspaces.lock.json beside the traces (built on first use), else fails naming "
+                        "it in the workspaces.lock.json of the traces' directory or the nearest one above it, up to "
+                        "the corpus root (built on first use), else fails naming "
                         "what is missing; one that names none starts empty")
     p.add_argument("--image", metavar="IMG", help="docker: the image to run in (default: the trace's SWE-rebench "
                                                    "image when it is present locally, else the local image)")

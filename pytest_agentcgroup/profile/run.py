@@ -41,7 +41,7 @@ from ..cgroups.tree import RunTree
 from ..replay.executors import make_executor
 from ..replay.executors.base import SeedFailed
 from ..replay.replayer import StepResult, replay_step
-from ..traces.corpus import ir_files
+from ..traces.corpus import LOCK_FILE, MANIFEST, ir_files
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
 from ..workspaces.lock import WorkspaceError
 from ..workspaces.provide import EMPTY, Provided, provide
@@ -70,16 +70,28 @@ class Settings:
     step_cpus: tuple[int, ...] | None = None
 
 
+def lock_dir(start: Path) -> Path:
+    """The directory whose workspace lock the traces under `start` use (load_inputs)."""
+    for d in [start, *start.resolve().parents]:
+        if (d / LOCK_FILE).is_file():
+            return d
+        if (d / MANIFEST).is_file():
+            break
+    return start
+
+
 def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
     """(file, trace, corpus) for every trace in the files (directories: traces/corpus.ir_files), all
-    read before anything runs; a bad file is a ProfileError naming it. The corpus is the directory
-    given, or the file's own: where a workspace lock for the trace's task would be."""
+    read before anything runs; a bad file is a ProfileError naming it. The corpus is where the
+    workspace lock for the trace's task is: the directory given (or the file's own), else the
+    nearest one above it that has a lock, up to the corpus root (the directory of manifest.json),
+    so `traces/mini-swe-agent` finds `traces/workspaces.lock.json`."""
     files: list[tuple[Path, Path]] = []
     for p in paths:
         try:
             if not p.exists():
                 raise ProfileError(f"{p}: no such file or directory")
-            files += [(f, p if p.is_dir() else p.parent) for f in ir_files([p])]
+            files += [(f, lock_dir(p if p.is_dir() else p.parent)) for f in ir_files([p])]
         except OSError as exc:           # e.g. a directory this user may not enter
             raise ProfileError(f"{exc.filename or p}: {exc.strerror}") from None
     out, seen = [], {}

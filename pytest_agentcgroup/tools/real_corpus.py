@@ -112,9 +112,12 @@ and import on the sandbox's Python 3.11).
   release is the one whose files agree best with what the trajectory's shell showed of them
   (`chosen_by` in the lock gives every candidate's figures). The first replay builds them into the
   cache from PyPI; later ones need no network.
-- **Recorded**: each step's command, exit code and the head of its output (1,000 characters).
-  No durations or resource profiles: under `emulate` these traces have none to replay; the
-  `sandbox` and `docker` executors run their commands.
+- **Recorded**: each step's command, exit code and the head of its output (1,000 characters), as
+  the trajectory has them (it has no durations or resource use). This tool writes them so; the
+  shipped ones were then profiled here, in their workspaces under the `sandbox` executor (subset
+  `recorded`: `agentcgroup traces profile`, docs/traces.md, "The recorded corpus"): each executed
+  step's duration, the kernel's memory peak, a memory curve sampled every 4 ms, CPU time and
+  outcome, `recorded`, with the machine and the command in `source.profiled`.
 
 | trace | steps | bash steps |
 |---|---|---|

@@ -126,7 +126,7 @@ def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: li
 
     merge=True (a tool adding traces one at a time, e.g. the profiler): nothing is removed; each entry
     is merged into the existing entry of its trace id (its keys win, the others stay), and the ids
-    of `subsets` are appended to those subsets. Raises TraceError for a manifest it cannot read
+    of `subsets` are added to those subsets (sorted). Raises TraceError for a manifest it cannot read
     (read_manifest) and OSError for one it cannot write."""
     path = Path(root) / MANIFEST
     old = read_manifest(root)
@@ -139,8 +139,8 @@ def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: li
                 traces[i] = {**e, **new.pop(tid)}
         traces += new.values()
         merged = {name: list((old.get("subsets") or {}).get(name) or []) for name in subsets}
-        for name, ids in subsets.items():
-            merged[name] += [x for x in ids if x not in merged[name]]
+        for name, ids in subsets.items():       # in id order, not in the order parallel workers finished
+            merged[name] = sorted(set(merged[name]) | set(ids))
         subsets = merged
     else:
         traces = [e for e in traces if not (isinstance(e, dict) and str(e.get("trace_id", "")).startswith(family))]
