@@ -74,6 +74,20 @@ def _result_of(rec):
                       rec["exit_code"], rec["signal"], rec["timed_out"], rec["profile_source"])
 
 
+def test_a_profiled_outcome_is_compared_only_in_a_trace_whose_source_recorded_none():
+    """A trace profiled here (recorded-here) is compared with its profile's outcomes; a public
+    trajectory's step that recorded no outcome (mini-swe-agent's last `git diff --cached`) is not
+    compared with the profile this machine added to it: that would measure this machine, not the
+    trajectory."""
+    from pytest_agentcgroup.replay.replayer import StepResult
+    step = Step(0, "bash", {"command": "git diff --cached"}, outcome=Outcome("failed", 128))
+    ran = StepResult("t", 0, "bash", "git diff --cached", True, 5.0, 128, None, False, "recorded")
+    alone = step_record(ran, step, config="u", time_scale=1.0, executor="sandbox")
+    assert alone["diverged"] is False and alone["recorded_exit"] == 128
+    assert "diverged" not in step_record(ran, step, config="u", time_scale=1.0, executor="sandbox",
+                                         source_recorded=True)
+
+
 @needs_bwrap
 def test_a_step_the_arm_kills_on_purpose_is_not_a_divergence_and_a_timeout_is(tree):
     """The arm's OOM kill (a 48 MiB hard limit under a 200 MiB allocation) ends a step the trajectory

@@ -544,3 +544,9 @@ def test_traces_in_a_corpus_subdirectory_use_the_corpus_lock_and_none_above_its_
     assert lock_dir(family) == corpus
     (family / "workspaces.lock.json").write_text("{}")
     assert lock_dir(family) == family                       # the nearest wins
+    loose = tmp_path / "scratch" / "a" / "family"             # no corpus root above: itself and its parent
+    loose.mkdir(parents=True)
+    (tmp_path / "scratch" / "workspaces.lock.json").write_text("{}")
+    assert lock_dir(loose) == loose
+    (loose.parent / "workspaces.lock.json").write_text("{}")
+    assert lock_dir(loose) == loose.parent

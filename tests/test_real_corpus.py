@@ -55,13 +55,15 @@ def test_the_tool_takes_the_runs_later_sympy_tasks_and_writes_them_the_same_ever
     trajs = _run(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    (out / "manifest.json").write_text(json.dumps({"schema": "agentcgroup-manifest/1", "subsets": {"smoke": ["x/1"]},
-                                                   "traces": [{"trace_id": "x/1", "file": "x/1.json"}]}))
+    (out / "manifest.json").write_text(json.dumps({
+        "schema": "agentcgroup-manifest/1", "traces": [{"trace_id": "x/1", "file": "x/1.json"}],
+        "subsets": {"smoke": ["x/1"], "recorded": ["mini-swe-agent/sympy__sympy-20001", "x/1"]}}))
     entries = real_corpus.build(trajs, out)
     assert [e["instance"] for e in entries] == ["sympy__sympy-20001", "sympy__sympy-100000"]   # numeric order
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["subsets"]["real"] == [e["trace_id"] for e in entries]
     assert manifest["subsets"]["smoke"] == ["x/1"] and "x/1" in [e["trace_id"] for e in manifest["traces"]]  # kept
+    assert manifest["subsets"]["recorded"] == ["x/1"]       # written unprofiled: out of `recorded`
     (trace,) = read_traces(out / "mini-swe-agent" / "sympy__sympy-20001.json")
     assert trace.source["origin"].endswith(f"{real_corpus.RUN}/sympy__sympy-20001/sympy__sympy-20001.traj.json")
     first = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
@@ -71,6 +73,11 @@ def test_the_tool_takes_the_runs_later_sympy_tasks_and_writes_them_the_same_ever
     real_corpus.build(trajs, out)
     assert sorted(p.name for p in (out / "mini-swe-agent").glob("*.json")) == ["sympy__sympy-20001.json"]
     assert json.loads((out / "manifest.json").read_text())["subsets"]["real"] == ["mini-swe-agent/sympy__sympy-20001"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["subsets"]["recorded"] = ["mini-swe-agent/sympy__sympy-20001"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    real_corpus.build(trajs, out)
+    assert "recorded" not in json.loads((out / "manifest.json").read_text())["subsets"]    # none left: no subset
 
 
 def test_the_tool_says_what_it_expected_of_a_wrong_directory(tmp_path, capsys):

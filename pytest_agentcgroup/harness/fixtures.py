@@ -171,6 +171,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     # real commands: the task's workspace (built on first use), or a failure naming the missing one
     provided, lacking = faithful.workspace(config, case, agentcgroup_trace, executor, executor_name, marker=marker)
     restart_pending = resume             # a partial earlier attempt's lines go with the first new record
+    source_recorded = any(s.recorded_outcome is not None for s in agentcgroup_trace.steps)
 
     def run() -> Outcome:
         faithful.missing(lacking)        # a task without its workspace: the test fails, nothing replayed
@@ -184,7 +185,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    "trace_steps": len(steps),      # how many records make this test complete
                    **step_record(result, steps[result.step_id], config=case.arm.name,
-                                 time_scale=executor.time_scale, executor=executor_name),
+                                 time_scale=executor.time_scale, executor=executor_name,
+                                 source_recorded=source_recorded),
                    # GiB·s reserved / used (the usage the placement samples: sample_usage below)
                    **reservation.step_fields(result, steps[result.step_id], arm=case.arm,
                                              trace=agentcgroup_trace, time_scale=executor.time_scale),

@@ -1,6 +1,6 @@
 """How faithfully a replay of real commands followed its trace: each executed step's outcome beside
-the one the trace recorded (traces/ir.py: the source's `recorded_outcome` and `recorded_output`, else
-the profile's `outcome`), a share of diverging steps per trace × arm, and the line the terminal
+the one the trace recorded (traces/ir.py: the source's `recorded_outcome` and `recorded_output`, else,
+in a trace whose source recorded none, the profile's `outcome`), a share of diverging steps per trace × arm, and the line the terminal
 prints per trace.
 
 Per step (metrics.jsonl, sandbox and docker executors, steps whose trace recorded an outcome):
@@ -55,11 +55,13 @@ def arm_kill(result) -> str | None:
     return None
 
 
-def step_fields(result, step: Step, executor: str) -> dict:
+def step_fields(result, step: Step, executor: str, *, source_recorded: bool = False) -> dict:
     """The faithfulness fields of one step's record (module docstring; `result` is a replay
     StepResult, read by its fields); {} when there is nothing to compare (the emulate executor, no
-    recorded outcome, a step that executes nothing here)."""
-    rec = step.recorded_outcome or step.outcome
+    recorded outcome, a step that executes nothing here). `source_recorded`: the trace's source
+    recorded outcomes, so one of its steps without one is not compared with its profile's (that is
+    this machine's run, not the trajectory's)."""
+    rec = step.recorded_outcome or (None if source_recorded else step.outcome)
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
     out = {"recorded_exit": rec.exit_code, "replayed_exit": result.exit_code,

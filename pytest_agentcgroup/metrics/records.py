@@ -74,9 +74,11 @@ METRICS = {m.name: m for m in (
 )}
 
 
-def step_record(result, step: Step, *, config: str, time_scale: float, executor: str) -> dict:
+def step_record(result, step: Step, *, config: str, time_scale: float, executor: str,
+                source_recorded: bool = False) -> dict:
     """The metrics.jsonl line of one step: `result` is what the replayer returned for it (a
-    replay/replayer.py StepResult, read by its fields: metrics/ does not import the replay)."""
+    replay/replayer.py StepResult, read by its fields: metrics/ does not import the replay);
+    `source_recorded`: its trace's source recorded outcomes (faithfulness.step_fields)."""
     c = result.counters
     rec = {
         "trace_id": result.trace_id, "step_id": result.step_id, "tool": result.tool, "cmd": result.cmd,
@@ -110,7 +112,7 @@ def step_record(result, step: Step, *, config: str, time_scale: float, executor:
     if result.error:
         rec["error"] = result.error
     # real commands: the outcome beside the trace's (recorded_exit, replayed_exit, diverged, ...)
-    rec.update(faithfulness.step_fields(result, step, executor))
+    rec.update(faithfulness.step_fields(result, step, executor, source_recorded=source_recorded))
     return rec
 
 

@@ -71,20 +71,23 @@ class Settings:
 
 
 def lock_dir(start: Path) -> Path:
-    """The directory whose workspace lock the traces under `start` use (load_inputs)."""
-    for d in [start, *start.resolve().parents]:
+    """The directory whose workspace lock the traces under `start` use (load_inputs): the nearest
+    with a lock from `start` up to the corpus root (manifest.json); with no corpus root above, only
+    `start` and its parent. The path as given, not its symlinks' targets."""
+    here = start.absolute()
+    chain = [here, *here.parents]
+    root = next((i for i, d in enumerate(chain) if (d / MANIFEST).is_file()), None)
+    for d in chain[:root + 1 if root is not None else 2]:
         if (d / LOCK_FILE).is_file():
-            return d
-        if (d / MANIFEST).is_file():
-            break
+            return start if d == here else d
     return start
 
 
 def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
     """(file, trace, corpus) for every trace in the files (directories: traces/corpus.ir_files), all
     read before anything runs; a bad file is a ProfileError naming it. The corpus is where the
-    workspace lock for the trace's task is: the directory given (or the file's own), else the
-    nearest one above it that has a lock, up to the corpus root (the directory of manifest.json),
+    workspace lock for the trace's task is (lock_dir): the directory given (or the file's own), else
+    the nearest one above it that has a lock, up to the corpus root (the directory of manifest.json),
     so `traces/mini-swe-agent` finds `traces/workspaces.lock.json`."""
     files: list[tuple[Path, Path]] = []
     for p in paths:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..traces.convert import mini_swe_agent
 from ..traces.convert._common import SAMPLE_SOURCES
-from ..traces.corpus import update_manifest
+from ..traces.corpus import read_manifest, update_manifest
 from ..traces.error import TraceError
 from ..traces.ir import Trace, write_trace
 
@@ -83,7 +83,10 @@ def build(trajs: Path, out: Path) -> list[dict]:
     for stale in (out / FAMILY).glob("*.json"):         # a task the selection no longer takes
         if stale not in written:
             stale.unlink()
-    update_manifest(out, f"{FAMILY}/", entries, {"real": [e["trace_id"] for e in entries]})
+    # written unprofiled: out of `recorded` until `traces profile` puts them back (docs/traces.md)
+    recorded = [x for x in (read_manifest(out).get("subsets") or {}).get("recorded") or []
+                if not x.startswith(f"{FAMILY}/")]
+    update_manifest(out, f"{FAMILY}/", entries, {"real": [e["trace_id"] for e in entries], "recorded": recorded or None})
     (out / FAMILY / "README.md").write_text(readme(entries), encoding="utf-8")
     return entries
 
@@ -113,8 +116,8 @@ and import on the sandbox's Python 3.11).
   (`chosen_by` in the lock gives every candidate's figures). The first replay builds them into the
   cache from PyPI; later ones need no network.
 - **Recorded**: each step's command, exit code and the head of its output (1,000 characters), as
-  the trajectory has them (it has no durations or resource use). This tool writes them so; the
-  shipped ones were then profiled here, in their workspaces under the `sandbox` executor (subset
+  the trajectory has them (it has no durations or resource use). This tool writes them so (and
+  takes them out of the subset `recorded`); the shipped ones were then profiled here, in their workspaces under the `sandbox` executor (subset
   `recorded`: `agentcgroup traces profile`, docs/traces.md, "The recorded corpus"): each executed
   step's duration, the kernel's memory peak, a memory curve sampled every 4 ms, CPU time and
   outcome, `recorded`, with the machine and the command in `source.profiled`.

@@ -117,11 +117,12 @@ def read_manifest(root: str | Path) -> dict:
     return data
 
 
-def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: list[dict], subsets: dict[str, list[str]],
+def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: list[dict],
+                    subsets: dict[str, list[str] | None],
                     *, merge: bool = False) -> dict:
     """Write `root/manifest.json` (whole, via a temporary file) with `entries` replacing every entry whose
     trace id starts with `family` (a prefix or a tuple of prefixes, e.g. "claude-code/"), and `subsets`
-    replacing those subsets; entries and subsets of other trace families, and the manifest's other
+    replacing those subsets (None: removing one); entries and subsets of other trace families, and the manifest's other
     keys, are kept, so each family's builder can regenerate its own part alone.
 
     merge=True (a tool adding traces one at a time, e.g. the profiler): nothing is removed; each entry
@@ -146,8 +147,9 @@ def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: li
         traces = [e for e in traces if not (isinstance(e, dict) and str(e.get("trace_id", "")).startswith(family))]
         traces += entries
     key = lambda e: e.get("trace_id", "") if isinstance(e, dict) else ""    # noqa: E731
+    every = {**(old.get("subsets") or {}), **subsets}      # keeps the existing order; None: removed
     manifest = {**old, "schema": MANIFEST_SCHEMA,
-                "subsets": {**(old.get("subsets") or {}), **subsets},    # keeps the existing order
+                "subsets": {name: ids for name, ids in every.items() if ids is not None},
                 "traces": sorted(traces, key=key)}
     tmp = path.with_name(MANIFEST + ".partial")
     tmp.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
