@@ -179,15 +179,21 @@ def test_edits_in_the_editors_terms_and_whether_the_tool_applied_them(tmp_path):
         _observed("insert 'at the top' 0", "[File: /a/f.py (12 lines total)]"),
         _observed("edit 1:" + "9" * 5000 + "\nx\nend_of_edit", "File updated."),      # no int of 5000 digits
         _observed("str_replace_editor undo_edit /a/f.py --view_range 1 2", "Last edit to /a/f.py undone successfully."),
+        _observed("insert 'tail' 50", "[File: /a/f.py (13 lines total)]"),        # past the end: at the end, as there
+        _observed("str_replace_editor insert /a/f.py --insert_line " + "9" * 4000 + " --new_str x", "Invalid `insert_line`"),
     ]))
     steps = _one(p).steps[1:]
     args = [s.args for s in steps]
     assert [(a["op"], a.get("start_line"), a.get("end_line"), a.get("new_str")) for a in args[:1]] == [
         ("replace_lines", 2, 3, "    x = 1\n\n    y = 2")]        # v1 (a state object): the lines joined
     assert [s.recorded_outcome.status if s.recorded_outcome else None for s in steps] == [
-        "ok", "failed", "failed", "ok", "ok", "ok", "failed", "failed", "failed", None, "ok", "ok", "ok", "ok"]
+        "ok", "failed", "failed", "ok", "ok", "ok", "failed", "failed", "failed", None, "ok", "ok", "ok", "ok", "ok",
+        "failed"]
     kept = ["not_kept" not in a for a in args]
-    assert kept == [True, False, False, True, True, True, False, False, False, False, False, False, False, False]
+    assert kept == [True, False, False, True, True, True, False, False, False, False, False, False, False, True, True,
+                    False]
+    assert (args[14]["insert_line"], args[14]["clamp_line"]) == (49, True)
+    assert (args[13]["op"], args[13]["path"]) == ("undo_edit", "/a/f.py")     # its --view_range A B: no edit's
     assert args[1]["not_kept"] == "the tool did not apply it there" and "new_str" not in args[1] and args[1]["op"] == "edit"
     # SWE-agent 1.1's insert goes before line N
     assert (args[3]["op"], args[3]["insert_line"], args[3]["new_str"]) == ("insert", 0, "import os")

@@ -234,6 +234,30 @@ def test_swe_agent_0x_edit_writes_every_line_back_and_str_replace_editor_expands
     assert recs[4]["replayed_head"] == "if x:|        return 2||"
 
 
+@pytest.mark.parametrize("text, edit, after", [
+    # SWE-agent 0.x's bash `edit N:M`: lines[0:N-1] + new + lines[M:], each written with a newline
+    ("1\n2\n3\n4\n5\n6\n", {"start_line": 5, "end_line": 3, "new_str": "X\n"}, "1\n2\n3\n4\nX\n4\n5\n6\n"),
+    ("1\n2", {"start_line": 1, "end_line": 2, "new_str": ""}, "\n"),          # printf "%s\n" of nothing
+    ("a\nb", {"start_line": 3, "end_line": 3, "new_str": "c\n"}, "a\nb\nc\n"),
+])
+def test_the_editor_follows_swe_agent_0x_bash_edit(tmp_path, text, edit, after):
+    from pytest_agentcgroup.replay import editor
+    f = tmp_path / "f.py"
+    f.write_text(text)
+    assert editor.apply({"op": "replace_lines", "path": str(f), "line_ends": True, **edit})[0] == 0
+    assert f.read_text() == after
+
+
+def test_the_editor_inserts_past_the_end_only_where_the_tool_did(tmp_path):
+    from pytest_agentcgroup.replay import editor
+    f = tmp_path / "f.py"
+    f.write_text("a\nb\n")
+    assert editor.apply({"op": "insert", "path": str(f), "insert_line": 49, "new_str": "Z"})[0] == 1   # OpenHands
+    assert editor.apply({"op": "insert", "path": str(f), "insert_line": 49, "new_str": "Z", "clamp_line": True}) \
+        == (0, f"The file {f} has been edited.")
+    assert f.read_text() == "a\nb\n\nZ"                  # SWE-agent 1.1's windowed insert, list.insert
+
+
 @needs_bwrap
 def test_an_edit_larger_than_one_argument_is_applied_whole_and_one_beyond_arg_max_refused(tree):
     """A file an agent wrote is often bigger than the 128 KiB the kernel passes in one argument: the

@@ -12,7 +12,8 @@ only, and Python 3.6 syntax (a task's image may have an old python3).
            | "replace_lines" | "append",
      "path": "/abs/file", "file_text": ..., "old_str": ..., "new_str": ..., "replace_all": bool,
      "edits": [{"old_str": ..., "new_str": ..., "replace_all": bool}, ...], "insert_line": N,
-     "start_line": N, "end_line": M, "line_ends": bool, "expand_tabs": bool, "history": "/dir"}
+     "start_line": N, "end_line": M, "line_ends": bool, "expand_tabs": bool, "clamp_line": bool,
+     "history": "/dir"}
 
 OpenHands' `str_replace_editor`: `create` writes a new file (its directories made; an existing file
 is an error, as there), `str_replace` replaces the one occurrence of `old_str` (none or several is
@@ -99,10 +100,10 @@ def _replace_lines(text, edit, path, history):
     if not isinstance(new, str):
         return 1, "ERROR: Parameter `new_str` is required for command: replace_lines."
     _remember(history, path, text)
-    if edit.get("line_ends") is True:
+    if edit.get("line_ends") is True:       # its arrays: lines[0:N-1] + new + lines[M:], printf "%s\n"
         lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
-        lines[start - 1:end] = new.split("\n")[:-1] if new.endswith("\n") else new.split("\n") if new else []
-        _write(path, "".join(x + "\n" for x in lines))
+        added = new.split("\n")[:-1] if new.endswith("\n") else new.split("\n") if new else []
+        _write(path, "".join(x + "\n" for x in lines[:start - 1] + added + lines[end:]) or "\n")
     else:
         lines = text.split("\n")
         lines[start - 1:end] = new.split("\n") if new else []
@@ -166,6 +167,8 @@ def apply(edit):
         return _replace_lines(text, edit, path, history)
     lines = text.split("\n")
     at, new = edit.get("insert_line"), edit.get("new_str")
+    if edit.get("clamp_line") is True and isinstance(at, int) and at > len(lines):
+        at = len(lines)                 # SWE-agent's windowed insert: list.insert appends past the end
     if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= len(lines):
         return 1, ("ERROR: Invalid `insert_line` parameter: {!r}. It should be within the range of lines "
                    "of the file: [0, {}]".format(at, len(lines)))

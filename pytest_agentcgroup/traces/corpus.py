@@ -141,7 +141,7 @@ def update_manifest(root: str | Path, family: str | tuple[str, ...], entries: li
         traces += new.values()
         merged = {name: list((old.get("subsets") or {}).get(name) or []) for name in subsets}
         for name, ids in subsets.items():       # in id order, not in the order parallel workers finished
-            merged[name] = sorted(set(merged[name]) | set(ids))
+            merged[name] = None if ids is None else sorted(set(merged[name]) | set(ids))
         subsets = merged
     else:
         traces = [e for e in traces if not (isinstance(e, dict) and str(e.get("trace_id", "")).startswith(family))]

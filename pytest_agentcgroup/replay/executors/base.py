@@ -128,7 +128,7 @@ def edit_argv(step: Step, python: str, history: str) -> list[str] | None:
             or any(k not in args for k in need) or "not_kept" in args:
         return None
     spec = {k: args[k] for k in ("op", "path", "file_text", "old_str", "new_str", "replace_all", "edits", "insert_line",
-                                 "start_line", "end_line", "line_ends", "expand_tabs") if k in args}
+                                 "start_line", "end_line", "line_ends", "expand_tabs", "clamp_line") if k in args}
     text = json.dumps({**spec, "history": history}, ensure_ascii=False)
     if "\0" in text:
         raise StepRefused(f"step {step.step_id}: the recorded edit of {args['path']!r} contains a NUL byte, "

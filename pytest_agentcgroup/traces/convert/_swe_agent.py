@@ -13,8 +13,10 @@ shell command) and an edit in the replay editor's terms (replay/editor.py). Not 
   (`False` too) means every occurrence, as there. That tool looks in the displayed window only;
   a replay, which has no window, looks in the whole file (so where the text is also elsewhere,
   the replay refuses what the tool applied: a divergence);
-* `insert TEXT [LINE]` (v1.1): `insert` before line LINE, or `append` at the end; one final newline
-  of TEXT dropped, as there; a line under 1 (its own start-of-file rule) is not kept;
+* `insert TEXT [LINE]` (v1.1): `insert` before line LINE (past the end: at the end, `clamp_line`),
+  or `append` at the end; one final newline of TEXT dropped, as there; a line under 1 (its own
+  start-of-file rule) is not kept. SWE-agent's main branch since June 2026 (still calling itself
+  1.1.0) inserts after line LINE: its trajectories would land one line low;
 * `create PATH` (relative to the step's directory): `create` of a file holding one empty line
   (v0's `printf "\n"`), or none where the tool's answer says `(0 lines total)` (v1's `touch`);
 * `str_replace_editor CMD /PATH --file_text .. --old_str .. --new_str .. --insert_line N` (v1's
@@ -164,8 +166,9 @@ def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observatio
             new = argv[0][:-1] if argv[0].endswith("\n") else argv[0]
             if len(argv) == 1:
                 return {"op": "append", "path": path, "new_str": new}
-            line = int(argv[1])         # SWE-agent 1.1 inserts before line N (at N - 1); 0: its own rule
-            return {"op": "insert", "path": path, "insert_line": line - 1, "new_str": new} if line >= 1 else None
+            line = _line(argv[1])       # SWE-agent 1.1 inserts before line N (at N - 1); 0: its own rule
+            return ({"op": "insert", "path": path, "insert_line": line - 1, "new_str": new, "clamp_line": True}
+                    if line >= 1 else None)
     except (ValueError, IndexError):         # unbalanced quotes, a missing or non-integer argument
         return None
     return None
@@ -173,18 +176,30 @@ def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observatio
 
 def _editor_spec(argv: list[str]) -> dict | None:
     """str_replace_editor's arguments: CMD PATH (absolute: it refuses any other), then `--name value`
-    pairs. It expands tabs in the file and in both strings before it looks (`expand_tabs`)."""
-    if len(argv) < 2 or argv[0] not in _EDITOR_OPS or len(argv) % 2 or not posixpath.isabs(argv[1]):
+    and `--view_range A B`. It expands tabs in the file and in both strings before it looks
+    (`expand_tabs`)."""
+    if len(argv) < 2 or argv[0] not in _EDITOR_OPS or not posixpath.isabs(argv[1]):
         return None
     spec: dict = {"op": argv[0], "path": posixpath.normpath(argv[1])}
-    for name, value in zip(argv[2::2], argv[3::2]):
-        if name == "--insert_line":
-            spec["insert_line"] = int(value)
-        elif name in ("--file_text", "--old_str", "--new_str"):
-            spec[name[2:]] = value
-        elif name != "--view_range":
+    rest = argv[2:]
+    while rest:
+        name, rest = rest[0], rest[1:]
+        if name == "--view_range":          # its numbers, joined by spaces: nothing an edit uses
+            while rest and re.fullmatch(r"-?\d{1,9}", rest[0]):
+                rest = rest[1:]
+        elif name in ("--insert_line", "--file_text", "--old_str", "--new_str") and rest:
+            value, rest = rest[0], rest[1:]
+            spec[name[2:]] = _line(value) if name == "--insert_line" else value
+        else:
             return None
     return {**spec, "expand_tabs": True} if argv[0] in ("str_replace", "insert") else spec
+
+
+def _line(text: str) -> int:
+    """A line number as the tools' argparse reads it, at most _LINE_DIGITS digits (else ValueError)."""
+    if not re.fullmatch(r"\s*[-+]?\d{1,%d}\s*" % _LINE_DIGITS, text):
+        raise ValueError(f"not a line number: {text[:20]!r}")
+    return int(text)
 
 
 def _absolute(path: str | None, cwd: str | None) -> str | None:
