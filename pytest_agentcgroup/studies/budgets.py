@@ -3,9 +3,10 @@
     [experiments.exp1.budgets.static-toolcall]
     oom_kills = "predicted"          # or a number: at most this many OOM kills in the trace
     mem_high_events = "predicted"    # every step predicted above the soft limit breaches it
-    latency_overhead_p95_ms = 250    # p95 of (latency - replayed duration) over executed steps (of a
-                                     # real command, those its trace gives a duration)
-    latency_overhead_max_ms = 5000   # the same, for the worst step (a step parked for good breaks it)
+    latency_overhead_p95_ms = 250    # p95 of (latency - replayed duration) over executed steps (not
+                                     # of real commands: their run-to-run noise is not the harness's)
+    latency_overhead_max_ms = 5000   # the worst step (a step parked for good breaks it; of a real
+                                     # command, one its trace gives a duration)
 
     [experiments.exp1.budgets.agentcgroup]    # policy arms (bpf/controller.py) also have
     throttles = "predicted"          # low-priority steps above the soft limit are throttled, no other
@@ -129,7 +130,11 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
             out.append(Violation(trace_id, worst["step_id"], "latency_overhead_ms", round(overhead(worst), 1),
                                  f"<= {budget['latency_overhead_max_ms']} ms (latency_overhead_max_ms)"))
     if "latency_overhead_p95_ms" in budget:
-        p95 = percentile([overhead(r) for r in ran if not r["oom_kills"]], 95)
+        # a real command's wall time beside another run's recording of it differs by its own
+        # run-to-run noise (a cold import: hundreds of ms), not by the harness: only the worst step
+        # (a step parked for good) is held to a budget there
+        emulated = [r for r in ran if not r["oom_kills"] and r.get("executor") not in REAL_EXECUTORS]
+        p95 = percentile([overhead(r) for r in emulated], 95)
         if p95 is not None and p95 > budget["latency_overhead_p95_ms"]:
             out.append(Violation(trace_id, worst["step_id"], "latency_overhead_p95_ms", round(p95, 1),
                                  f"<= {budget['latency_overhead_p95_ms']} ms"))
