@@ -90,6 +90,11 @@ def _replace(text, edit, path):
     return text.replace(old, new, 1), None
 
 
+def _bash_lines(text):
+    """`text` as bash's `mapfile -t` / `read -r` reads it: a last line without its newline counts."""
+    return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
+
+
 def _replace_lines(text, edit, path, history):
     """SWE-agent's `edit N:M`: its list slice assignment, so a range past the end appends, as there.
     `line_ends` (its 0.x bash function): the file and `new_str` read as lines that each end with a
@@ -101,9 +106,8 @@ def _replace_lines(text, edit, path, history):
         return 1, "ERROR: Parameter `new_str` is required for command: replace_lines."
     _remember(history, path, text)
     if edit.get("line_ends") is True:       # its arrays: lines[0:N-1] + new + lines[M:], printf "%s\n"
-        lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n") if text else []
-        added = new.split("\n")[:-1] if new.endswith("\n") else new.split("\n") if new else []
-        _write(path, "".join(x + "\n" for x in lines[:start - 1] + added + lines[end:]) or "\n")
+        lines = _bash_lines(text)
+        _write(path, "".join(x + "\n" for x in lines[:start - 1] + _bash_lines(new) + lines[end:]) or "\n")
     else:
         lines = text.split("\n")
         lines[start - 1:end] = new.split("\n") if new else []

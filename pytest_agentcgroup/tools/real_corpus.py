@@ -117,8 +117,9 @@ and import on the sandbox's Python 3.11).
   cache from PyPI; later ones need no network.
 - **Recorded**: each step's command, exit code and the head of its output (1,000 characters), as
   the trajectory has them (it has no durations or resource use). This tool writes them so (and
-  takes them out of the subset `recorded`); the shipped ones were then profiled here, in their workspaces under the `sandbox` executor (subset
-  `recorded`: `agentcgroup traces profile`, docs/traces.md, "The recorded corpus"): each executed
+  takes them out of the subset `recorded`); the shipped ones were then profiled here, in their
+  workspaces under the `sandbox` executor (subset `recorded`: `agentcgroup traces profile`,
+  docs/traces.md, "The recorded corpus"): each executed
   step's duration, the kernel's memory peak, a memory curve sampled every 4 ms, CPU time and
   outcome, `recorded`, with the machine and the command in `source.profiled`.
 

@@ -69,6 +69,7 @@ ACI_NOOP = frozenset({"submit", "exit_forfeit", "exit_cost", "exit_context", "ex
 _FIRST_WORD = re.compile(r"\s*(\S+)")
 _EDIT_RANGE = re.compile(r"edit\s+(\d+)\s*:\s*(\d+)\s*$")
 _LINE_DIGITS = 9            # a line number longer than this is no line (and no int() of 5000 digits)
+_LINE = re.compile(r"\s*[-+]?\d{1,%d}\s*" % _LINE_DIGITS)
 #: How the tools' answers begin when they did not apply an edit: the windowed tools (a lint
 #: refusal, no open file, a search not found, an existing file) and str_replace_editor (its
 #: `No replacement was performed`, `The path ... is not an absolute path` / `does not exist`,
@@ -151,10 +152,10 @@ def edit_spec(action: str, *, cwd: str | None, open_file: str | None, observatio
         rng = _EDIT_RANGE.match(first.strip())
         if word == "edit" and rng:
             lines = body.split("\n")
-            if "end_of_edit" not in lines or max(len(rng.group(1)), len(rng.group(2))) > _LINE_DIGITS:
+            if "end_of_edit" not in lines:
                 return None
             lines = lines[:lines.index("end_of_edit")]
-            spec = {"op": "replace_lines", "path": path, "start_line": int(rng.group(1)), "end_line": int(rng.group(2))}
+            spec = {"op": "replace_lines", "path": path, "start_line": _line(rng.group(1)), "end_line": _line(rng.group(2))}
             if v0:          # its lines each with their newline: "" is none, "\n" one empty line
                 return {**spec, "new_str": "".join(x + "\n" for x in lines), "line_ends": True}
             return {**spec, "new_str": "\n".join(lines)}
@@ -185,7 +186,7 @@ def _editor_spec(argv: list[str]) -> dict | None:
     while rest:
         name, rest = rest[0], rest[1:]
         if name == "--view_range":          # its numbers, joined by spaces: nothing an edit uses
-            while rest and re.fullmatch(r"-?\d{1,9}", rest[0]):
+            while rest and _LINE.fullmatch(rest[0]):
                 rest = rest[1:]
         elif name in ("--insert_line", "--file_text", "--old_str", "--new_str") and rest:
             value, rest = rest[0], rest[1:]
@@ -197,7 +198,7 @@ def _editor_spec(argv: list[str]) -> dict | None:
 
 def _line(text: str) -> int:
     """A line number as the tools' argparse reads it, at most _LINE_DIGITS digits (else ValueError)."""
-    if not re.fullmatch(r"\s*[-+]?\d{1,%d}\s*" % _LINE_DIGITS, text):
+    if not _LINE.fullmatch(text):
         raise ValueError(f"not a line number: {text[:20]!r}")
     return int(text)
 
