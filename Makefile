@@ -45,10 +45,11 @@ run: setup
 	@$(PY) -m pytest experiments -q --benchmark-columns=median --agentcgroup-out results --agentcgroup-baseline $(BASELINE) $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; exit $$rc
 
-# the `real` subset (traces/mini-swe-agent): public mini-swe-agent trajectories' real commands in
-# their sympy workspaces, under the sandbox and then the docker executor (exp1's unlimited arm: the
-# real commands, no limit to kill them). The first run builds the workspaces pinned in
-# traces/workspaces.lock.json from PyPI into the cache; later runs use the cache, without network.
+# the `real` subset (traces/mini-swe-agent, traces/openhands-rows): public agent trajectories' real
+# commands in their workspaces, under the sandbox and then the docker executor (exp1's unlimited arm:
+# the real commands, no limit to kill them). The first run builds the workspaces pinned in
+# traces/workspaces.lock.json from PyPI (and a Debian root for Python 3.9) into the cache; later
+# runs use the cache, without network.
 # A trace whose compared steps diverge beyond max_divergence fails; the summary says per trace how
 # faithful its replay was. Every exp1 arm: PYTEST_ARGS='-k exp1' (docs/workspaces.md).
 REAL_ARGS    := experiments/test_exp1_domain_mismatch.py -q -k unlimited --agentcgroup-subset real

@@ -35,7 +35,7 @@ def entries(manifest) -> dict:
 
 def test_every_trace_validates_and_matches_manifest(corpus, manifest, entries):
     # other families (own directories, READMEs and builders) are checked on their own
-    others = ("playwright/", "recorded-here/", "mini-swe-agent/")
+    others = ("playwright/", "recorded-here/", "mini-swe-agent/", "openhands-rows/", "claude-code-recorded/")
     assert len(entries) == 63 and len([t for t in corpus.files if not t.startswith(others)]) == 63 + 4
     on_disk = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.json")
                      if p.name not in ("manifest.json", "workspaces.lock.json")
@@ -103,7 +103,8 @@ def test_builder_regenerates_shipped_corpus(tmp_path):
     bc.build(DATA, tmp_path)
     built = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     shipped = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
-                     and not any(p.is_relative_to(ROOT / d) for d in ("playwright", "recorded-here", "mini-swe-agent"))
+                     and not any(p.is_relative_to(ROOT / d) for d in ("playwright", "recorded-here", "mini-swe-agent", "openhands-rows",
+                                                                  "claude-code-recorded"))
                      and p.name != "workspaces.lock.json")
     assert built == shipped
     for rel in built:

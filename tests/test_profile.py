@@ -144,6 +144,25 @@ def test_the_manifest_is_merged_not_rewritten(tmp_path, can_profile):
     assert (tiny_entry["steps"], tiny_entry["outcomes"]) == (1, {"ok": 1})            # the profile's own
 
 
+def test_a_family_writes_the_profiled_copy_beside_the_original(tmp_path, can_profile, capsys):
+    """--family: claude-code/haiku/x profiled as NAME/haiku/x, into the corpus that holds the
+    original, which stays as it was (the derived corpus selectable beside the recorded one)."""
+    src = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], trace_id="cc/haiku/x")
+    out = tmp_path / "out"
+    (out / "cc" / "haiku").mkdir(parents=True)
+    original = out / "cc" / "haiku" / "x.json"
+    shutil.copy(src, original)
+    assert cli.main(["traces", "profile", str(original), "-o", str(out), "--family", "cc-recorded",
+                     "--subset", "recorded"]) == 0
+    assert original.read_bytes() == src.read_bytes()
+    copy = profiled(out, "cc-recorded/haiku/x")
+    assert copy.steps[0].profile.peak_mb.provenance == "recorded"
+    assert json.loads((out / "manifest.json").read_text())["subsets"]["recorded"] == ["cc-recorded/haiku/x"]
+    with pytest.raises(SystemExit):
+        cli.main(["traces", "profile", str(original), "-o", str(out), "--family", "a/b"])
+    assert "not a trace family name" in capsys.readouterr().err
+
+
 def test_outputs_never_overwrite_inputs_or_foreign_files(tmp_path, capsys):
     """Checked before anything runs (no cgroups needed): an output that is an input file, or an
     existing file that is not a profiled trace, is refused with one message and left as it was."""

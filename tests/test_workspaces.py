@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 
 from pytest_agentcgroup.traces.ir import Outcome, Step, Trace
 from pytest_agentcgroup.traces.task import Task
-from pytest_agentcgroup.workspaces import choose, seen
+from pytest_agentcgroup.replay.executors.sandbox import system_binds
+from pytest_agentcgroup.workspaces import choose, requirements, roots, seen
 from pytest_agentcgroup.engines.docker import LOCAL_IMAGE
 from pytest_agentcgroup.traces.corpus import LOCK_FILE
 from pytest_agentcgroup.workspaces.lock import SCHEMA, LockFile, WorkspaceError
@@ -71,6 +73,11 @@ def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_
     ({"version": ""}, "version", "expected a non-empty string"),
     ({"interpreter": "/tmp/python3"}, "interpreter", "is not a system python"),
     ({"interpreter": "/usr/bin/python3-evil"}, "interpreter", "is not a system python"),
+    ({"system": "debian-sid"}, "system", "unknown system 'debian-sid' (known: debian-bullseye; none: the host's)"),
+    ({"system": ["debian-bullseye"]}, "system", "unknown system ['debian-bullseye']"),
+    ({"system": "debian-bullseye"}, "interpreter", "/usr/bin/python3 3.11.2 is not debian-bullseye's /usr/bin/python3 (3.9)"),
+    ({"system": "debian-bullseye", "interpreter": "/usr/local/bin/python3.12", "interpreter_version": "3.9.2"},
+     "interpreter", "is not debian-bullseye's"),
 ])
 def test_a_lock_that_is_not_one_is_named_by_file_task_and_field(tmp_path, over, field, why):
     path = write_lock(tmp_path, **over)
@@ -89,6 +96,47 @@ def test_a_lock_reads_back_as_written(tmp_path):
     with pytest.raises(WorkspaceError, match="invalid JSON"):
         LockFile.read(tmp_path / LOCK_FILE)
     assert LockFile.read(tmp_path / "absent.json").entries == {}
+    lock = LockFile.read(write_lock(tmp_path, system="debian-bullseye", interpreter_version="3.9.2"))
+    e = lock.entries["acme__widget-7"]
+    assert (e.system, e.describe()) == ("debian-bullseye", "pypi widget==1.0.2 on debian-bullseye's python3")
+    assert e.to_json()["system"] == "debian-bullseye" and "system" not in LockFile.read(write_lock(tmp_path)).entries[
+        "acme__widget-7"].to_json()
+
+
+def test_a_python_version_names_the_debian_root_that_has_it_and_its_system_is_bound_as_it_is(tmp_path):
+    assert roots.system_for("3.9") == "debian-bullseye"
+    with pytest.raises(WorkspaceError, match=r"no system here has Python 3.8: the host's python3, or 3.9 \(debian-bullseye\)"):
+        roots.system_for("3.8")
+    root = tmp_path / "root"
+    for d in ("usr/bin", "usr/lib", "etc", "sbin"):
+        (root / d).mkdir(parents=True)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "lib").symlink_to("usr/lib")
+    assert system_binds(root) == ["--ro-bind", f"{root}/usr", "/usr", "--ro-bind", f"{root}/etc", "/etc",
+                                  "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                                  "--ro-bind", f"{root}/sbin", "/sbin"]       # no lib64 there: none bound
+
+
+@pytest.mark.network
+def test_a_module_the_trajectory_ran_is_added_only_where_nothing_else_gives_it():
+    """nose (on PyPI, not the project's) is added; the standard library, the project, a script the
+    trajectory wrote and one the sdist has are not asked for."""
+    t = trace(bash(0, "cat > repro_issue.py <<'EOF'\nprint(1)\nEOF", ""),
+              bash(1, "python -m repro_issue && python -m json.tool x.json && python -m nose", "ok\n"),
+              bash(2, "python -m widget.cli && python -m tools_x", "ok\n"))
+    try:
+        got = choose._runners(t, TASK, "widget", ["numpy"], {"tools_x/__init__.py": ""})
+    except WorkspaceError as exc:
+        pytest.skip(f"PyPI unreachable: {exc}")
+    assert got == {"nose": 1}
+
+
+def test_the_modules_a_trajectory_ran_with_python_m_and_that_succeeded_are_found():
+    t = trace(bash(0, "cd /w && python -m nose numpydoc.tests", "ok\n"),
+              bash(1, "python3.9 -m tox -e py", "boom\n", 1),                # failed: not evidence
+              bash(2, "ls; /opt/env/bin/python -m coverage run x.py && python -m nose -v", "ok\n"),
+              bash(3, "echo python -m notrun", "python -m notrun\n"))        # an argument, not a run
+    assert seen.modules_run(t) == {"nose": 0, "coverage": 2}
 
 
 def test_one_process_builds_a_workspace_and_another_waits_for_it_then_uses_it(tmp_path):
@@ -213,31 +261,34 @@ setup(name="widget", install_requires=DEPS + read_requirements(),
       tests_require=["pytest-cov"], extras_require={"test": ["hypothesis"], "docs": ["sphinx"]})
 '''
     # DEPS + read_requirements() is no literal: what cannot be read without running setup.py is left out
-    assert choose.requirements({"setup.py": setup_py}, "widget") == ["pytest-cov", "hypothesis"]
+    assert requirements.requirements({"setup.py": setup_py}, "widget") == ["pytest-cov", "hypothesis"]
     setup_py = setup_py.replace("DEPS + read_requirements()", "DEPS")
-    assert choose.requirements({"setup.py": setup_py}, "widget") == ["numpy", "xarray<=2022.03", "pytest-cov", "hypothesis"]
+    assert requirements.requirements({"setup.py": setup_py}, "widget") == ["numpy", "xarray<=2022.03", "pytest-cov", "hypothesis"]
     # strings and lists built from literals, as sympy's 'mpmath>=%s' % min_mpmath_version
     built = ('V = "0.19"\nBASE = ["toolz"]\nsetup(install_requires=BASE + ["mpmath>=%s" % V, f"attrs>={V}", "a" + "b",'
              ' "c>=%s" % (V,), "d>=%s,<%s" % (V, "2")], extras_require={"test": ["e>=%s" % V], "docs": "f"})\n')
-    assert choose.requirements({"setup.py": built}, "widget") == [
+    assert requirements.requirements({"setup.py": built}, "widget") == [
         "toolz", "mpmath>=0.19", "attrs>=0.19", "ab", "c>=0.19", "d<2,>=0.19", "e>=0.19"]
     # what only running it would tell, a format that does not fit, a string no requirement would be
     for bad in ('"m>=%s" % get_version()', '"%(v)s" % {"w": 1}', '"%0100000000d" % 1', '"%s" % unknown',
                 '"%s" % ["a"]', '"a" + 1'):
-        assert choose.requirements({"setup.py": f"setup(install_requires=[{bad}], tests_require=['ok'])"}, "widget") == ["ok"], bad
+        assert requirements.requirements({"setup.py": f"setup(install_requires=[{bad}], tests_require=['ok'])"}, "widget") == ["ok"], bad
     cfg = "[options]\ninstall_requires =\n    toolz>=0.10\n[options.extras_require]\ntesting = pytest-mock\n"
     pyproject = '[project]\ndependencies = ["dask"]\n[project.optional-dependencies]\ntests = ["widget[extra]", "attrs"]\n'
     pkg = 'Metadata-Version: 2.1\nRequires-Dist: tqdm\nRequires-Dist: furo; extra == "docs"\nRequires-Dist: mock; extra == "test"\n'
-    assert choose.requirements({"setup.cfg": cfg, "pyproject.toml": pyproject, "PKG-INFO": pkg}, "widget") == [
+    assert requirements.requirements({"setup.cfg": cfg, "pyproject.toml": pyproject, "PKG-INFO": pkg}, "widget") == [
         "tqdm", "mock", "toolz>=0.10", "pytest-mock", "dask", "attrs"]
 
 
 @pytest.mark.network
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
-def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp_path):
+@pytest.mark.parametrize("python", [None, pytest.param("3.9", marks=pytest.mark.slow)])
+def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp_path, python):
     """more-itertools 10.5.0's sdist (it carries its tests) at the path an OpenHands run would use,
     its environment at the agent's interpreter's path: the project imports from the workspace, the
-    environment's pytest runs its tests, and `pip show` names the locked release, in the sandbox."""
+    environment's pytest runs its tests, and `pip show` names the locked release, in the sandbox.
+    With python 3.9 the environment is made of a Debian bullseye root's python3, and the steps see
+    that root's system (its python3, its /etc), as the sandbox's unprivileged user."""
     from pytest_agentcgroup.arms import Arm
     from pytest_agentcgroup.cgroups.placement import ArmPlacement
     from pytest_agentcgroup.replay import SandboxExecutor, replay
@@ -252,10 +303,12 @@ def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp
                   recorded_outcome=ok),
              Step(2, "bash", {"command": "pip show more-itertools > /tmp/show && sed -n 2p /tmp/show"},
                   recorded_outcome=ok),
-             Step(3, "bash", {"command": "command -v pytest && pytest --version"}, recorded_outcome=ok))
+             Step(3, "bash", {"command": "command -v pytest && pytest --version"}, recorded_outcome=ok),
+             Step(4, "bash", {"command": "for p in python /usr/bin/python3; do $p -c 'import sys; print(sys.version_info[:2])'; "
+                                         "done; cut -d. -f1 /etc/debian_version"}, recorded_outcome=ok))
     t = Trace("t/more-itertools", {"format": "test"}, steps, task=task)
     try:
-        locked = choose.lock(t, version="10.5.0")
+        locked = choose.lock(t, version="10.5.0", python=python)
     except WorkspaceError as exc:
         pytest.skip(f"PyPI unreachable: {exc}")
     assert (locked.project, locked.version, locked.env_path) == ("more-itertools", "10.5.0", "/opt/conda/envs/testbed")
@@ -265,11 +318,18 @@ def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp
     ex = SandboxExecutor(step_timeout_s=120)
     ex.seed = seed
     results = replay(t, ex, ArmPlacement(Arm("unlimited"), tree.workload("pypi"), tree.controllers))
-    assert [r.exit_code for r in results] == [0, 0, 0, 0], [(r.exit_code, r.output) for r in results]
+    assert [r.exit_code for r in results] == [0, 0, 0, 0, 0], [(r.exit_code, r.output) for r in results]
     assert results[0].output.strip() == f"{path}/more_itertools/__init__.py"
     assert " passed" in results[1].output
     assert results[2].output.strip() == "Version: 10.5.0"
     assert results[3].output.startswith("/opt/conda/envs/testbed/bin/pytest\npytest ")
+    host = tuple(map(int, subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
+                                         capture_output=True, text=True).stdout.split()))
+    debian = open("/etc/debian_version").read().split(".")[0] if python is None else "11"
+    want = (3, 9) if python == "3.9" else host
+    assert results[4].output == f"{want}\n{want}\n{debian}\n", results[4].output
+    assert (locked.system, locked.interpreter_version.rsplit(".", 1)[0]) == (
+        ("debian-bullseye", "3.9") if python else (None, "%d.%d" % host))
 
 
 def test_an_sdist_with_a_hard_link_unpacks_and_one_pointing_out_is_one_message(tmp_path):

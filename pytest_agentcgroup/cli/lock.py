@@ -11,7 +11,7 @@ from ..traces.corpus import LOCK_FILE
 from ..traces.ir import TraceError, read_traces
 from ..traces.task import task_of
 from ..workspaces.build import build, built_dir
-from ..workspaces.lock import LockFile, WorkspaceError, task_key
+from ..workspaces.lock import SYSTEMS, LockFile, WorkspaceError, task_key
 from . import EXIT_BAD_INPUT, EXIT_OK
 
 
@@ -32,6 +32,10 @@ def add_parser(tsub) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, metavar="LOCK", help=f"the lock file (default: <dir>/{LOCK_FILE})")
     p.add_argument("--project", help="the PyPI project (default: the task repository's name)")
     p.add_argument("--version", help="the release to use (default: chosen as described)")
+    p.add_argument("--python", metavar="X.Y", choices=sorted(v for _, v in SYSTEMS.values()),
+                   help="make the environment of the Debian root whose python3 this is (%(choices)s: its /usr "
+                        "is what the steps see; made once with debootstrap, as root) instead of the host's "
+                        "python3: for a project that no longer installs or imports on the host's")
     p.add_argument("--again", action="store_true", help="lock tasks the lock already has again")
     p.add_argument("--build", action="store_true", help="also build each locked workspace into the cache now")
     p.set_defaults(func=cmd_lock)
@@ -64,7 +68,7 @@ def cmd_lock(args) -> int:
             continue
         try:
             if key not in lockfile.entries or args.again:
-                lockfile.entries[key] = lock(trace, project=args.project, version=args.version)
+                lockfile.entries[key] = lock(trace, project=args.project, version=args.version, python=args.python)
                 lockfile.write()
             entry = lockfile.entries[key]
             print(f"{trace.trace_id}: {key} -> {entry.describe()}: {entry.chosen_by}")

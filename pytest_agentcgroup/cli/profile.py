@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
 import signal
 import sys
@@ -31,6 +32,12 @@ def _positive(kind):
         return value
     parse.__name__ = kind.__name__
     return parse
+
+
+def _family(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]*", text):
+        raise argparse.ArgumentTypeError(f"not a trace family name (letters, digits, ._@+-; no /): {text!r}")
+    return text
 
 
 def add_parser(tsub) -> argparse.ArgumentParser:
@@ -76,6 +83,9 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                    help="profile N traces at a time, each worker process on its own slice of this process's "
                         "CPUs and 1/N of its memory (default 1; at most one per CPU)")
     p.add_argument("--subset", default="profiled", help="manifest subset listing the traces (default profiled)")
+    p.add_argument("--family", metavar="NAME", type=_family,
+                   help="write each trace as NAME/<the rest of its id> (claude-code/haiku/x -> NAME/haiku/x), so "
+                        "that its profiled copy sits beside the original in one corpus")
     p.add_argument("--json", action="store_true", help="print {profiled, skipped, peak_rss_mib} as JSON on stdout")
     p.set_defaults(func=cmd_profile)
     return p
@@ -127,7 +137,7 @@ def cmd_profile(args) -> int:
     workspace = args.workspace if args.workspace in (None, EMPTY) else Path(args.workspace)
     settings = Settings(executor=args.executor, workspace=workspace, image=args.image,
                         step_timeout_s=args.step_timeout, memory_max_mb=args.memory_max_mb, pids_max=args.pids_max,
-                        subset=args.subset, command=shlex.join(["agentcgroup", *sys.argv[1:]]))
+                        subset=args.subset, family=args.family, command=shlex.join(["agentcgroup", *sys.argv[1:]]))
     bar = StepsBar(sys.stderr.isatty())
     # a SIGTERM (a CI job cancelled, `timeout`) stops the profiler as ^C does: the step is killed and
     # its cgroups, workspace and container are removed on the way out

@@ -30,18 +30,22 @@ def add_parsers(sub) -> None:
 
     m = tsub.add_parser(
         "real-corpus", help="build the real subset (traces/mini-swe-agent) from mini-swe-agent's SWE-bench run",
-        description="Convert the sympy tasks (pull request 20000 on) of mini-swe-agent 1.15's Gemini 3 Pro run "
-                    "on SWE-bench Verified (TRAJS: the run's trajs directory, <instance>/<instance>.traj.json) "
-                    "into OUT/mini-swe-agent/<instance>.json with their origin and licence, list them as "
-                    "the subset `real` in OUT/manifest.json (other families kept) and write "
-                    "OUT/mini-swe-agent/README.md. Deterministic. Pin their workspaces afterwards with "
-                    "`agentcgroup traces lock OUT/mini-swe-agent -o OUT/workspaces.lock.json` (PyPI).",
+        description="Convert the sympy tasks of mini-swe-agent 1.15's Gemini 3 Pro run on SWE-bench Verified "
+                    "(TRAJS: the run's trajs directory, <instance>/<instance>.traj.json) into "
+                    "OUT/mini-swe-agent/<instance>.json with their origin and licence, list those from pull "
+                    "request 20000 on as the subset `real` in OUT/manifest.json (other families kept) and write "
+                    "OUT/mini-swe-agent/README.md; with --openhands-rows, the OpenHands rows too "
+                    "(OUT/openhands-rows/). Deterministic. Pin their workspaces afterwards with `agentcgroup "
+                    "traces lock` (PyPI; the module docstring of tools/real_corpus.py gives the commands).",
         epilog="Example: git -C MIRROR archive HEAD swebench_results/20251118_gemini-3-pro-74pct/trajs | "
                "tar -x -C /tmp/msa; agentcgroup tools real-corpus "
                "/tmp/msa/swebench_results/20251118_gemini-3-pro-74pct/trajs traces. Exit codes: 0 ok, "
                "1 bad input (named on stderr), 2 usage error.")
     m.add_argument("trajs", type=Path, help="the run's trajs directory")
     m.add_argument("out", type=Path, help="the trace corpus directory (e.g. traces/)")
+    m.add_argument("--openhands-rows", type=Path, metavar="FILE",
+                   help="also the Agent Data Protocol's sample of nebius/SWE-rebench-openhands-trajectories "
+                        "(sample_raw.json), into OUT/openhands-rows/")
     m.set_defaults(func=cmd_real_corpus)
 
     r = tsub.add_parser(
@@ -96,11 +100,12 @@ def cmd_real_corpus(args) -> int:
     from ..tools.real_corpus import build
     from ..traces.ir import TraceError
     try:
-        entries = build(args.trajs, args.out)
+        entries = build(args.trajs, args.out, args.openhands_rows)
     except TraceError as exc:
         print(f"agentcgroup tools real-corpus: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"wrote {len(entries)} traces to {args.out}/mini-swe-agent (subset real); "
+    families = sorted({e["file"].split("/")[0] for e in entries})
+    print(f"wrote {len(entries)} traces to {', '.join(f'{args.out}/{f}' for f in families)}; "
           f"{sum(e['steps'] for e in entries)} steps")
     return EXIT_OK
 

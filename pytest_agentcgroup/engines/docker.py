@@ -173,10 +173,11 @@ class DockerEngine:
                 raise ExecutorUnavailable(f"cannot remove image {name}: {exc.explanation or exc}") from None
         return removed
 
-    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str | None = None) -> str:
+    def ensure_image(self, name: str = LOCAL_IMAGE, *, mirror: str | None = None, rootfs: Path | None = None) -> str:
         """The local bookworm+python3 image, built with debootstrap + docker import when missing,
         from `mirror` or else the Debian mirror the host's apt is configured with (pruned of apt's
-        lists, docs and translations: rootfs.prune_for_image)."""
+        lists, docs and translations: rootfs.prune_for_image). `rootfs`: import that root file
+        system instead (a workspace's system root, workspaces/roots.py)."""
         if self.has_image(name):
             return name
         # One build per image at a time: sessions (xdist workers) that find it missing together
@@ -184,6 +185,8 @@ class DockerEngine:
         with _Lock(self.state_dir, image_lock_file(name)):
             if self.has_image(name):
                 return name
+            if rootfs is not None:
+                return self._import(name, rootfs)
             return self._build_image(name, mirror)
 
     def _build_image(self, name: str, mirror: str | None) -> str:
@@ -194,18 +197,30 @@ class DockerEngine:
             except DebootstrapFailed as exc:
                 raise ExecutorUnavailable(f"image {name} is missing and cannot be built: {exc}") from None
             prune_for_image(rootfs)
-            tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-            try:
-                # the low-level API: the SDK's high-level `images` collection has no import
-                self.client.api.import_image(src=tar.stdout, stream_src=True, repository=name.split(":")[0],
-                                             tag=name.split(":")[1] if ":" in name else "latest",
-                                             changes=['CMD ["/bin/sh"]'])
-            finally:
-                tar.stdout.close()
-                tar.wait()
-        if not self.has_image(name):
-            raise ExecutorUnavailable(f"docker import of the bookworm root file system did not produce {name}")
+            return self._import(name, rootfs)
+
+    def _import(self, name: str, rootfs: Path) -> str:
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        try:
+            # the low-level API: the SDK's high-level `images` collection has no import
+            self.client.api.import_image(src=tar.stdout, stream_src=True, repository=name.split(":")[0],
+                                         tag=name.split(":")[1] if ":" in name else "latest",
+                                         changes=['CMD ["/bin/sh"]'])
+        finally:
+            tar.stdout.close()
+            rc = tar.wait()
+        if rc != 0 and self.has_image(name):         # a partial tar must not stand as the image
+            self.remove_images([name])
+        if rc != 0 or not self.has_image(name):
+            raise ExecutorUnavailable(f"docker import of the root file system {rootfs} did not produce {name}"
+                                      + (f" (tar exited {rc})" if rc else ""))
         return name
+
+
+def system_image(root: Path) -> str:
+    """The image a workspace's system root (<cache>/.../roots/<system>/root, workspaces/roots.py)
+    is imported as: agentcgroup/<system>:1."""
+    return f"{IMAGE_NAMESPACE}{root.parent.name}:1"
 
 
 def image_lock_file(name: str) -> str:

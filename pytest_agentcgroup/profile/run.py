@@ -44,6 +44,7 @@ from ..replay.replayer import StepResult, replay_step
 from ..traces.corpus import LOCK_FILE, MANIFEST, ir_files
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
 from ..workspaces.lock import WorkspaceError
+from ..workspaces.roots import run_in
 from ..workspaces.provide import EMPTY, Provided, provide
 from . import ProfileError
 from .meter import SAMPLE_PERIOD_S, StepMeasure, StepMeter, peak_rss_mib
@@ -65,6 +66,8 @@ class Settings:
     pids_max: int = 1024
     period_s: float = SAMPLE_PERIOD_S
     subset: str = "profiled"             # the manifest subset the profiled traces are listed in
+    # written as FAMILY/<the rest of the id>, beside the original in one corpus; None: its own id
+    family: str | None = None
     command: str = ""                    # the command line, for the traces' provenance
     # the CPUs the steps may use: a -n worker's slice (parallel.py); None: all this process may use
     step_cpus: tuple[int, ...] | None = None
@@ -113,6 +116,12 @@ def load_inputs(paths: list[Path]) -> list[tuple[Path, Trace, Path]]:
     return out
 
 
+def renamed(trace: Trace, family: str) -> Trace:
+    """`trace` as FAMILY/<its id less its first part>: claude-code/haiku/x -> claude-code-recorded/haiku/x."""
+    rest = trace.trace_id.split("/", 1)[1] if "/" in trace.trace_id else trace.trace_id
+    return replace(trace, trace_id=f"{family}/{rest}")
+
+
 def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
                    progress: Callable[[str], None] = lambda line: None,
                    advance: Callable[[int, int], None] = lambda done, total: None, engine=None,
@@ -126,6 +135,8 @@ def profile_traces(paths: list[Path], out: Path, settings: Settings, *,
         from .parallel import check_workers
         check_workers(workers)
     inputs = load_inputs(paths)
+    if settings.family:
+        inputs = [(f, renamed(t, settings.family), corpus) for f, t, corpus in inputs]
     if settings.workspace not in (None, EMPTY) and not Path(settings.workspace).is_dir():
         raise ProfileError(f"--workspace {settings.workspace}: not a directory")
     corpus_of = {t.trace_id: corpus for _, t, corpus in inputs}
@@ -291,7 +302,7 @@ def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, Ste
            "machine": {"hostname": platform.node(), "kernel": platform.release(), "cgroups": tree.host.mode,
                        "cpus": os.cpu_count(), "profiler_python": platform.python_version(),
                        "step_cpus": list(settings.step_cpus or sorted(os.sched_getaffinity(0))),
-                       "steps_python3": _steps_python(settings.executor)},
+                       "steps_python3": _steps_python(settings.executor, provided)},
            "executor": settings.executor, "image": getattr(executor, "image", None),
            "workspace": provided.name if provided is not None else None,
            "step_memory_max_mb": settings.memory_max_mb, "step_pids_max": settings.pids_max,
@@ -313,20 +324,26 @@ def _provenance(tree: RunTree, settings: Settings, measured: list[tuple[int, Ste
     return out
 
 
-def _steps_python(executor: str) -> str:
-    """The python3 the steps ran: the sandbox binds the host's /usr and looks in
-    /usr/local/bin:/usr/bin:/bin; under docker it is the image's (named by `image`)."""
+def _steps_python(executor: str, provided: Provided | None = None) -> str:
+    """The python3 the steps ran: the sandbox binds the host's /usr (or the workspace's system
+    root's, workspaces/roots.py) and looks in /usr/local/bin:/usr/bin:/bin; under docker it is the
+    image's (named by `image`)."""
     if executor != "sandbox":
         return "the image's python3"
-    path = which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    root = provided.seed.system if provided is not None and provided.seed is not None else None
+    path = "/usr/bin/python3" if root is not None else which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if path is None:
         return "none on the sandbox's PATH"
+    argv = [path, "-c", "import platform; print(platform.python_version())"]
     try:
-        done = subprocess.run([path, "-c", "import platform; print(platform.python_version())"],
+        done = subprocess.run(run_in(root, argv) if root is not None else argv,
                               capture_output=True, text=True, timeout=30)
+    except WorkspaceError as exc:
+        return f"{path} of {root} (its version unreadable: {exc})"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{path} (its version unreadable: {exc})"
-    return f"{path} {done.stdout.strip()}" if done.returncode == 0 else f"{path} (its version unreadable)"
+    where = f" (the workspace's {root.parent.name} root)" if root is not None else ""
+    return f"{path} {done.stdout.strip()}{where}" if done.returncode == 0 else f"{path}{where} (its version unreadable)"
 
 
 def workspace_on_memory_fs(executor) -> str | None:

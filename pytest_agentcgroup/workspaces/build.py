@@ -30,6 +30,7 @@ from ..replay.emulator_build import safe_cache_dir
 from ..replay.executors.base import Seed
 from .lock import Locked, WorkspaceError
 from .pypi import SIMPLE_INDEX, download_sdist, pip, unpack_sdist
+from .roots import ensure_root, run_in
 
 MARKER = "complete"
 
@@ -61,7 +62,9 @@ def sdist_cache() -> Path | None:
 
 
 def seed_of(entry: Locked, built: Path) -> Seed:
-    return Seed(path=entry.path, source=built / "src", env_path=entry.env_path, env_source=built / "env")
+    system = ensure_root(entry.system, built.parent) if entry.system else None
+    return Seed(path=entry.path, source=built / "src", env_path=entry.env_path, env_source=built / "env",
+                system=system)
 
 
 def built_dir(entry: Locked, root: Path | None = None) -> Path:
@@ -110,8 +113,11 @@ def _build(entry: Locked, out: Path, index: str) -> Seed:
 
 def _environment(entry: Locked, env: Path, src: Path) -> None:
     what = f"the environment of {entry.project}=={entry.version}"
+    # a system root's interpreter runs inside it (roots.run_in), with the build directory writable
+    root = ensure_root(entry.system, env.parent.parent) if entry.system else None
+    inside = (lambda argv: run_in(root, argv, writable=(env.parent,))) if root is not None else list
     try:
-        done = subprocess.run([entry.interpreter, "-m", "venv", str(env)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(inside([entry.interpreter, "-m", "venv", str(env)]), capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise WorkspaceError(f"{what}: {entry.interpreter} -m venv: {exc}") from None
     if done.returncode != 0:
@@ -121,7 +127,7 @@ def _environment(entry: Locked, env: Path, src: Path) -> None:
         req = env / ".agentcgroup-requirements.txt"
         req.write_text("".join(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n" for w in entry.wheels))
         pip(python, ["install", "--no-deps", "--require-hashes", "--only-binary=:all:", "--no-compile",
-                     "--index-url", SIMPLE_INDEX, "-r", str(req)], what=what)
+                     "--index-url", SIMPLE_INDEX, "-r", str(req)], what=what, root=root, writable=(env.parent,))
         req.unlink()
     site = _site_packages(env, entry.interpreter_version, what)
     env_site = str(site).replace(str(env), entry.env_path, 1)
@@ -130,8 +136,8 @@ def _environment(entry: Locked, env: Path, src: Path) -> None:
     _relocate(env, entry.env_path)
     # the system interpreter the environment was made from (same bytecode), isolated and without
     # site: compiling reads the files, it runs none of them
-    done = subprocess.run([entry.interpreter, "-I", "-S", "-m", "compileall", "-q", "-f", "-j", "0", "-s", str(site), "-p", env_site, str(site)],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(inside([entry.interpreter, "-I", "-S", "-m", "compileall", "-q", "-f", "-j", "0", "-s",
+                                  str(site), "-p", env_site, str(site)]), capture_output=True, text=True, timeout=1800)
     if done.returncode not in (0, 1):       # 1: a file that does not compile (a test fixture): kept as it is
         raise WorkspaceError(f"{what}: compileall failed: {done.stderr.strip()[-500:]}")
 

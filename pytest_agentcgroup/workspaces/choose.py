@@ -17,24 +17,23 @@ edited or viewed (its editor saw LF: a git checkout), the lock says `eol: "lf"` 
 converts the sdist's text files to LF.
 The series is the task's version label: `0.0` takes 0.0 and 0.0.x, never 0.0x.
 
-The environment: the sdist's own requirements (PKG-INFO's Requires-Dist, setup.cfg, pyproject.toml,
-a setup.py's install_requires / tests_require / extras_require built from literals,
-requirements.txt), with its `test`/`tests`/`testing` extras, and pytest (the version the
+The environment: the sdist's own requirements (requirements.py), pytest (the version the
 trajectory's pytest banner shows, when it installs here; none where its outputs say its
-environment had none). pip resolves them for the lock's interpreter, wheels only, and the
-dependencies are held to their era: each one whose chosen release came out after the project's
-next release is capped at its newest release from before then that has a wheel for this
-interpreter (none such: pip's choice stands, and a note says so).
+environment had none) and the modules it ran as `python -m M` that nothing else gives (where they
+resolve). pip resolves them for the lock's interpreter (the host's python3, or with `python` a
+Debian root's, roots.py), wheels only, and the dependencies are held to their era: each one whose
+chosen release came out after the project's next release is capped at its newest release from
+before then that has a wheel for this interpreter; where its era had none, at the first later
+one that has (none such, or a project that did not exist then: pip's choice stands, and a note
+says so).
 """
 from __future__ import annotations
 
-import ast
-import configparser
 import json
 import re
 import subprocess
+import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -45,15 +44,18 @@ from packaging.version import InvalidVersion, Version
 from ..traces.ir import Trace
 from ..traces.task import Task, task_of
 from .lock import Locked, WorkspaceError, clean_abs, task_key
-from .pypi import SIMPLE_INDEX, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
-from .build import sdist_cache
-from .seen import outputs, absent, crlf_seen, edit_score, named_version, paths_seen, pytest_lacked
+from .requirements import requirement, requirements
+from .pypi import SIMPLE_INDEX, NoSuchProject, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
+from .build import cache_root, sdist_cache
+from .roots import ensure_root, run_in, system_for
+from .seen import outputs, absent, crlf_seen, edit_score, modules_run, named_version, paths_seen, pytest_lacked
 
 INTERPRETER = "/usr/bin/python3"      # the sandbox's own (its /usr is the host's, read-only)
 DEFAULT_ENV = "/opt/venv"             # where the environment is when the trace names no interpreter
-TEST_EXTRAS = ("test", "tests", "testing")
 MAX_CANDIDATES = 40                   # sdists downloaded to compare with the edits, newest first
 ERA_ROUNDS = 8
+#: the pip that resolves on a system root's python3 (roots.py), pinned: only the lock runs it
+RESOLVER_PIP = "pip==24.2 --hash=sha256:2cd581cf58ab7fcfca4ce8efa6dcacd0de5bf8d0a3eb9ec927e07405f4d9e2a2"
 
 
 def _v(text: str) -> Version | None:
@@ -105,115 +107,6 @@ def lf(files: dict[str, str]) -> dict[str, str]:
     return {k: v.replace("\r\n", "\n") for k, v in files.items()}
 
 
-def requirements(files: dict[str, str], project: str) -> list[str]:
-    """The sdist's requirements with its test extras (module docstring), as PEP 508 strings."""
-    found: list[str] = []
-    for line in files.get("PKG-INFO", "").splitlines():
-        if line.startswith("Requires-Dist:"):
-            found.append(line.split(":", 1)[1].strip())
-    cfg = configparser.ConfigParser(interpolation=None)
-    try:
-        cfg.read_string(files.get("setup.cfg", ""))
-        found += cfg.get("options", "install_requires", fallback="").splitlines()
-        found += [x for k in TEST_EXTRAS for x in cfg.get("options.extras_require", k, fallback="").splitlines()]
-        found += cfg.get("options", "tests_require", fallback="").splitlines()
-    except configparser.Error:
-        pass
-    try:
-        proj = tomllib.loads(files.get("pyproject.toml", "")).get("project", {})
-        found += list(proj.get("dependencies") or [])
-        found += [x for k in TEST_EXTRAS for x in (proj.get("optional-dependencies") or {}).get(k, [])]
-    except (tomllib.TOMLDecodeError, AttributeError, TypeError):
-        pass
-    found += _setup_py(files.get("setup.py", ""))
-    if not any(x.strip() for x in found):
-        found += [x for x in files.get("requirements.txt", "").splitlines() if x.strip() and not x.startswith(("-", "#"))]
-    out, me = [], canonicalize_name(project)
-    for raw in found:
-        req = _requirement(raw.split("#", 1)[0].strip())
-        if req is None:
-            continue
-        marker = str(req.marker) if req.marker else ""
-        extra = re.search(r'extra == "([^"]+)"', marker)
-        if canonicalize_name(req.name) == me or (extra and extra.group(1) not in TEST_EXTRAS):
-            continue
-        req.marker = None if extra else req.marker
-        if str(req) not in out:
-            out.append(str(req))
-    return out
-
-
-def _requirement(text: str) -> Requirement | None:
-    """`text` as a requirement; one today's parser refuses but the tools of its time took (a version
-    ending in a dot: `xarray<=2022.03.`) with that dot dropped, else its bare name; None for none."""
-    for attempt in (text, re.sub(r"(\d)\.(?=\s*(?:,|;|$))", r"\1", text)):
-        try:
-            return Requirement(attempt)
-        except InvalidRequirement:
-            pass
-    name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", text)
-    return Requirement(name.group(0)) if name else None
-
-
-def _setup_py(text: str) -> list[str]:
-    """The literal install_requires, tests_require and test extras of a setup.py (names bound at
-    its top level to literals are followed); its code is never run."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return []
-    names = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-
-    def literal(node, depth=0):
-        """The value of an expression built from literals (and names bound to them) with lists,
-        tuples, dicts, `%`, `+` and f-strings; None for anything else, or for a string no
-        requirement would be (a hostile sdist cannot make a huge one)."""
-        node = names.get(node.id, node) if isinstance(node, ast.Name) else node
-        if depth > 8:
-            return None
-        if isinstance(node, ast.Constant):
-            return node.value if isinstance(node.value, (str, int, float)) and not isinstance(node.value, bool) else None
-        if isinstance(node, (ast.List, ast.Tuple)):          # ['mpmath>=%s' % min_version, ...]
-            items = [literal(x, depth + 1) for x in node.elts]
-            return None if any(x is None for x in items) else items if isinstance(node, ast.List) else tuple(items)
-        if isinstance(node, ast.Dict) and None not in node.keys:          # extras_require={...}
-            keys = [literal(k, depth + 1) for k in node.keys]
-            return {k: literal(v, depth + 1) for k, v in zip(keys, node.values) if isinstance(k, str)}
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mod, ast.Add)):
-            left, right = literal(node.left, depth + 1), literal(node.right, depth + 1)
-            if left is None or right is None or isinstance(left, str) and re.search(r"%[-#0 +]*\d{3}", left):
-                return None
-            try:
-                val = left % right if isinstance(node.op, ast.Mod) and isinstance(left, str) \
-                    and not isinstance(right, (list, dict)) \
-                    else left + right if isinstance(left, (str, list, tuple)) and type(left) is type(right) else None
-            except Exception:                # a format that does not fit its values
-                return None
-            return val if not isinstance(val, str) or len(val) <= 1000 else None
-        if isinstance(node, ast.JoinedStr):                 # f'mpmath>={min_version}'
-            parts = []
-            for v in node.values:
-                x = v.value if isinstance(v, ast.Constant) else literal(v.value, depth + 1) \
-                    if isinstance(v, ast.FormattedValue) and v.format_spec is None and v.conversion == -1 else None
-                if not isinstance(x, (str, int, float)) or isinstance(x, bool):
-                    return None
-                parts.append(str(x))
-            return "".join(parts)
-        return None
-
-    def strings(val) -> list[str]:
-        return [val] if isinstance(val, str) else [x for x in val if isinstance(x, str)] \
-            if isinstance(val, (list, tuple)) else []
-    out: list[str] = []
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
-        for kw in call.keywords:
-            val = literal(kw.value) if kw.arg in ("install_requires", "tests_require", "extras_require") else None
-            if kw.arg == "extras_require":
-                val = [x for k in TEST_EXTRAS for x in strings(val.get(k))] if isinstance(val, dict) else None
-            out += [line for x in strings(val) for line in x.splitlines()]
-    return out
-
-
 def _compatible(filename: str, tags: set[str]) -> bool:
     try:
         _, _, _, wheel_tags = parse_wheel_filename(filename)
@@ -222,18 +115,24 @@ def _compatible(filename: str, tags: set[str]) -> bool:
     return any(str(t) in tags for t in wheel_tags)
 
 
-def era_release(name: str, cutoff: str, tags: set[str], python: str) -> str | None:
-    """The newest release of `name` uploaded before `cutoff` with a wheel for these tags."""
+def era_release(name: str, cutoff: str, tags: set[str], python: str, *, after: bool = False) -> str | None:
+    """The newest release of `name` uploaded before `cutoff` with a wheel for these tags; `after`:
+    the oldest uploaded after it with one (closest to the era, where its own era had none)."""
     best = None
     for v, files in releases(name).items():
         when, ver = uploaded(files), _v(v)
-        if when is None or when > cutoff or ver is None or ver.is_prerelease:
+        if when is None or (when <= cutoff) == after or ver is None or ver.is_prerelease:
             continue
         ok = any(f.get("packagetype") == "bdist_wheel" and not f.get("yanked") and _compatible(f["filename"], tags)
                  and _python_ok(f.get("requires_python"), python) for f in files)
-        if ok and (best is None or ver > best):
+        if ok and (best is None or (ver < best if after else ver > best)):
             best = ver
     return str(best) if best else None
+
+
+def _existed(name: str, cutoff: str) -> bool:
+    """`name` had a release uploaded by `cutoff` (one that had not is a later release's new dependency)."""
+    return any((when := uploaded(files)) is not None and when <= cutoff for files in releases(name).values())
 
 
 def _python_ok(spec, python: str) -> bool:
@@ -243,13 +142,15 @@ def _python_ok(spec, python: str) -> bool:
         return True
 
 
-def resolve(reqs: list[str], cutoff: str | None, interpreter: str = INTERPRETER) -> tuple[list[dict], str, list[str]]:
-    """(wheels, the interpreter's version, notes): what pip installs for `reqs` on `interpreter`,
-    wheels only, dependencies held to `cutoff` (module docstring). Tasks of one release resolve the
-    same: pip runs once per process for each (requirements, cutoff, interpreter)."""
-    key = (tuple(reqs), cutoff, interpreter)
+def resolve(reqs: list[str], cutoff: str | None, interpreter: str = INTERPRETER,
+            system: str | None = None) -> tuple[list[dict], str, list[str]]:
+    """(wheels, the interpreter's version, notes): what pip installs for `reqs` on `interpreter`
+    (of `system`'s root, roots.py; else the host's), wheels only, dependencies held to `cutoff`
+    (module docstring). Tasks of one release resolve the same: pip runs once per process for each
+    (requirements, cutoff, interpreter, system)."""
+    key = (tuple(reqs), cutoff, interpreter, system)
     if key not in _RESOLVED:
-        _RESOLVED[key] = _resolve(reqs, cutoff, interpreter)
+        _RESOLVED[key] = _resolve(reqs, cutoff, interpreter, system)
     wheels, version, notes = _RESOLVED[key]
     return list(wheels), version, list(notes)
 
@@ -257,25 +158,32 @@ def resolve(reqs: list[str], cutoff: str | None, interpreter: str = INTERPRETER)
 _RESOLVED: dict[tuple, tuple[list[dict], str, list[str]]] = {}
 
 
-def _resolve(reqs: list[str], cutoff: str | None, interpreter: str) -> tuple[list[dict], str, list[str]]:
+def _resolve(reqs: list[str], cutoff: str | None, interpreter: str,
+             system: str | None) -> tuple[list[dict], str, list[str]]:
     notes: list[str] = []
+    root = ensure_root(system, cache_root()) if system else None
     with tempfile.TemporaryDirectory(prefix="agentcgroup-lock-") as tmp:
         tmp = Path(tmp)
-        done = subprocess.run([interpreter, "-m", "venv", str(tmp / "env")], capture_output=True, text=True, timeout=300)
+        inside = (lambda argv: run_in(root, argv, writable=(tmp,))) if root is not None else list
+        done = subprocess.run(inside([interpreter, "-m", "venv", str(tmp / "env")]), capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
-            raise WorkspaceError(f"{interpreter} -m venv failed: {done.stderr.strip()[-400:]}")
+            raise WorkspaceError(f"{interpreter} -m venv{f' ({system})' if system else ''} failed: {done.stderr.strip()[-400:]}")
         py = str(tmp / "env" / "bin" / "python")
-        probe = subprocess.run([py, "-c", "import json, platform; from pip._vendor.packaging.tags import sys_tags; "
-                                "print(json.dumps([platform.python_version(), [str(t) for t in sys_tags()]]))"],
+        probe = subprocess.run(inside([py, "-c", "import json, platform; from pip._vendor.packaging.tags import sys_tags; "
+                                       "print(json.dumps([platform.python_version(), [str(t) for t in sys_tags()]]))"]),
                                capture_output=True, text=True, timeout=60)
+        if root is not None:        # the root's pip (its ensurepip's) predates pip install --dry-run --report
+            (tmp / "pip.txt").write_text(RESOLVER_PIP + "\n")
+            pip(py, ["install", "--require-hashes", "--only-binary=:all:", "--index-url", SIMPLE_INDEX,
+                     "-r", str(tmp / "pip.txt")], what=f"the resolver's pip on {system}", root=root, writable=(tmp,))
         version, tags = json.loads(probe.stdout)
         tags = set(tags)
         (tmp / "req.txt").write_text("\n".join(reqs) + "\n")
         # a requirement pinned with == (the trajectory's pytest) is kept as it is
         pinned = {canonicalize_name(r.name) for r in map(Requirement, reqs) if any(sp.operator == "==" for sp in r.specifier)}
         caps: dict[str, str] = {n: "" for n in pinned}
-        items = _dry_run(py, tmp, caps)
-        late: list[str] = []
+        items = _dry_run(py, tmp, caps, root)
+        late: dict[str, str] = {}
         for _ in range(ERA_ROUNDS if cutoff else 0):
             new = {}
             for it in items:
@@ -283,18 +191,27 @@ def _resolve(reqs: list[str], cutoff: str | None, interpreter: str) -> tuple[lis
                 if name in caps or (uploaded(releases(name).get(ver, [])) or "") <= cutoff:
                     continue
                 era = era_release(name, cutoff, tags, version)
+                if era is None and _existed(name, cutoff):
+                    # none of its era installs here: the first one after it that does, not pip's newest
+                    first = era_release(name, cutoff, tags, version, after=True)
+                    if first and first != ver and not _clash(name, first, items, pinned):
+                        late[name] = f"{name} {first} (the first release with a wheel for it)"
+                        new[name] = f"{name}<={first}"
+                        continue
                 clash = _clash(name, era, items, pinned) if era else None
                 if era is None or clash:
-                    late.append(f"{name} {ver}" + (f" (its era's {era} does not satisfy {clash})" if clash else ""))
+                    late[name] = f"{name} {ver}" + (f" (its era's {era} does not satisfy {clash})" if clash else "")
                     caps[name] = ""
                 elif era != ver:
                     new[name] = f"{name}<={era}"
             if not new:
                 break
-            items = _cap(py, tmp, caps, sorted(new.items()), items, late)
-        if late:
+            items = _cap(py, tmp, caps, sorted(new.items()), items, late, root)
+        final = {canonicalize_name(it["metadata"]["name"]) for it in items}
+        late_kept = [text for name, text in late.items() if name in final]     # not those resolved away since
+        if late_kept:
             notes.append(f"newer than {cutoff[:10]}, the project's next release, for want of an older release that "
-                         f"installs on Python {version}: {', '.join(late)}")
+                         f"installs on Python {version}: {', '.join(late_kept)}")
     wheels = []
     for it in items:
         info = it.get("download_info") or {}
@@ -323,35 +240,61 @@ def _clash(name: str, era: str, items: list[dict], pinned: set[str]) -> str | No
 
 
 def _cap(py: str, tmp: Path, caps: dict[str, str], new: list[tuple[str, str]], items: list[dict],
-         late: list[str]) -> list[dict]:
+         late: dict[str, str], root: Path | None) -> list[dict]:
     """Add the caps `new` to `caps`: all at once, else each half on its own (a cap that conflicts
     with the others' requirements is dropped, said in `late`); the resolution with those kept."""
     try:
-        items = _dry_run(py, tmp, {**caps, **dict(new)})
+        items = _dry_run(py, tmp, {**caps, **dict(new)}, root)
         caps.update(dict(new))
         return items
     except WorkspaceError:
         if len(new) == 1:
             caps[new[0][0]] = ""
-            late.append(f"{new[0][0]} (its era's {new[0][1]} conflicts with the other requirements)")
+            late[new[0][0]] = f"{new[0][0]} (its era's {new[0][1]} conflicts with the other requirements)"
             return items
     half = len(new) // 2
-    items = _cap(py, tmp, caps, new[:half], items, late)
-    return _cap(py, tmp, caps, new[half:], items, late)
+    items = _cap(py, tmp, caps, new[:half], items, late, root)
+    return _cap(py, tmp, caps, new[half:], items, late, root)
 
 
-def _dry_run(py: str, tmp: Path, caps: dict[str, str]) -> list[dict]:
+def _dry_run(py: str, tmp: Path, caps: dict[str, str], root: Path | None) -> list[dict]:
     (tmp / "caps.txt").write_text("\n".join(c for c in caps.values() if c) + "\n")
     report = tmp / "report.json"
     pip(py, ["install", "--dry-run", "--ignore-installed", "--only-binary=:all:", "--index-url", SIMPLE_INDEX,
              "--report", str(report), "-r", str(tmp / "req.txt"), "-c", str(tmp / "caps.txt")],
-        what="resolving the workspace's requirements")
+        what="resolving the workspace's requirements", root=root, writable=(tmp,))
     return json.loads(report.read_text()).get("install", [])
 
 
+def _runners(trace: Trace, task: Task, project: str, reqs: list[str], files: dict[str, str]) -> dict[str, int]:
+    """{module: step}: modules the trajectory ran with `python -m` and succeeded that neither the
+    standard library, pip, the project, its requirements nor a file of the sdist or of the
+    trajectory's (`M.py`, `M/`) give, and that PyPI has under that name (nose, for an era's tests)."""
+    have = {canonicalize_name(project), "pip", "pytest", *(canonicalize_name(r.name) for r in map(requirement, reqs) if r)}
+    # the sdist's files, those the trajectory viewed or edited, and any X.py or X/ its commands name
+    # (a script it wrote with the shell)
+    named = [w for s in trace.steps if s.command for w in _PATH_WORD.findall(s.command)]
+    local = {part.removesuffix(".py") for path in [*files, *paths_seen(trace, task), *named] for part in path.split("/")}
+    out = {}
+    for module, step in modules_run(trace).items():
+        if module in sys.stdlib_module_names or canonicalize_name(module) in have or module in local:
+            continue
+        try:
+            releases(module)
+        except NoSuchProject:           # the module is the project's own, or one it wrote
+            continue
+        out[module] = step
+    return out
+
+
+_PATH_WORD = re.compile(r"[\w./-]+\.py\b|[\w.-]+/")
+
+
 def lock(trace: Trace, *, project: str | None = None, version: str | None = None,
-         interpreter: str = INTERPRETER) -> Locked:
-    """The lock entry of `trace`'s task (network: PyPI). WorkspaceError saying why there is none."""
+         interpreter: str = INTERPRETER, python: str | None = None) -> Locked:
+    """The lock entry of `trace`'s task (network: PyPI). WorkspaceError saying why there is none.
+    `python` (X.Y): the environment is made of the Debian root whose python3 that is (roots.py)."""
+    system = system_for(python) if python else None
     task = task_of(trace)
     key = task_key(task) if task else None
     if task is None or key is None:
@@ -373,14 +316,24 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
     lacked = None if banner else pytest_lacked(trace)
     pytest_req = [] if lacked is not None else [f"pytest=={banner}" if banner else "pytest"]
     notes = [f"no pytest: the trajectory's environment had none (step {lacked})"] if lacked is not None else []
+    runners = _runners(trace, task, project, reqs, files)
+    ran = ", ".join(f"python -m {m} (step {n})" for m, n in runners.items())
+    if runners:     # added where they resolve with the rest, as a wheel (a module name is not always its project's)
+        try:
+            resolve([*reqs, *pytest_req, *runners], later[0] if later else None, interpreter, system)
+            reqs = [*reqs, *runners]
+            notes.append(f"the trajectory ran {ran}: added from PyPI")
+        except WorkspaceError as exc:
+            notes.append(f"the trajectory ran {ran}: not added, as it does not resolve here: "
+                         f"{str(exc).splitlines()[-1][:160]}")
     try:
-        wheels, py_version, more = resolve([*reqs, *pytest_req], later[0] if later else None, interpreter)
+        wheels, py_version, more = resolve([*reqs, *pytest_req], later[0] if later else None, interpreter, system)
         notes += more
     except WorkspaceError as exc:
         if not banner:
             raise
         notes.append(f"pytest=={banner} (the trajectory's) does not resolve here: {str(exc).splitlines()[-1][:160]}")
-        wheels, py_version, more = resolve([*reqs, "pytest"], later[0] if later else None, interpreter)
+        wheels, py_version, more = resolve([*reqs, "pytest"], later[0] if later else None, interpreter, system)
         notes += more
     recorded_py = next((m.group(1) for _, t in outputs(trace) if (m := re.search(r"\bPython (\d+\.\d+\.\d+)", t))), None)
     if recorded_py and recorded_py.rsplit(".", 1)[0] != py_version.rsplit(".", 1)[0]:
@@ -395,4 +348,4 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
                   interpreter_version=py_version, sdist={"file": sd["filename"], "sha256": sd["digests"]["sha256"]},
                   wheels=tuple(wheels), notes=tuple(notes) + ((
                       "the sdist's CRLF line ends are made LF, as the trajectory's editor saw its files",) if eol else ()),
-                  eol=eol)
+                  eol=eol, system=system)

@@ -12,6 +12,7 @@ and builds what it pins (build.py).
          "path": "/workspace/PyPSA__linopy__0.0",   # where the steps see the source
          "env_path": "/opt/conda/envs/testbed",     # where they see the environment (the agent's interpreter's)
          "interpreter": "/usr/bin/python3",         # the environment is made from it (the sandbox's /usr)
+         "system": "debian-bullseye",               # optional: whose /usr that is (roots.py); else the host's
          "interpreter_version": "3.11.2",
          "sdist": {"file": "linopy-0.0.9.tar.gz", "sha256": "..."},
          "wheels": [{"name": "numpy", "version": "1.23.5", "file": "numpy-...whl", "sha256": "..."}, ...],
@@ -57,18 +58,20 @@ class Locked:
     notes: tuple[str, ...] = ()
     provider: str = "pypi"
     eol: str | None = None
+    system: str | None = None
 
     def to_json(self) -> dict:
         out = asdict(self)
         del out["key"]
         out["wheels"], out["notes"] = list(self.wheels), list(self.notes)
-        if self.eol is None:
-            del out["eol"]
+        for k in ("eol", "system"):
+            if out[k] is None:
+                del out[k]
         return out
 
     def describe(self) -> str:
         """`pypi linopy==0.0.9`: what a replay's records say of their workspace."""
-        return f"pypi {self.project}=={self.version}"
+        return f"pypi {self.project}=={self.version}" + (f" on {self.system}'s python3" if self.system else "")
 
 
 def task_key(task: Task) -> str | None:
@@ -82,6 +85,9 @@ def task_key(task: Task) -> str | None:
 
 #: the interpreters a lock may name: the system's (the sandbox shows the host's /usr read-only)
 INTERPRETER = re.compile(r"/usr(/local)?/bin/python3(\.\d+)?")
+#: the systems a lock may name instead of the host's: name -> (Debian suite, its python3's X.Y);
+#: roots.py makes them
+SYSTEMS = {"debian-bullseye": ("bullseye", "3.9")}
 
 
 def clean_abs(path) -> bool:
@@ -122,10 +128,20 @@ def parse_entry(key: str, raw, where: str) -> Locked:
         raise bad("notes", "expected a list of strings")
     if raw.get("eol") not in (None, "lf"):
         raise bad("eol", f"expected \"lf\" or nothing, got {raw.get('eol')!r}")
+    system = raw.get("system")
+    if system is not None:
+        if not isinstance(system, str) or system not in SYSTEMS:
+            raise bad("system", f"unknown system {system!r} (known: {', '.join(SYSTEMS)}; none: the host's)")
+        version = SYSTEMS[system][1]
+        if raw["interpreter"] not in ("/usr/bin/python3", f"/usr/bin/python{version}") \
+                or not raw["interpreter_version"].startswith(version + "."):
+            raise bad("interpreter", f"{raw['interpreter']} {raw['interpreter_version']} is not {system}'s "
+                                     f"/usr/bin/python3 ({version})")
     return Locked(key=key, project=raw["project"], version=raw["version"], chosen_by=raw["chosen_by"],
                   path=raw["path"], env_path=raw["env_path"], interpreter=raw["interpreter"],
                   interpreter_version=raw["interpreter_version"], sdist=dict(raw["sdist"]),
-                  wheels=tuple(dict(w) for w in raw.get("wheels") or []), notes=tuple(notes), eol=raw.get("eol"))
+                  wheels=tuple(dict(w) for w in raw.get("wheels") or []), notes=tuple(notes), eol=raw.get("eol"),
+                  system=raw.get("system"))
 
 
 @dataclass

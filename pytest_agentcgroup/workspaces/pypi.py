@@ -20,10 +20,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from .lock import WorkspaceError
+from .roots import CERT_INSIDE, run_in
 
 SIMPLE_INDEX = "https://pypi.org/simple"          # PEP 503: each file's link carries #sha256=
 JSON_INDEX = "https://pypi.org/pypi"              # the JSON API: releases, files, upload times
 PIP_TIMEOUT_S = 1800
+
+
+class NoSuchProject(WorkspaceError):
+    """PyPI answered that it has no project of that name (404), not that it could not be asked."""
 
 
 def download_sdist(project: str, filename: str, sha256: str, index: str = SIMPLE_INDEX,
@@ -86,7 +91,7 @@ def releases(project: str, index: str = JSON_INDEX) -> dict[str, list[dict]]:
             data = json.loads(r.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
-            raise WorkspaceError(f"PyPI has no project named {project!r} ({url})") from None
+            raise NoSuchProject(f"PyPI has no project named {project!r} ({url})") from None
         raise WorkspaceError(f"cannot read {url}: {exc}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise WorkspaceError(f"cannot read {url} ({exc}); locking a workspace needs PyPI") from None
@@ -178,12 +183,18 @@ def _texts(items, out: dict[str, str], only: set[str] | None) -> dict[str, str]:
     return out
 
 
-def pip(python: str, args: list[str], *, what: str) -> subprocess.CompletedProcess:
+def pip(python: str, args: list[str], *, what: str, root: Path | None = None,
+        writable: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     """`python -m pip ARGS` against PyPI (pip's own configuration and environment ignored, so a lock
-    made here resolves as it would elsewhere); WorkspaceError naming `what` and pip's last lines."""
+    made here resolves as it would elsewhere); WorkspaceError naming `what` and pip's last lines.
+    `root`: `python` is of that system root, run inside it with `writable` (roots.run_in)."""
     cert = os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
+    if cert and root is not None:
+        cert = CERT_INSIDE if os.path.isfile(cert) else None
     argv = [python, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-input",
             *(["--cert", cert] if cert else []), *args]
+    if root is not None:
+        argv = run_in(root, argv, writable=writable)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:

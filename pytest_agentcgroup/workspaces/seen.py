@@ -9,7 +9,8 @@ outputs of read-only commands whose lines can be placed in a file (`bash_view`):
 The rows of a numbered view (`cat -n`, `nl`, `grep -n`) carry their line numbers through later
 filters that only select rows (`sed -n 'A,Bp'`, `head`/`tail -n N`, `grep PATTERN`); an unnumbered one (`cat`, `sed -n`, `head`) is placed only where its range says. A recorded
 output is a head, cut anywhere: its last line counts only when the output ended with a newline.
-Also: a version the outputs name, and whether the trajectory's environment lacked pytest.
+Also: a version the outputs name, whether the trajectory's environment lacked pytest, and the
+modules it ran with `python -m`.
 
 Imports only traces/ from the package: choose.py weighs what this module finds.
 """
@@ -53,6 +54,22 @@ def pytest_lacked(trace: Trace) -> int | None:
         if _NO_PYTEST.search(text):
             return step_id
     return None
+
+
+#: `python -m M` (python, python3, python3.9 ...) at the start of a command or of a stage of one
+_MODULE_RUN = re.compile(r"(?:^|[;&|(]\s*)(?:\S*/)?python(?:\d+(?:\.\d+)?)?\s+-m\s+([A-Za-z_]\w*)")
+
+
+def modules_run(trace: Trace) -> dict[str, int]:
+    """{module: the first step}: the top-level modules the trajectory ran as `python -m M` in a
+    step whose recorded outcome was a success: its environment had them."""
+    out: dict[str, int] = {}
+    for step in trace.steps:
+        if step.recorded_outcome is None or step.recorded_outcome.status != "ok" or not step.command:
+            continue
+        for m in _MODULE_RUN.finditer(step.command):
+            out.setdefault(m.group(1), step.step_id)
+    return out
 
 
 def _view_lines(head: str, text: str | None) -> int:

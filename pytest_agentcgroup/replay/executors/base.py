@@ -69,11 +69,14 @@ class Seed:
     """What a trace's steps find when the trace starts: the directory `source` copied to `path` (the
     task's repository, where the agent had it) and a Python environment `env_source` copied to
     `env_path`, whose bin/ leads the steps' PATH. Built outside the sandbox (workspaces/); each
-    replay gets its own copy, writable by the steps (nothing a step does reaches the next replay)."""
+    replay gets its own copy, writable by the steps (nothing a step does reaches the next replay).
+    `system`: a root directory whose /usr and /etc the steps see, read-only, instead of the host's
+    (the environment's interpreter is its python3: workspaces/roots.py)."""
     path: str
     source: Path | None = None
     env_path: str | None = None
     env_source: Path | None = None
+    system: Path | None = None
 
 
 #: where no workspace may go: a mount there would hide what runs the steps (sh, setpriv, python3)

@@ -115,6 +115,7 @@ class SandboxExecutor:
         self.cwd = self.home
         self.seed: Seed | None = None
         self.mounts: list[tuple[str, str]] = []     # (directory under base, where the steps see it)
+        self.system = "/"                           # the root whose /usr and /etc the steps see
 
     def start(self, trace: Trace) -> None:
         check_seed_places(self.seed, "sandbox", (self.STATE,))
@@ -148,6 +149,9 @@ class SandboxExecutor:
             os.mkdir(d, 0o700)
             if self.as_root:
                 os.chown(d, self.step_uid, self.step_gid)
+        self.system = "/"
+        if seed is not None and seed.system is not None:
+            self.system = self._show_system(seed.system)
         owner = {"uid": self.step_uid, "gid": self.step_gid} if self.as_root else {}
         try:
             if seed is not None and seed.source is not None:
@@ -158,6 +162,21 @@ class SandboxExecutor:
             self.stop()
             raise SeedFailed(f"the sandbox executor cannot copy the workspace {seed.source} (and its "
                              f"environment) into its {self.workspace_mb} MiB tmpfs: {exc}") from None
+
+    def _show_system(self, root: Path) -> str:
+        """Where bwrap finds the seed's system root. As root, bwrap runs as STEP_USER, who may not
+        traverse the cache that holds it (this user's, 0700): it is bound into base (0711) first,
+        and goes with base's tmpfs (umount --lazy detaches both)."""
+        if not self.as_root:
+            return str(root)
+        where = os.path.join(self.base, "system")
+        os.mkdir(where, 0o755)
+        done = subprocess.run(["mount", "--bind", str(root), where], capture_output=True, text=True)
+        if done.returncode != 0:
+            self.stop()
+            raise SeedFailed(f"the sandbox executor cannot show the workspace's system root {root} to its steps "
+                             f"(mount --bind): {done.stderr.strip() or done.returncode}")
+        return where
 
     def stop(self) -> None:
         self._sync_cwd()
@@ -199,8 +218,7 @@ class SandboxExecutor:
         env_bin = [f"{self.seed.env_path}/bin"] if self.seed is not None and self.seed.env_path else []
         argv = guarded([*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                         "--die-with-parent", "--new-session",
-                        "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
-                        *(a for d in ("bin", "lib", "lib64", "sbin") for a in self._root_link(d)),
+                        *system_binds(self.system),
                         "--proc", "/proc", "--dev", "/dev",
                         "--size", str(int(self.tmp_mb) * 1024 * 1024), "--tmpfs", "/tmp",
                         *(a for src, dst in self.mounts for a in ("--bind", src, dst)),
@@ -211,9 +229,17 @@ class SandboxExecutor:
         timeout = step_timeout(step, self.step_timeout_s)
         return Launch(argv=argv, cwd="/", timeout_s=timeout, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 
-    @staticmethod
-    def _root_link(name: str) -> list[str]:
-        path = Path("/") / name
+
+def system_binds(root: str | Path = "/") -> list[str]:
+    """bwrap arguments showing `root`'s system read-only: /usr, /etc, and /bin, /lib, /lib64, /sbin
+    as the root has them (links kept links). The sandbox's steps see the host's (root "/") or a
+    workspace's system root so."""
+    root = Path(root)
+    out = ["--ro-bind", str(root / "usr"), "/usr", "--ro-bind", str(root / "etc"), "/etc"]
+    for name in ("bin", "lib", "lib64", "sbin"):
+        path = root / name
         if path.is_symlink():
-            return ["--symlink", os.readlink(path), f"/{name}"]
-        return ["--ro-bind", str(path), f"/{name}"] if path.exists() else []
+            out += ["--symlink", os.readlink(path), f"/{name}"]
+        elif path.exists():
+            out += ["--ro-bind", str(path), f"/{name}"]
+    return out
