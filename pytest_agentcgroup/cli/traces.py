@@ -65,6 +65,21 @@ def add_parsers(tsub) -> None:
     ch.add_argument("files", nargs="+", metavar="FILE", type=Path)
     ch.add_argument("--json", action="store_true", help="print the characterization as JSON on stdout")
     ch.set_defaults(func=cmd_characterize)
+
+    sa = tsub.add_parser(
+        "sampling", help="what 1 Hz sampling hid: each step's derived profile against the one recorded here",
+        description="For profiled traces that keep their source's profile derived from ~1 Hz container samples "
+                    "(`original`, e.g. the Claude Code runs profiled with `traces profile`): per executed step, "
+                    "the recorded peak, duration and CPU against the derived ones (P50/P95/max of each, and of "
+                    "their ratio), for every step and for those that ended ok here, and the steps whose derived "
+                    "peak is under 1 MiB while the recorded one is at least --missed-mb.",
+        epilog="Example: agentcgroup traces sampling traces/claude-code-recorded. Exit codes: 0 ok, 1 bad input "
+               "or nothing to compare (named on stderr), 2 usage error.")
+    sa.add_argument("files", nargs="+", metavar="FILE", type=Path)
+    sa.add_argument("--missed-mb", type=float, default=50.0, metavar="MB",
+                    help="a step is missed by the samples when its recorded peak is at least this (default 50)")
+    sa.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    sa.set_defaults(func=cmd_sampling)
     _add_fetch(tsub)
 
 
@@ -316,15 +331,21 @@ def cmd_stats(args) -> int:
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 
-def cmd_characterize(args) -> int:
-    from ..traces.characterize import characterize, format_table, load_traces
-    missing = [str(f) for f in args.files if not f.exists()]
+def _profiled_traces(files: list[Path]):
+    """(the traces in `files`, how many files were missing or bad), each of those named on stderr."""
+    from ..traces.characterize import load_traces
+    missing = [str(f) for f in files if not f.exists()]
     for m in missing:
         print(f"{m}: no such file or directory", file=sys.stderr)
-    traces, errors = load_traces(f for f in args.files if f.exists())
+    traces, errors = load_traces(f for f in files if f.exists())
     for err in errors:
         print(err, file=sys.stderr)
-    bad = len(errors) + len(missing)
+    return traces, len(errors) + len(missing)
+
+
+def cmd_characterize(args) -> int:
+    from ..traces.characterize import characterize, format_table
+    traces, bad = _profiled_traces(args.files)
     if not traces:
         if not bad:
             print("no IR files found", file=sys.stderr)
@@ -334,9 +355,24 @@ def cmd_characterize(args) -> int:
         print("no step carries a resource profile: nothing to characterize (convert traces with resource "
               "samples, e.g. claude-code task directories with resources.json)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.json:
+    return _print(res, format_table, args.json, bad)
+
+
+def _print(res: dict, table, as_json: bool, bad: int) -> int:
+    if as_json:
         json.dump(res, sys.stdout, indent=1)
         print()
     else:
-        print(format_table(res))
+        print(table(res))
     return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+def cmd_sampling(args) -> int:
+    from ..traces.sampling import compare, format_table
+    traces, bad = _profiled_traces(args.files)
+    res = compare(traces, missed_mb=args.missed_mb)
+    if res["steps"] == 0:
+        print("no executed step carries both a recorded profile and its source's derived one (`original`): "
+              "profile traces with derived profiles first (agentcgroup traces profile)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return _print(res, format_table, args.json, bad)
