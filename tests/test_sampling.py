@@ -9,6 +9,8 @@ from pytest_agentcgroup import cli
 from pytest_agentcgroup.traces.ir import Measure, Original, Outcome, Profile, Step, Trace, write_trace
 from pytest_agentcgroup.traces.sampling import compare
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def step(i, cmd, *, rec_mb, der_mb, rec_ms=100.0, der_ms=1000.0, rec_cpu=50.0, der_cpu=10.0, status="ok"):
     return Step(i, "bash", {"command": cmd}, duration_ms=Measure(rec_ms, "recorded"),
@@ -24,7 +26,9 @@ def trace():
         step(1, "ls", rec_mb=2.0, der_mb=4.0),
         step(2, "pip install -e .", rec_mb=60.0, der_mb=30.0),
         step(3, "python x.py", rec_mb=49.0, der_mb=0.0),          # under --missed-mb: not missed
-        Step(4, "read", {"file_path": "/a"}, profile=Profile(peak_mb=Measure(1.0, "derived")))))   # nothing recorded
+        Step(4, "read", {"file_path": "/a"}, profile=Profile(peak_mb=Measure(1.0, "derived"))),   # nothing recorded
+        Step(5, "bash", {"command": "ls"}, profile=Profile(peak_mb=Measure(3.0, "recorded")),     # nothing derived
+             outcome=Outcome("ok", 0), original=Original())))
 
 
 def test_each_side_and_their_ratio_and_the_steps_the_samples_missed():
@@ -52,4 +56,18 @@ def test_the_cli_prints_the_table_or_says_there_is_nothing_to_compare(tmp_path, 
     assert cli.main(["traces", "sampling", str(tmp_path / "y.json"), str(tmp_path / "absent.json")]) == 1
     err = capsys.readouterr().err
     assert "absent.json: no such file or directory" in err and "no executed step carries both" in err
-    assert "Traceback" not in err
+    assert cli.main(["traces", "sampling", "--subset", "nope", "--traces", str(REPO / "traces")]) == 1
+    assert "'nope' is neither a subset (" in capsys.readouterr().err
+    assert cli.main(["traces", "sampling"]) == 1
+    err = capsys.readouterr().err
+    assert "give trace files or directories, or --subset NAME" in err and "Traceback" not in err
+
+
+def test_the_shipped_recorded_subset_compares_the_claude_code_runs_only():
+    """Only the Claude Code runs had derived profiles; the mini-swe-agent and OpenHands trajectories
+    kept none, so --subset recorded compares the same steps as their family directory."""
+    from pytest_agentcgroup.traces.corpus import Corpus
+    corpus = Corpus.open(REPO / "traces")
+    by_subset = compare(corpus.load(t) for t in corpus.ids("recorded"))
+    by_family = compare(corpus.load(t) for t in corpus.ids("recorded") if t.startswith("claude-code-recorded/"))
+    assert by_subset == by_family and by_subset["traces"] >= 40 and by_subset["missed"]

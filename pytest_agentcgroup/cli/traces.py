@@ -62,7 +62,7 @@ def add_parsers(tsub) -> None:
                     "limit at the peak, computed from the traces' derived profiles and container summaries, with "
                     "the AgentCgroup paper's published figures beside ours and how the definitions differ.",
         epilog="Example: agentcgroup traces characterize traces/claude-code/haiku")
-    ch.add_argument("files", nargs="+", metavar="FILE", type=Path)
+    _add_selection(ch)
     ch.add_argument("--json", action="store_true", help="print the characterization as JSON on stdout")
     ch.set_defaults(func=cmd_characterize)
 
@@ -75,12 +75,19 @@ def add_parsers(tsub) -> None:
                     "peak is under 1 MiB while the recorded one is at least --missed-mb.",
         epilog="Example: agentcgroup traces sampling traces/claude-code-recorded. Exit codes: 0 ok, 1 bad input "
                "or nothing to compare (named on stderr), 2 usage error.")
-    sa.add_argument("files", nargs="+", metavar="FILE", type=Path)
+    _add_selection(sa)
     sa.add_argument("--missed-mb", type=float, default=50.0, metavar="MB",
                     help="a step is missed by the samples when its recorded peak is at least this (default 50)")
     sa.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
     sa.set_defaults(func=cmd_sampling)
     _add_fetch(tsub)
+
+
+def _add_selection(p) -> None:
+    p.add_argument("files", nargs="*", metavar="FILE", type=Path, help="IR trace files or directories of them")
+    p.add_argument("--subset", metavar="NAME", help="the traces of this subset of the corpus (e.g. recorded)")
+    p.add_argument("--traces", type=Path, default=Path("traces"), metavar="DIR",
+                   help="the corpus --subset is read from (default traces)")
 
 
 def _add_fetch(tsub) -> None:
@@ -331,13 +338,25 @@ def cmd_stats(args) -> int:
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 
-def _profiled_traces(files: list[Path]):
-    """(the traces in `files`, how many files were missing or bad), each of those named on stderr."""
+def _profiled_traces(args):
+    """(the traces of the files and --subset asked for, how many files, subsets or traces were
+    missing or bad), each of those named on stderr."""
     from ..traces.characterize import load_traces
+    from ..traces.corpus import Corpus
+    files = args.files
+    if not files and not args.subset:
+        print("give trace files or directories, or --subset NAME", file=sys.stderr)
+        return [], 1
     missing = [str(f) for f in files if not f.exists()]
     for m in missing:
         print(f"{m}: no such file or directory", file=sys.stderr)
     traces, errors = load_traces(f for f in files if f.exists())
+    if args.subset:
+        try:
+            corpus = Corpus.open(args.traces)
+            traces += [corpus.load(tid) for tid in corpus.ids(args.subset)]
+        except TraceError as exc:
+            errors.append(str(exc))
     for err in errors:
         print(err, file=sys.stderr)
     return traces, len(errors) + len(missing)
@@ -345,7 +364,7 @@ def _profiled_traces(files: list[Path]):
 
 def cmd_characterize(args) -> int:
     from ..traces.characterize import characterize, format_table
-    traces, bad = _profiled_traces(args.files)
+    traces, bad = _profiled_traces(args)
     if not traces:
         if not bad:
             print("no IR files found", file=sys.stderr)
@@ -369,7 +388,7 @@ def _print(res: dict, table, as_json: bool, bad: int) -> int:
 
 def cmd_sampling(args) -> int:
     from ..traces.sampling import compare, format_table
-    traces, bad = _profiled_traces(args.files)
+    traces, bad = _profiled_traces(args)
     res = compare(traces, missed_mb=args.missed_mb)
     if res["steps"] == 0:
         print("no executed step carries both a recorded profile and its source's derived one (`original`): "
