@@ -5,6 +5,7 @@ into the cache and replayed in the sandbox without network."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -67,7 +68,7 @@ def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_
     ({"sdist": {"file": "widget-1.0.2.tar.gz", "sha256": "xyz"}}, "sdist.sha256", "64 lowercase hex digits"),
     ({"path": "workspace/rel"}, "path", "not a clean absolute path"),
     ({"env_path": "/opt/../etc"}, "env_path", "not a clean absolute path"),
-    ({"provider": "git"}, "provider", "unknown provider 'git'"),
+    ({"provider": "svn"}, "provider", "unknown provider 'svn'; a lock pins pypi and git workspaces"),
     ({"wheels": [{"file": "x.whl", "sha256": "b" * 64}]}, "wheels[0]", "needs its name and version"),
     ({"eol": "crlf"}, "eol", 'expected "lf" or nothing'),
     ({"version": ""}, "version", "expected a non-empty string"),
@@ -78,6 +79,12 @@ def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_
     ({"system": "debian-bullseye"}, "interpreter", "/usr/bin/python3 3.11.2 is not debian-bullseye's /usr/bin/python3 (3.9)"),
     ({"system": "debian-bullseye", "interpreter": "/usr/local/bin/python3.12", "interpreter_version": "3.9.2"},
      "interpreter", "is not debian-bullseye's"),
+    ({"provider": "git", "repository": "ext::sh -c touch% /tmp/pwned", "commit": "c" * 40, "sdist": None},
+     "repository", "is not an https, http, git or file URL, or an absolute path"),
+    ({"provider": "git", "repository": "https://example.org/w.git", "commit": "c" * 39, "sdist": None},
+     "commit", "40 lowercase hex digits"),
+    ({"provider": "git", "repository": "https://example.org/w.git", "commit": "c" * 40}, "sdist", "a git workspace has no sdist"),
+    ({"repository": "https://example.org/w.git"}, "repository", "a pypi workspace has no repository or commit"),
 ])
 def test_a_lock_that_is_not_one_is_named_by_file_task_and_field(tmp_path, over, field, why):
     path = write_lock(tmp_path, **over)
@@ -101,6 +108,87 @@ def test_a_lock_reads_back_as_written(tmp_path):
     assert (e.system, e.describe()) == ("debian-bullseye", "pypi widget==1.0.2 on debian-bullseye's python3")
     assert e.to_json()["system"] == "debian-bullseye" and "system" not in LockFile.read(write_lock(tmp_path)).entries[
         "acme__widget-7"].to_json()
+
+
+def _repository(tmp_path):
+    """A real git repository of two commits: (its path, the first commit, the second)."""
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b", "GIT_COMMITTER_DATE": "2021-03-04T05:06:07Z",
+           "GIT_AUTHOR_DATE": "2021-03-04T05:06:07Z"}
+    run = lambda *a: subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout  # noqa: E731
+    run("init", "-q", "-b", "main")
+    (repo / "widget").mkdir()
+    (repo / "widget" / "__init__.py").write_text("VALUE = 1\n")
+    (repo / "setup.py").write_text("from setuptools import setup\nsetup(name='widget', install_requires=['toolz'])\n")
+    run("add", "-A")
+    run("commit", "-q", "-m", "one")
+    first = run("rev-parse", "HEAD").strip()
+    (repo / "widget" / "__init__.py").write_text("VALUE = 2\n")
+    run("commit", "-q", "-am", "two")
+    return repo, first, run("rev-parse", "HEAD").strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("bwrap") is None, reason="git or bubblewrap not installed")
+def test_a_git_workspace_is_the_repository_at_its_commit_with_its_history_and_the_steps_use_it(tree, tmp_path):
+    """A local repository (a real clone of it, as of a URL), checked out at the locked commit: the
+    steps import the project from it, and the agent's git commands see that commit and the edits
+    the steps make; a commit the repository does not have is one message."""
+    from pytest_agentcgroup.arms import Arm
+    from pytest_agentcgroup.cgroups.placement import ArmPlacement
+    from pytest_agentcgroup.replay import SandboxExecutor, replay
+    from pytest_agentcgroup.workspaces.build import build
+    from pytest_agentcgroup.workspaces.git import checkout, committed, text_files
+    repo, first, second = _repository(tmp_path)
+    files = tmp_path / "read"
+    checkout(str(repo), first, files)
+    assert text_files(files) == {"setup.py": "from setuptools import setup\nsetup(name='widget', install_requires=['toolz'])\n",
+                                 "widget/__init__.py": "VALUE = 1\n"} and committed(files) == "2021-03-04T05:06:07Z"
+    assert requirements.requirements(text_files(files), "widget") == ["toolz"]
+    lock = LockFile.read(write_lock(tmp_path, provider="git", repository=f"file://{repo}", commit=first, sdist=None,
+                                    version=f"0+git.{first[:12]}", wheels=[]))
+    entry = lock.entries["acme__widget-7"]
+    assert entry.describe() == f"git file://{repo}@{first[:12]}" and "sdist" not in entry.to_json()
+    (tmp_path / "cache").mkdir()
+    seed = build(entry, tmp_path / "cache")
+    ex = SandboxExecutor(step_timeout_s=60)
+    ex.seed = seed
+    ok = Outcome("ok", 0)        # recorded outcomes: the replay keeps each step's output to compare
+    steps = (Step(0, "bash", {"command": f"cd {PATH} && python -c 'import widget; print(widget.VALUE)'"},
+                  recorded_outcome=ok),
+             Step(1, "bash", {"command": f"cd {PATH} && git rev-parse HEAD && echo 'VALUE = 3' > widget/__init__.py "
+                                         f"&& git status --porcelain"}, recorded_outcome=ok))
+    results = replay(Trace("t/git", {"format": "test"}, steps, task=TASK), ex,
+                     ArmPlacement(Arm("unlimited"), tree.workload("git"), tree.controllers))
+    assert [r.exit_code for r in results] == [0, 0], [(r.exit_code, r.output) for r in results]
+    # the import of step 0 left its bytecode in the working copy, as it would have in the agent's
+    assert results[0].output == "1\n" and results[1].output == f"{first}\n M widget/__init__.py\n?? widget/__pycache__/\n"
+    with pytest.raises(WorkspaceError, match=f"the git checkout of {repo} at {'d' * 40}: git checkout failed"):
+        checkout(str(repo), "d" * 40, tmp_path / "other")
+
+
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_git_workspace_is_locked_at_the_commit_with_its_dependencies_held_to_its_date(tmp_path, capsys):
+    from pytest_agentcgroup import cli
+    from packaging.version import Version
+    repo, first, _ = _repository(tmp_path)
+    with pytest.raises(WorkspaceError, match="names no commit .* to check .* out at; give it \\(--commit\\)"):
+        choose.lock(trace(), git=str(repo))
+    try:
+        entry = choose.lock(trace(), git=f"file://{repo}", commit=first)
+    except WorkspaceError as exc:
+        if "pypi.org" not in str(exc):
+            raise
+        pytest.skip(f"PyPI unreachable: {exc}")
+    assert (entry.provider, entry.repository, entry.commit, entry.version, entry.sdist) == (
+        "git", f"file://{repo}", first, f"0+git.{first[:12]}", None)
+    assert entry.chosen_by == f"the git checkout of file://{repo} at {first} (given, committed 2021-03-04)"
+    pins = {w["name"].lower(): Version(w["version"]) for w in entry.wheels}
+    assert pins["toolz"] <= Version("0.11.1") and pins["pytest"] < Version("6.3")      # as of March 2021
+    assert cli.main(["traces", "lock", str(tmp_path), "--commit", first]) == 2
+    assert "--commit goes with --git" in capsys.readouterr().err
 
 
 def test_a_python_version_names_the_debian_root_that_has_it_and_its_system_is_bound_as_it_is(tmp_path):

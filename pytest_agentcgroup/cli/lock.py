@@ -36,6 +36,11 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                    help="make the environment of the Debian root whose python3 this is (%(choices)s: its /usr "
                         "is what the steps see; made once with debootstrap, as root) instead of the host's "
                         "python3: for a project that no longer installs or imports on the host's")
+    p.add_argument("--git", metavar="URL",
+                   help="the source is this repository (an https, http, git or file URL, or a local path) checked "
+                        "out at the task's base commit, with its .git, instead of a PyPI sdist; its dependencies "
+                        "are held to the commit's date")
+    p.add_argument("--commit", metavar="SHA", help="with --git: the commit (40 hex digits) when the task names none")
     p.add_argument("--again", action="store_true", help="lock tasks the lock already has again")
     p.add_argument("--build", action="store_true", help="also build each locked workspace into the cache now")
     p.set_defaults(func=cmd_lock)
@@ -52,6 +57,9 @@ def _traces(paths: list[Path]):
 
 def cmd_lock(args) -> int:
     from ..workspaces.choose import lock     # packaging: only when locking (`agentcgroup` starts without it)
+    if args.commit and not args.git:
+        print("agentcgroup traces lock: --commit goes with --git (the repository to check out)", file=sys.stderr)
+        return 2
     out = args.output or ((args.files[0] if args.files[0].is_dir() else args.files[0].parent) / LOCK_FILE)
     bad = 0
     try:
@@ -68,7 +76,8 @@ def cmd_lock(args) -> int:
             continue
         try:
             if key not in lockfile.entries or args.again:
-                lockfile.entries[key] = lock(trace, project=args.project, version=args.version, python=args.python)
+                lockfile.entries[key] = lock(trace, project=args.project, version=args.version, python=args.python,
+                                             git=args.git, commit=args.commit)
                 lockfile.write()
             entry = lockfile.entries[key]
             print(f"{trace.trace_id}: {key} -> {entry.describe()}: {entry.chosen_by}")

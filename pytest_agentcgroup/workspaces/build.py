@@ -1,7 +1,8 @@
-"""A locked PyPI workspace built once into the cache, outside the sandbox, with network.
+"""A locked workspace built once into the cache, outside the sandbox, with network.
 
     <cache>/workspaces/<project>-<version>-<key>/
-        src/       the sdist, unpacked (its top directory stripped): copied to the task's path
+        src/       the sdist, unpacked (its top directory stripped), or the git checkout with its
+                   .git (git.py): copied to the task's path
         env/       a virtual environment of the lock's interpreter with the pinned wheels: copied to
                    env_path, where the agent's interpreter was
         complete   the build's key (entry_key): written last, so a half-built workspace is built again
@@ -29,6 +30,7 @@ from ..errors import ExecutorUnavailable
 from ..replay.emulator_build import safe_cache_dir
 from ..replay.executors.base import Seed
 from .lock import Locked, WorkspaceError
+from .git import checkout
 from .pypi import SIMPLE_INDEX, download_sdist, pip, unpack_sdist
 from .roots import ensure_root, run_in
 
@@ -95,9 +97,12 @@ def build(entry: Locked, root: Path | None = None, *, index: str = SIMPLE_INDEX)
 def _build(entry: Locked, out: Path, index: str) -> Seed:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index,
-                              cache=out.parent / "sdists")
-        unpack_sdist(data, entry.sdist["file"], tmp / "src")
+        if entry.provider == "git":
+            checkout(entry.repository, entry.commit, tmp / "src")
+        else:
+            data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index,
+                                  cache=out.parent / "sdists")
+            unpack_sdist(data, entry.sdist["file"], tmp / "src")
         if entry.eol == "lf":
             _to_lf(tmp / "src")
         _environment(entry, tmp / "env", tmp / "src")

@@ -43,7 +43,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..traces.ir import Trace
 from ..traces.task import Task, task_of
-from .lock import Locked, WorkspaceError, clean_abs, task_key
+from .git import checkout, committed, text_files
+from .lock import COMMIT, REPOSITORY, Locked, WorkspaceError, clean_abs, task_key
 from .requirements import requirement, requirements
 from .pypi import SIMPLE_INDEX, NoSuchProject, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
 from .build import cache_root, sdist_cache
@@ -291,9 +292,12 @@ _PATH_WORD = re.compile(r"[\w./-]+\.py\b|[\w.-]+/")
 
 
 def lock(trace: Trace, *, project: str | None = None, version: str | None = None,
-         interpreter: str = INTERPRETER, python: str | None = None) -> Locked:
+         interpreter: str = INTERPRETER, python: str | None = None, git: str | None = None,
+         commit: str | None = None) -> Locked:
     """The lock entry of `trace`'s task (network: PyPI). WorkspaceError saying why there is none.
-    `python` (X.Y): the environment is made of the Debian root whose python3 that is (roots.py)."""
+    `python` (X.Y): the environment is made of the Debian root whose python3 that is (roots.py).
+    `git`: the source is that repository checked out at `commit` (default: the task's), not an
+    sdist; its era is the commit's date (git.py)."""
     system = system_for(python) if python else None
     task = task_of(trace)
     key = task_key(task) if task else None
@@ -304,12 +308,11 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
     project = project or (task.repository or "").rsplit("/", 1)[-1]
     if not project:
         raise WorkspaceError(f"trace {trace.trace_id}: task {key} names no repository; say the project (--project)")
-    rels = releases(project)
-    chosen, how = choose_release(trace, task, project, rels, forced=version)
-    sd = sdist_of(rels[chosen])
-    files = sdist_files(download_sdist(project, sd["filename"], sd["digests"]["sha256"], cache=sdist_cache()),
-                        sd["filename"])
-    later = sorted(t for v, f in rels.items() if (t := uploaded(f)) and t > (uploaded(rels[chosen]) or ""))
+    if git is not None:
+        source = _git_source(trace, task, key, git, commit)
+    else:
+        source = _sdist_source(trace, task, project, version)
+    files, later = source["files"], source["later"]
     reqs = requirements(lf(files), project)
     eol = "lf" if crlf_seen(trace, task, files) else None
     banner = next((m.group(1) for _, t in outputs(trace) if (m := re.search(r"\bpytest-(\d+(?:\.\d+)+)", t))), None)
@@ -340,12 +343,45 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
         notes.insert(0, f"the trajectory ran Python {recorded_py}; this environment has {py_version}")
     missing = absent(trace, task, files)
     if missing:
-        notes.append(f"the sdist lacks {len(missing)} file(s) the trajectory viewed or edited: "
+        notes.append(f"the {source['what']} lacks {len(missing)} file(s) the trajectory viewed or edited: "
                      f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     env = task.python.rsplit("/bin/", 1)[0] if task.python and "/bin/" in task.python else DEFAULT_ENV
-    return Locked(key=key, project=project, version=chosen, chosen_by=how, path=task.path,
+    return Locked(key=key, project=project, version=source["version"], chosen_by=source["how"], path=task.path,
                   env_path=env if clean_abs(env) else DEFAULT_ENV, interpreter=interpreter,
-                  interpreter_version=py_version, sdist={"file": sd["filename"], "sha256": sd["digests"]["sha256"]},
+                  interpreter_version=py_version, sdist=source.get("sdist"),
                   wheels=tuple(wheels), notes=tuple(notes) + ((
-                      "the sdist's CRLF line ends are made LF, as the trajectory's editor saw its files",) if eol else ()),
-                  eol=eol, system=system)
+                      f"the {source['what']}'s CRLF line ends are made LF, as the trajectory's editor saw its files",)
+                      if eol else ()),
+                  eol=eol, system=system, provider="git" if git is not None else "pypi",
+                  repository=git, commit=source.get("commit"))
+
+
+def _sdist_source(trace: Trace, task: Task, project: str, version: str | None) -> dict:
+    """The release's sdist (choose_release): its files, the later releases' upload times, the pin."""
+    rels = releases(project)
+    chosen, how = choose_release(trace, task, project, rels, forced=version)
+    sd = sdist_of(rels[chosen])
+    files = sdist_files(download_sdist(project, sd["filename"], sd["digests"]["sha256"], cache=sdist_cache()),
+                        sd["filename"])
+    later = sorted(t for v, f in rels.items() if (t := uploaded(f)) and t > (uploaded(rels[chosen]) or ""))
+    return {"what": "sdist", "files": files, "later": later, "version": chosen, "how": how,
+            "sdist": {"file": sd["filename"], "sha256": sd["digests"]["sha256"]}}
+
+
+def _git_source(trace: Trace, task: Task, key: str, repository: str, commit: str | None) -> dict:
+    """The repository checked out at `commit` (else the task's): its files, and its commit date as
+    the era the dependencies are held to."""
+    given = commit is not None
+    commit = commit or task.commit
+    if not commit or not COMMIT.fullmatch(commit):
+        raise WorkspaceError(f"trace {trace.trace_id}: task {key} names no commit (40 hex digits) to check "
+                             f"{repository} out at; give it (--commit)" if not commit else
+                             f"--commit {commit}: expected the commit's 40 lowercase hex digits")
+    if not REPOSITORY.fullmatch(repository):
+        raise WorkspaceError(f"--git {repository}: not an https, http, git or file URL, or an absolute path")
+    with tempfile.TemporaryDirectory(prefix="agentcgroup-git-") as tmp:
+        checkout(repository, commit, Path(tmp) / "src")
+        files, when = text_files(Path(tmp) / "src"), committed(Path(tmp) / "src")
+    origin = "given" if given else "the task's base commit"
+    return {"what": "checkout", "files": files, "later": [when], "version": f"0+git.{commit[:12]}",
+            "commit": commit, "how": f"the git checkout of {repository} at {commit} ({origin}, committed {when[:10]})"}

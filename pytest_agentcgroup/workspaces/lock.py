@@ -19,6 +19,9 @@ and builds what it pins (build.py).
          "notes": ["the trajectory ran Python 3.9.20; this environment has 3.11.2", ...],
          "eol": "lf"}}}                             # optional: the sdist's CRLF text made LF (choose.py)
 
+A git workspace (provider "git", git.py) names `repository` (a URL or a local path) and `commit`
+(40 hex digits) instead of `sdist`; its version is `0+git.<commit[:12]>`.
+
 A lock that is not one (bad JSON, a missing key, a hash that is not 64 hex digits, a path that is
 not clean and absolute) is a WorkspaceError naming the file, the task and the field.
 """
@@ -35,6 +38,7 @@ from ..traces.task import Task
 SCHEMA = "agentcgroup-workspaces/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")    # 0+git.<commit>: a checkout's, PEP 440 local
 _FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.(?:tar\.gz|tar\.bz2|tgz|zip|whl)$")
 
 
@@ -53,25 +57,29 @@ class Locked:
     env_path: str
     interpreter: str
     interpreter_version: str
-    sdist: dict
+    sdist: dict | None
     wheels: tuple[dict, ...] = ()
     notes: tuple[str, ...] = ()
     provider: str = "pypi"
     eol: str | None = None
     system: str | None = None
+    repository: str | None = None      # provider git: the repository and the commit it is checked out at
+    commit: str | None = None
 
     def to_json(self) -> dict:
         out = asdict(self)
         del out["key"]
         out["wheels"], out["notes"] = list(self.wheels), list(self.notes)
-        for k in ("eol", "system"):
+        for k in ("eol", "system", "repository", "commit", "sdist"):
             if out[k] is None:
                 del out[k]
         return out
 
     def describe(self) -> str:
         """`pypi linopy==0.0.9`: what a replay's records say of their workspace."""
-        return f"pypi {self.project}=={self.version}" + (f" on {self.system}'s python3" if self.system else "")
+        what = (f"git {self.repository}@{self.commit[:12]}" if self.provider == "git" else
+                f"pypi {self.project}=={self.version}")
+        return what + (f" on {self.system}'s python3" if self.system else "")
 
 
 def task_key(task: Task) -> str | None:
@@ -88,6 +96,10 @@ INTERPRETER = re.compile(r"/usr(/local)?/bin/python3(\.\d+)?")
 #: the systems a lock may name instead of the host's: name -> (Debian suite, its python3's X.Y);
 #: roots.py makes them
 SYSTEMS = {"debian-bullseye": ("bullseye", "3.9")}
+#: what a git lock entry may name as its repository (git.py clones it): a URL of the protocols
+#: git.py allows, or an absolute path (a local clone); and its commit
+REPOSITORY = re.compile(r"(?:(?:https?|git|file)://[^\s]+|/[^\s]*)")
+COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def clean_abs(path) -> bool:
@@ -100,12 +112,13 @@ def parse_entry(key: str, raw, where: str) -> Locked:
         return WorkspaceError(f"{where}: workspaces.{key}.{field_}: {why}")
     if not isinstance(raw, dict):
         raise bad("", "expected an object")
-    if raw.get("provider", "pypi") != "pypi":
-        raise bad("provider", f"unknown provider {raw.get('provider')!r}; a lock pins pypi workspaces")
+    provider = raw.get("provider", "pypi")
+    if provider not in ("pypi", "git"):
+        raise bad("provider", f"unknown provider {provider!r}; a lock pins pypi and git workspaces")
     for k in ("project", "version", "chosen_by", "path", "env_path", "interpreter", "interpreter_version"):
         if not isinstance(raw.get(k), str) or not raw[k].strip():
             raise bad(k, "expected a non-empty string")
-    if not _NAME.match(raw["project"]) or not _NAME.match(raw["version"]):
+    if not _NAME.match(raw["project"]) or not _VERSION.match(raw["version"]):
         raise bad("project", f"{raw['project']!r}=={raw['version']!r} is not a project name and version")
     for k in ("path", "env_path", "interpreter"):
         if not clean_abs(raw[k]):
@@ -113,7 +126,18 @@ def parse_entry(key: str, raw, where: str) -> Locked:
     if not INTERPRETER.fullmatch(raw["interpreter"]):
         # a lock may come with a corpus: the host runs this program to make the environment
         raise bad("interpreter", f"{raw['interpreter']!r} is not a system python (/usr/bin or /usr/local/bin, python3[.N])")
-    pins = [("sdist", raw.get("sdist"))] + [(f"wheels[{i}]", w) for i, w in enumerate(raw.get("wheels") or [])]
+    if provider == "git":
+        # the host runs git on it: a URL of the protocols git.py speaks, or a local path; never ext::
+        if not isinstance(raw.get("repository"), str) or not REPOSITORY.fullmatch(raw["repository"]):
+            raise bad("repository", f"{raw.get('repository')!r} is not an https, http, git or file URL, or an absolute path")
+        if not isinstance(raw.get("commit"), str) or not COMMIT.fullmatch(raw["commit"]):
+            raise bad("commit", "expected the commit's 40 lowercase hex digits")
+        if raw.get("sdist") is not None:
+            raise bad("sdist", "a git workspace has no sdist")
+    elif raw.get("repository") is not None or raw.get("commit") is not None:
+        raise bad("repository", "a pypi workspace has no repository or commit")
+    pins = ([("sdist", raw.get("sdist"))] if provider == "pypi" else []) + \
+        [(f"wheels[{i}]", w) for i, w in enumerate(raw.get("wheels") or [])]
     if not isinstance(raw.get("wheels", []), list):
         raise bad("wheels", "expected a list")
     for name, pin in pins:
@@ -139,9 +163,9 @@ def parse_entry(key: str, raw, where: str) -> Locked:
                                      f"/usr/bin/python3 ({version})")
     return Locked(key=key, project=raw["project"], version=raw["version"], chosen_by=raw["chosen_by"],
                   path=raw["path"], env_path=raw["env_path"], interpreter=raw["interpreter"],
-                  interpreter_version=raw["interpreter_version"], sdist=dict(raw["sdist"]),
+                  interpreter_version=raw["interpreter_version"], sdist=dict(raw["sdist"]) if provider == "pypi" else None,
                   wheels=tuple(dict(w) for w in raw.get("wheels") or []), notes=tuple(notes), eol=raw.get("eol"),
-                  system=raw.get("system"))
+                  system=raw.get("system"), provider=provider, repository=raw.get("repository"), commit=raw.get("commit"))
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 In this order: `--agentcgroup-workspace empty` (an empty directory, asked for), a user's own
 directory (`--agentcgroup-workspace DIR`, copied to the task's path), the task's image (the docker
-executor, where the engine has it), the corpus's lock (a PyPI workspace, built on first use). A
-trace that names no task (traces/task.py task_of) needs none. A trace that names one and gets
+executor, where the engine has it), the corpus's lock (a PyPI workspace or a git checkout, built on
+first use). A trace that names no task (traces/task.py task_of) needs none. A trace that names one and gets
 none is a WorkspaceError naming the task, the workspace it lacks and the ways to give it one:
 replaying its commands in an empty directory would measure commands that fail at once.
 """
