@@ -58,7 +58,7 @@ def test_the_cli_prints_the_table_or_says_there_is_nothing_to_compare(tmp_path, 
     assert "absent.json: no such file or directory" in err and "no executed step carries both" in err
     assert cli.main(["traces", "sampling", "--subset", "nope", "--traces", str(REPO / "traces")]) == 1
     assert "'nope' is neither a subset (" in capsys.readouterr().err
-    assert cli.main(["traces", "sampling"]) == 1
+    assert cli.main(["traces", "sampling"]) == 2
     err = capsys.readouterr().err
     assert "give trace files or directories, or --subset NAME" in err and "Traceback" not in err
 

@@ -8,10 +8,11 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from pytest_agentcgroup.traces.ir import Outcome, Step, Trace
+from pytest_agentcgroup.traces.ir import Outcome, Step, Trace, write_trace
 from pytest_agentcgroup.traces.task import Task
 from pytest_agentcgroup.replay.executors.sandbox import system_binds
 from pytest_agentcgroup.workspaces import choose, requirements, roots, seen
@@ -85,6 +86,10 @@ def test_a_trace_without_a_task_needs_no_workspace_and_one_with_a_task_gets_one_
      "commit", "40 lowercase hex digits"),
     ({"provider": "git", "repository": "https://example.org/w.git", "commit": "c" * 40}, "sdist", "a git workspace has no sdist"),
     ({"repository": "https://example.org/w.git"}, "repository", "a pypi workspace has no repository or commit"),
+    ({"provider": "git", "repository": "/srv/private.git", "commit": "c" * 40, "sdist": None}, "repository",
+     "/srv/private.git is a local repository outside the corpus"),
+    ({"provider": "git", "repository": "https://example.org/w.git", "commit": "c" * 40, "sdist": None, "eol": "lf"},
+     "eol", "a git workspace keeps its files as committed"),
 ])
 def test_a_lock_that_is_not_one_is_named_by_file_task_and_field(tmp_path, over, field, why):
     path = write_lock(tmp_path, **over)
@@ -146,10 +151,16 @@ def test_a_git_workspace_is_the_repository_at_its_commit_with_its_history_and_th
     assert text_files(files) == {"setup.py": "from setuptools import setup\nsetup(name='widget', install_requires=['toolz'])\n",
                                  "widget/__init__.py": "VALUE = 1\n"} and committed(files) == "2021-03-04T05:06:07Z"
     assert requirements.requirements(text_files(files), "widget") == ["toolz"]
+    # a lock names a local repository only inside its corpus (the lock's directory holds `upstream`)
+    (repo / "PKG-INFO").symlink_to("/etc/hostname")         # a link to a host file: never read
     lock = LockFile.read(write_lock(tmp_path, provider="git", repository=f"file://{repo}", commit=first, sdist=None,
                                     version=f"0+git.{first[:12]}", wheels=[]))
     entry = lock.entries["acme__widget-7"]
     assert entry.describe() == f"git file://{repo}@{first[:12]}" and "sdist" not in entry.to_json()
+    elsewhere = tmp_path / "corpus"
+    elsewhere.mkdir()
+    with pytest.raises(WorkspaceError, match="is a local repository outside the corpus"):
+        LockFile.read(write_lock(elsewhere, provider="git", repository=str(repo), commit=first, sdist=None, wheels=[]))
     (tmp_path / "cache").mkdir()
     seed = build(entry, tmp_path / "cache")
     ex = SandboxExecutor(step_timeout_s=60)
@@ -162,6 +173,8 @@ def test_a_git_workspace_is_the_repository_at_its_commit_with_its_history_and_th
     results = replay(Trace("t/git", {"format": "test"}, steps, task=TASK), ex,
                      ArmPlacement(Arm("unlimited"), tree.workload("git"), tree.controllers))
     assert [r.exit_code for r in results] == [0, 0], [(r.exit_code, r.output) for r in results]
+    metadata = next(Path(seed.env_source).rglob("widget-*.dist-info")) / "METADATA"
+    assert metadata.read_text() == f"Metadata-Version: 2.1\nName: widget\nVersion: 0+git.{first[:12]}\n"
     # the import of step 0 left its bytecode in the working copy, as it would have in the agent's
     assert results[0].output == "1\n" and results[1].output == f"{first}\n M widget/__init__.py\n?? widget/__pycache__/\n"
     with pytest.raises(WorkspaceError, match=f"the git checkout of {repo} at {'d' * 40}: git checkout failed"):
@@ -189,6 +202,14 @@ def test_a_git_workspace_is_locked_at_the_commit_with_its_dependencies_held_to_i
     assert pins["toolz"] <= Version("0.11.1") and pins["pytest"] < Version("6.3")      # as of March 2021
     assert cli.main(["traces", "lock", str(tmp_path), "--commit", first]) == 2
     assert "--commit goes with --git" in capsys.readouterr().err
+    named = trace(task=Task(**{**TASK.to_json(), "commit": first}))
+    with pytest.raises(WorkspaceError, match=f"names its commit {first}; --commit {'e' * 40} is another"):
+        choose.lock(named, git=f"file://{repo}", commit="e" * 40)
+    elsewhere = tmp_path / "corpus"
+    elsewhere.mkdir()
+    write_trace(named, elsewhere / "t.json")
+    assert cli.main(["traces", "lock", str(elsewhere), "--git", str(repo)]) == 1
+    assert "is a local repository outside the corpus" in capsys.readouterr().err
 
 
 def test_a_python_version_names_the_debian_root_that_has_it_and_its_system_is_bound_as_it_is(tmp_path):

@@ -11,7 +11,7 @@ from ..traces.corpus import LOCK_FILE
 from ..traces.ir import TraceError, read_traces
 from ..traces.task import task_of
 from ..workspaces.build import build, built_dir
-from ..workspaces.lock import SYSTEMS, LockFile, WorkspaceError, task_key
+from ..workspaces.lock import SYSTEMS, LockFile, WorkspaceError, local_repository_refused, task_key
 from . import EXIT_BAD_INPUT, EXIT_OK
 
 
@@ -60,6 +60,11 @@ def cmd_lock(args) -> int:
     if args.commit and not args.git:
         print("agentcgroup traces lock: --commit goes with --git (the repository to check out)", file=sys.stderr)
         return 2
+    if args.git and args.version:
+        print("agentcgroup traces lock: --version chooses a release; with --git the source is a commit", file=sys.stderr)
+        return 2
+    if args.git and "://" not in args.git:
+        args.git = str(Path(args.git).absolute())       # a local repository, named as the lock keeps it
     out = args.output or ((args.files[0] if args.files[0].is_dir() else args.files[0].parent) / LOCK_FILE)
     bad = 0
     try:
@@ -67,6 +72,9 @@ def cmd_lock(args) -> int:
         traces = list(_traces(args.files))
     except (WorkspaceError, TraceError) as exc:
         print(f"agentcgroup traces lock: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.git and (why := local_repository_refused(args.git, out.parent)) is not None:
+        print(f"agentcgroup traces lock: --git {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for trace in traces:
         task = task_of(trace)

@@ -16,7 +16,7 @@ from ..traces import convert as registry
 from ..traces.convert.atif import write_atif
 from ..traces.corpus import ir_files
 from ..traces.ir import PROVENANCES, TOOLS, Trace, TraceError, read_traces, write_trace
-from . import EXIT_BAD_INPUT, EXIT_OK
+from . import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
 
 _SAFE_PART = re.compile(r"^[A-Za-z0-9._-]+$")
 WRITERS = {"ir": write_trace, "atif": write_atif}        # `convert --to`
@@ -346,7 +346,7 @@ def _profiled_traces(args):
     files = args.files
     if not files and not args.subset:
         print("give trace files or directories, or --subset NAME", file=sys.stderr)
-        return [], 1
+        return [], -1
     missing = [str(f) for f in files if not f.exists()]
     for m in missing:
         print(f"{m}: no such file or directory", file=sys.stderr)
@@ -365,6 +365,8 @@ def _profiled_traces(args):
 def cmd_characterize(args) -> int:
     from ..traces.characterize import characterize, format_table
     traces, bad = _profiled_traces(args)
+    if bad < 0:
+        return EXIT_USAGE
     if not traces:
         if not bad:
             print("no IR files found", file=sys.stderr)
@@ -389,6 +391,8 @@ def _print(res: dict, table, as_json: bool, bad: int) -> int:
 def cmd_sampling(args) -> int:
     from ..traces.sampling import compare, format_table
     traces, bad = _profiled_traces(args)
+    if not traces and bad:
+        return EXIT_USAGE if bad < 0 else EXIT_BAD_INPUT
     res = compare(traces, missed_mb=args.missed_mb)
     if res["steps"] == 0:
         print("no executed step carries both a recorded profile and its source's derived one (`original`): "

@@ -60,7 +60,7 @@ def _summary(pairs: list[tuple[float, float]]) -> dict[str, Any]:
 def compare(traces: Iterable[Trace], *, missed_mb: float = MISSED_MB) -> dict[str, Any]:
     """The comparison (module docstring) over the steps of `traces` that carry both profiles."""
     steps = [(t.trace_id, s) for t in traces for s in t.steps if s.outcome is not None and s.original is not None
-             and s.original.profile.peak_mb is not None and s.profile.peak_mb is not None]
+             and _pair(s, "peak") is not None]
     out: dict[str, Any] = {"traces": len({tid for tid, _ in steps}), "steps": len(steps),
                            "steps_ok": sum(s.outcome.status == "ok" for _, s in steps), "missed_mb": missed_mb}
     for metric, unit in METRICS:

@@ -178,8 +178,10 @@ def _dist_info(entry: Locked, src: Path, site: Path) -> None:
     name = entry.project.replace("-", "_")
     info = site / f"{name}-{entry.version}.dist-info"
     info.mkdir()
-    text = meta.read_text(encoding="utf-8", errors="replace") if meta.is_file() else \
-        f"Metadata-Version: 2.1\nName: {entry.project}\nVersion: {entry.version}\n"
+    # an sdist's own PKG-INFO; a checkout's could be a link to a host file (a git tree keeps links)
+    ours = entry.provider == "git" or meta.is_symlink() or not meta.is_file()
+    text = f"Metadata-Version: 2.1\nName: {entry.project}\nVersion: {entry.version}\n" if ours else \
+        meta.read_text(encoding="utf-8", errors="replace")
     (info / "METADATA").write_text(text, encoding="utf-8")
     (info / "INSTALLER").write_text("agentcgroup-workspace\n")
     (info / "RECORD").write_text("")

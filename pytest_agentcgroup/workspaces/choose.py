@@ -314,7 +314,7 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
         source = _sdist_source(trace, task, project, version)
     files, later = source["files"], source["later"]
     reqs = requirements(lf(files), project)
-    eol = "lf" if crlf_seen(trace, task, files) else None
+    eol = "lf" if crlf_seen(trace, task, files) and git is None else None     # a checkout stays as committed
     banner = next((m.group(1) for _, t in outputs(trace) if (m := re.search(r"\bpytest-(\d+(?:\.\d+)+)", t))), None)
     lacked = None if banner else pytest_lacked(trace)
     pytest_req = [] if lacked is not None else [f"pytest=={banner}" if banner else "pytest"]
@@ -371,12 +371,17 @@ def _sdist_source(trace: Trace, task: Task, project: str, version: str | None) -
 def _git_source(trace: Trace, task: Task, key: str, repository: str, commit: str | None) -> dict:
     """The repository checked out at `commit` (else the task's): its files, and its commit date as
     the era the dependencies are held to."""
-    given = commit is not None
-    commit = commit or task.commit
-    if not commit or not COMMIT.fullmatch(commit):
+    if task.commit and commit and task.commit != commit:
+        raise WorkspaceError(f"trace {trace.trace_id}: task {key} names its commit {task.commit}; --commit {commit} "
+                             f"is another (--commit is for a task that names none)")
+    given = not task.commit
+    commit = task.commit or commit
+    if not commit:
         raise WorkspaceError(f"trace {trace.trace_id}: task {key} names no commit (40 hex digits) to check "
-                             f"{repository} out at; give it (--commit)" if not commit else
-                             f"--commit {commit}: expected the commit's 40 lowercase hex digits")
+                             f"{repository} out at; give it (--commit)")
+    if not COMMIT.fullmatch(commit):
+        raise WorkspaceError(f"trace {trace.trace_id}: {'task ' + key + ' names' if not given else '--commit is'} "
+                             f"{commit!r}, not a commit's 40 lowercase hex digits")
     if not REPOSITORY.fullmatch(repository):
         raise WorkspaceError(f"--git {repository}: not an https, http, git or file URL, or an absolute path")
     with tempfile.TemporaryDirectory(prefix="agentcgroup-git-") as tmp:

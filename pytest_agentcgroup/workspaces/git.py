@@ -26,6 +26,7 @@ def _git(args: list[str], what: str, cwd: Path | None = None) -> str:
     program = require("git", error=WorkspaceError, needed_by="a git workspace")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
            "GIT_ALLOW_PROTOCOL": PROTOCOLS, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
+           "GIT_LFS_SKIP_SMUDGE": "1",
            **{k: v for k, v in os.environ.items() if k.lower() in ("http_proxy", "https_proxy", "no_proxy")
               or k in ("GIT_SSL_CAINFO", "SSL_CERT_FILE")}}
     try:
@@ -44,7 +45,7 @@ def checkout(repository: str, commit: str, dest: Path) -> None:
     """`dest`: a working copy of `repository` at `commit`, detached, its .git kept; WorkspaceError
     naming what failed (the clone, a commit the repository does not have)."""
     what = f"the git checkout of {repository} at {commit}"
-    _git(["clone", "--quiet", "--no-checkout", "--", repository, str(dest)], what)
+    _git(["-c", "credential.helper=", "clone", "--quiet", "--no-local", "--no-checkout", "--", repository, str(dest)], what)
     _git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, "--"], what, cwd=dest)
     head = _git(["rev-parse", "HEAD"], what, cwd=dest).strip()
     if head != commit:

@@ -107,7 +107,20 @@ def clean_abs(path) -> bool:
             and os.path.normpath(path) == path and "\0" not in path and "\n" not in path and len(path) <= 4096)
 
 
-def parse_entry(key: str, raw, where: str) -> Locked:
+def local_repository_refused(repository: str, corpus: Path | None) -> str | None:
+    """Why a lock may not name this repository, or None. A lock may come with a downloaded corpus,
+    and a replay shows the checkout and its .git to the steps: a local one must lie inside the
+    corpus (`corpus`, the lock's directory), never elsewhere on the host."""
+    if not (repository.startswith("/") or repository.startswith("file://")):
+        return None
+    path = Path(repository.removeprefix("file://")).resolve()
+    if corpus is not None and path.is_relative_to(Path(corpus).resolve()):
+        return None
+    return (f"{repository} is a local repository outside the corpus ({corpus}): a lock names a remote one "
+            f"(https, http, git) or one the corpus holds")
+
+
+def parse_entry(key: str, raw, where: str, corpus: Path | None = None) -> Locked:
     def bad(field_: str, why: str):
         return WorkspaceError(f"{where}: workspaces.{key}.{field_}: {why}")
     if not isinstance(raw, dict):
@@ -130,6 +143,10 @@ def parse_entry(key: str, raw, where: str) -> Locked:
         # the host runs git on it: a URL of the protocols git.py speaks, or a local path; never ext::
         if not isinstance(raw.get("repository"), str) or not REPOSITORY.fullmatch(raw["repository"]):
             raise bad("repository", f"{raw.get('repository')!r} is not an https, http, git or file URL, or an absolute path")
+        if (why := local_repository_refused(raw["repository"], corpus)) is not None:
+            raise bad("repository", why)
+        if raw.get("eol") is not None:
+            raise bad("eol", "a git workspace keeps its files as committed (its .git would see them changed)")
         if not isinstance(raw.get("commit"), str) or not COMMIT.fullmatch(raw["commit"]):
             raise bad("commit", "expected the commit's 40 lowercase hex digits")
         if raw.get("sdist") is not None:
@@ -189,7 +206,7 @@ class LockFile:
             raise WorkspaceError(f"{path}: invalid JSON: {exc.msg} (line {exc.lineno})") from None
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("workspaces"), dict):
             raise WorkspaceError(f"{path}: not a workspace lock (expected schema {SCHEMA!r} and a workspaces object)")
-        return cls(path, {k: parse_entry(k, v, str(path)) for k, v in data["workspaces"].items()})
+        return cls(path, {k: parse_entry(k, v, str(path), path.parent) for k, v in data["workspaces"].items()})
 
     def write(self) -> None:
         data = {"schema": SCHEMA, "workspaces": {k: e.to_json() for k, e in sorted(self.entries.items())}}
