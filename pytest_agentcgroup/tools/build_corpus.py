@@ -277,7 +277,10 @@ Other families live in their own directories, each with its own README (origin, 
 derivation) and builder, and keep their manifest entries when this corpus is rebuilt:
 `playwright/` (browser traces, subset `browser`; Apache-2.0 converted + MIT recorded);
 `mini-swe-agent/` (public SWE-bench trajectories replayed for real in workspaces pinned in
-`workspaces.lock.json`, subset `real`; MIT).
+`workspaces.lock.json`, subsets `real` and `recorded`; MIT); `openhands-rows/` (OpenHands
+trajectories on SWE-rebench, subsets `real`, `real-diverging` and `recorded`; CC-BY-4.0);
+`claude-code-recorded/` (the Claude Code runs above whose task has a workspace, their commands
+profiled here step by step, subset `recorded`; GPL-2.0 as their source).
 
 ## Regenerate
 
