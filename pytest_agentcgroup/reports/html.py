@@ -59,7 +59,7 @@ def build_report(dirs, out: str | Path = "report", *, config: str | Path | None 
     if char_page.exists():
         char_page.unlink()                           # never leave an earlier report's page behind
     if char_from:
-        char_page.write_text(_characterization_page(char_from), encoding="utf-8")
+        char_page.write_text(_characterization_page(char_from, out), encoding="utf-8")
     index = out / "index.html"
     index.write_text(_page(res, res.tests, outs.figures, outs.deltas, config, char_from, outs.reserve),
                      encoding="utf-8")
@@ -74,8 +74,10 @@ def _config_corpus(config: str | Path) -> Path:
         raise ResultsError(str(exc)) from None
 
 
-def _characterization_page(paths: list[Path]) -> str:
-    """OUT/characterization.html: `traces characterize` of the traces at `paths`, as HTML tables."""
+def _characterization_page(paths: list[Path], out: Path) -> str:
+    """OUT/characterization.html: `traces characterize` of the traces at `paths`, as HTML tables,
+    and, for profiled traces that keep their source's 1 Hz profile, `traces sampling` with its
+    figure (OUT/figures/sampling_peaks.png)."""
     from ..traces.characterize import characterize, comparison_rows, header, kind_rows, load_traces
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -92,6 +94,7 @@ def _characterization_page(paths: list[Path]) -> str:
                     f"<td>{f(b['max'])}</td></tr>" for k, a, b in kind_rows(res))
     comp = "".join(f"<tr><td>{e(label)}</td><td>{e(ours)}</td><td>{e(paper)}</td><td>{e(diff)}</td></tr>"
                    for label, ours, paper, diff in comparison_rows(res))
+    hz = _sampling_section(traces, out)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>pytest-agentcgroup: trace characterization</title>
@@ -110,8 +113,23 @@ that baseline + peak_mb (only for traces whose source carries the container summ
 <h2>Beside the AgentCgroup paper</h2>
 <table id="paper"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>
 <th>difference in definition</th></tr></thead><tbody>{comp}</tbody></table>
+{hz}
 </body></html>
 """
+
+
+def _sampling_section(traces, out: Path) -> str:
+    """The derived (1 Hz) against recorded section: '' when no step has both profiles."""
+    from ..traces.sampling import MISSED_MB, compare, format_table, peaks
+    from .figures import sampling_peaks, save
+    res = compare(traces)
+    if res["steps"] == 0:
+        return ""
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    save(sampling_peaks(peaks(traces), MISSED_MB), out / "figures" / "sampling_peaks.png")
+    return (f'<h2>What 1 Hz sampling hid (recorded here against derived from the source\'s samples)</h2>\n'
+            f'<p><img src="figures/sampling_peaks.png" alt="step peaks, recorded against derived"></p>\n'
+            f'<pre id="sampling">{e(format_table(res))}</pre>')
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,12 @@ def _summary(pairs: list[tuple[float, float]]) -> dict[str, Any]:
             "recorded_higher": sum(r > d for r, d in pairs)}
 
 
+def peaks(traces: Iterable[Trace]) -> list[tuple[float, float, str]]:
+    """(recorded, derived, the step's kind) of every compared step's peak: the figure's points."""
+    return [(*pair, step_kind(s)) for t in traces for s in t.steps
+            if s.outcome is not None and s.original is not None and (pair := _pair(s, "peak"))]
+
+
 def compare(traces: Iterable[Trace], *, missed_mb: float = MISSED_MB) -> dict[str, Any]:
     """The comparison (module docstring) over the steps of `traces` that carry both profiles."""
     steps = [(t.trace_id, s) for t in traces for s in t.steps if s.outcome is not None and s.original is not None
