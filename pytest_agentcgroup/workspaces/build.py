@@ -63,8 +63,10 @@ def sdist_cache() -> Path | None:
         return None
 
 
-def seed_of(entry: Locked, built: Path) -> Seed:
-    system = ensure_root(entry.system, built.parent) if entry.system else None
+def seed_of(entry: Locked, built: Path, system: Path | None = None) -> Seed:
+    """`system`: the entry's system root, where the caller has it (else found, or made, in the cache)."""
+    if entry.system and system is None:
+        system = ensure_root(entry.system, built.parent)
     return Seed(path=entry.path, source=built / "src", env_path=entry.env_path, env_source=built / "env",
                 system=system)
 
@@ -105,7 +107,8 @@ def _build(entry: Locked, out: Path, index: str) -> Seed:
             unpack_sdist(data, entry.sdist["file"], tmp / "src")
         if entry.eol == "lf":
             _to_lf(tmp / "src")
-        _environment(entry, tmp / "env", tmp / "src")
+        root = ensure_root(entry.system, out.parent) if entry.system else None
+        _environment(entry, tmp / "env", tmp / "src", root)
         (tmp / MARKER).write_text(entry_key(entry))
         if out.exists():                    # an incomplete earlier build (or another process's)
             shutil.rmtree(out)
@@ -113,13 +116,12 @@ def _build(entry: Locked, out: Path, index: str) -> Seed:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return seed_of(entry, out)
+    return seed_of(entry, out, root)
 
 
-def _environment(entry: Locked, env: Path, src: Path) -> None:
+def _environment(entry: Locked, env: Path, src: Path, root: Path | None) -> None:
     what = f"the environment of {entry.project}=={entry.version}"
     # a system root's interpreter runs inside it (roots.run_in), with the build directory writable
-    root = ensure_root(entry.system, env.parent.parent) if entry.system else None
     inside = (lambda argv: run_in(root, argv, writable=(env.parent,))) if root is not None else list
     try:
         done = subprocess.run(inside([entry.interpreter, "-m", "venv", str(env)]), capture_output=True, text=True, timeout=300)

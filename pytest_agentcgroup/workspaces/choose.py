@@ -323,7 +323,8 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
     ran = ", ".join(f"python -m {m} (step {n})" for m, n in runners.items())
     if runners:     # added where they resolve with the rest, as a wheel (a module name is not always its project's)
         try:
-            resolve([*reqs, *pytest_req, *runners], later[0] if later else None, interpreter, system)
+            # in the order the resolution below uses: resolve() keeps it, pip runs once
+            resolve([*reqs, *runners, *pytest_req], later[0] if later else None, interpreter, system)
             reqs = [*reqs, *runners]
             notes.append(f"the trajectory ran {ran}: added from PyPI")
         except WorkspaceError as exc:

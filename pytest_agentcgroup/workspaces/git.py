@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..programs import require
 from .lock import WorkspaceError
+from .roots import PROXY_VARIABLES
 
 PROTOCOLS = "https:http:git:file"
 GIT_TIMEOUT_S = 1800
@@ -27,8 +28,7 @@ def _git(args: list[str], what: str, cwd: Path | None = None) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
            "GIT_ALLOW_PROTOCOL": PROTOCOLS, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C",
            "GIT_LFS_SKIP_SMUDGE": "1",
-           **{k: v for k, v in os.environ.items() if k.lower() in ("http_proxy", "https_proxy", "no_proxy")
-              or k in ("GIT_SSL_CAINFO", "SSL_CERT_FILE")}}
+           **{k: v for k, v in os.environ.items() if k in (*PROXY_VARIABLES, "GIT_SSL_CAINFO", "SSL_CERT_FILE")}}
     try:
         done = subprocess.run([program, *args], cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)

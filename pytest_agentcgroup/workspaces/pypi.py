@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .lock import WorkspaceError
-from .roots import CERT_INSIDE, run_in
+from .roots import CERT_INSIDE, host_cert, run_in
 
 SIMPLE_INDEX = "https://pypi.org/simple"          # PEP 503: each file's link carries #sha256=
 JSON_INDEX = "https://pypi.org/pypi"              # the JSON API: releases, files, upload times
@@ -188,9 +188,9 @@ def pip(python: str, args: list[str], *, what: str, root: Path | None = None,
     """`python -m pip ARGS` against PyPI (pip's own configuration and environment ignored, so a lock
     made here resolves as it would elsewhere); WorkspaceError naming `what` and pip's last lines.
     `root`: `python` is of that system root, run inside it with `writable` (roots.run_in)."""
-    cert = os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
+    cert = host_cert()
     if cert and root is not None:
-        cert = CERT_INSIDE if os.path.isfile(cert) else None
+        cert = CERT_INSIDE
     argv = [python, "-m", "pip", "--isolated", "--disable-pip-version-check", "--no-input",
             *(["--cert", cert] if cert else []), *args]
     if root is not None:

@@ -40,10 +40,6 @@ def system_for(python: str) -> str:
     raise WorkspaceError(f"no system here has Python {python}: the host's python3, or {have}")
 
 
-def root_dir(system: str, cache: Path) -> Path:
-    return cache / "roots" / system / "root"
-
-
 def ensure_root(system: str, cache: Path) -> Path:
     """`system`'s root under `cache`, made now (debootstrap, network, root) when the cache lacks it."""
     if system not in SYSTEMS:
@@ -91,19 +87,25 @@ def _make(system: str, top: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def host_cert() -> str | None:
+    """The CA bundle pip is told to use here (PIP_CERT, REQUESTS_CA_BUNDLE), where it is a file."""
+    cert = os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
+    return cert if cert and os.path.isfile(cert) else None
+
+
 def run_in(root: Path, argv: Sequence[str], *, writable: Sequence[Path] = ()) -> list[str]:
     """argv running `argv` with `root`'s system, the host's network and DNS, its CA bundle at
     CERT_INSIDE (where PIP_CERT or REQUESTS_CA_BUNDLE names one), and `writable` read-write at
     their own paths: how a system root's interpreter makes and fills an environment."""
     bwrap = require("bwrap", error=WorkspaceError, needed_by="a workspace of another system's python3")
-    cert = os.environ.get("PIP_CERT") or os.environ.get("REQUESTS_CA_BUNDLE")
+    cert = host_cert()
     # the host's environment names the host's files (REQUESTS_CA_BUNDLE would override pip's --cert):
     # only a proxy's settings go in
     proxy = [a for k in PROXY_VARIABLES if k in os.environ for a in ("--setenv", k, os.environ[k])]
     return [bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--clearenv", *proxy, *system_binds(root),
             "--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            *(["--ro-bind", cert, CERT_INSIDE] if cert and os.path.isfile(cert) else []),
+            *(["--ro-bind", cert, CERT_INSIDE] if cert else []),
             *(a for p in writable for a in ("--bind", str(p), str(p))),
             "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
             "--setenv", "LANG", "C.UTF-8", "--", *argv]

@@ -136,14 +136,13 @@ class DockerExecutor:
 
     def start(self, trace: Trace) -> None:
         image = self.image or self.image_for(trace)
-        if image == LOCAL_IMAGE and self.seed is not None and self.seed.system is not None:
+        local = image == LOCAL_IMAGE      # nothing of the task inside: the workspace is a tmpfs
+        if local and self.seed is not None and self.seed.system is not None:
             # the workspace's environment is its system root's python3's: that root is the image
+            # (kept in self.image, which the records name)
             image = self.image = self.engine.ensure_image(system_image(self.seed.system), rootfs=self.seed.system)
         self.home = trace_home(trace)
         self.cwd = self.home
-        # nothing of the task inside: the workspace is a tmpfs
-        local = image == LOCAL_IMAGE or (self.seed is not None and self.seed.system is not None
-                                         and image == system_image(self.seed.system))
         # Docker mounts a tmpfs noexec by default; a step that writes a script (or a venv) and runs
         # it must be able to, as it could where the trace was recorded. Nothing runs from the state dir.
         mb, seeded, room = self.tmpfs_mb, self._seeded(), {}
