@@ -67,15 +67,17 @@ baseline: setup
 report: setup
 	@$(AGENTCGROUP) report results -o report --config experiments/agentcgroup.toml
 
-# Experiment 1 as a frontier (issue 13): every arm at static limits swept over the paper subset's
-# trace-peak percentiles (experiments/exp1-paper.toml; 1 h 20 min with PYTEST_ARGS="-n 2", see
-# docs/experiments/exp1.md), then its report with the kills-vs-reserved-memory figure in report-paper/index.html. No
-# baseline gate: a measurement.
+# Experiment 1 as a frontier: every arm at static limits swept over the trace-peak percentiles of the
+# recorded corpus's paper subset (experiments/exp1-paper.toml; the 1 Hz-derived corpus's:
+# PAPER_CONFIG=experiments/exp1-paper-derived.toml, 1 h 20 min with PYTEST_ARGS="-n 2"; see
+# docs/experiments/exp1.md), then its report with the kills-vs-reserved-memory figure in
+# report-paper/index.html. No baseline gate: a measurement.
+PAPER_CONFIG ?= experiments/exp1-paper.toml
 paper: setup
 	@$(PY) -m pytest experiments/test_exp1_domain_mismatch.py -q --benchmark-columns=median \
-	  --agentcgroup-config experiments/exp1-paper.toml --agentcgroup-out results-paper $(PYTEST_ARGS); rc=$$?; \
+	  --agentcgroup-config $(PAPER_CONFIG) --agentcgroup-out results-paper $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 5 ] && echo "no tests were collected" && exit 1; \
-	  $(AGENTCGROUP) report results-paper -o report-paper --config experiments/exp1-paper.toml || exit 1; exit $$rc
+	  $(AGENTCGROUP) report results-paper -o report-paper --config $(PAPER_CONFIG) || exit 1; exit $$rc
 
 # The documentation (docs/: Sphinx, pages in MyST Markdown) into docs/_build/html, warnings as
 # errors: -n and MyST check every cross-reference and heading anchor, autodoc imports the API modules

@@ -120,3 +120,43 @@ def test_the_text_says_where_the_step_peaks_came_from():
     assert "1 derived (memory over the step's baseline" in text and "delta over baseline:" in text
     text = format_table(characterize([derived, recorded]))
     assert "1 derived" in text and "1 recorded" in text and "step peak (derived: over baseline; recorded: own cgroup)" in text
+
+
+# -- the whole-run figures from recorded step curves (traces/curves.py) ------------------------------
+def _curved(i, dur, t_ms, mb, peak, orig_peak=None):
+    from pytest_agentcgroup.traces.ir import Curve, Original
+    prof = Profile(peak_mb=Measure(peak, "recorded"), curve=Curve(tuple(t_ms), tuple(mb), "recorded"))
+    orig = Original(duration_ms=Measure(dur, "recorded"),
+                    profile=Profile(peak_mb=Measure(orig_peak, "derived"))) if orig_peak is not None else None
+    return Step(step_id=i, tool="bash", args={"command": "python -m pytest"}, duration_ms=Measure(dur, "recorded"),
+                profile=prof, original=orig)
+
+
+def test_recorded_curves_give_the_papers_whole_run_figures_over_tool_time():
+    from pytest_agentcgroup.traces.curves import recorded_figures
+    # step 0: 2 s; a 400 MiB burst from 0.4 s to 0.6 s, back to 0 well before the 1 s reading: a 1 Hz
+    # reader sees no change, the range inside the first second is 400 MiB. Step 1: 1 s, climbs to 200
+    # MiB and stays: its 1 s readings differ by 200 MiB.
+    s0 = _curved(0, 2000, [0, 400, 450, 550, 600, 2000], [0, 0, 400, 400, 0, 0], 400.0, orig_peak=20.0)
+    s1 = _curved(1, 1000, [0, 100, 1000], [0, 200, 200], 200.0)
+    t = _trace("c", [s0, s1], agent_s=30.0)
+    rc = recorded_figures([t])
+    assert rc["traces"] == 1 and rc["curves"] == 2
+    # ∫ MiB dt: the burst's two 50 ms ramps and 100 ms top, then step 1's 100 ms ramp and 900 ms plateau
+    area = 400 * 50 / 2 + 400 * 100 + 400 * 50 / 2 + 200 * 100 / 2 + 200 * 900
+    assert rc["peak_to_average"]["max"] == round(400 / (area / 3000), 2)
+    # near the peak (>= 360 MiB): the 100 ms top plus the parts of the ramps above 360 (2 x 5 ms)
+    assert rc["near_peak_share"]["max"] == round(110 / 3000, 4)
+    sec = rc["seconds_changing"]
+    assert sec["tool_seconds"] == 3.0
+    assert sec["ticks"] == round(1 / 3, 5) and sec["within"] == round(2 / 3, 5)
+    assert sec["agent_ticks"] == round(1 / 30, 5) and sec["agent_within"] == round(2 / 30, 5)
+    assert rc["bursts"] == 1 and rc["bursts_seen_at_1hz"] == 0
+    res = characterize([t])
+    text = format_table(res)
+    assert "From the recorded step curves (2 steps of 1 traces" in text and "98.5 %" in text and "1.7-3.8 %" in text
+
+
+def test_no_recorded_curves_no_section():
+    res = characterize([A, B])
+    assert res["recorded_curves"] is None and "recorded step curves" not in format_table(res)

@@ -165,22 +165,37 @@ def test_percentile_sweep():
     assert sweep.sweep_limits([10, 20, 30, 40, 100]) == {"p50": 30, "p90": 76, "p99": 98, "max": 100}
 
 
-def test_paper_config_sweeps_the_subsets_percentiles_over_the_default_arms():
-    data, full = sweep.manifest_entries(ROOT / "traces")
-    peaks = {e["trace_id"]: e["peak_mb"] for e in full}
-    want = sweep.sweep_limits([peaks[t] for t in data["subsets"]["paper"]])
-    paper = cfgmod.load(ROOT / "experiments" / "exp1-paper.toml")
+def test_shipped_recorded_subsets_follow_the_rule():
+    data, recorded = sweep.manifest_entries(ROOT / "traces", "recorded")
+    assert data["subsets"]["paper-recorded"] == sweep.paper_subset(recorded)
+    twins = sweep.derived_twins(ROOT / "traces", data, [e["trace_id"] for e in recorded])
+    smoke = data["subsets"]["recorded-smoke"]
+    assert smoke == sweep.smoke_subset(recorded, twins) and len(smoke) == sweep.SMOKE_SIZE
+    assert data["subsets"]["recorded-smoke-1hz"] == [twins[t] for t in smoke]
+    # each twin is the same source run, once recorded here and once derived from 1 Hz samples
+    for rec, der in zip(smoke, data["subsets"]["recorded-smoke-1hz"]):
+        assert rec.split("/", 1)[1] == der.split("/", 1)[1] and rec != der
+
+
+@pytest.mark.parametrize("config, subset, source", [("exp1-paper.toml", "paper-recorded", "recorded"),
+                                                    ("exp1-paper-derived.toml", "paper", "full")])
+def test_paper_config_sweeps_the_subsets_percentiles_over_the_default_arms(config, subset, source):
+    data, entries = sweep.manifest_entries(ROOT / "traces", source)
+    peaks = {e["trace_id"]: e["peak_mb"] for e in entries}
+    want = sweep.sweep_limits([peaks[t] for t in data["subsets"][subset]])
+    paper = cfgmod.load(ROOT / "experiments" / config)
     default = cfgmod.load(ROOT / "experiments" / "agentcgroup.toml")
-    assert paper.arms == default.arms, "exp1-paper.toml's arms must be agentcgroup.toml's (copied)"
+    assert paper.arms == default.arms, f"{config}'s arms must be agentcgroup.toml's (copied)"
     exp = paper.experiments["exp1"]
-    assert exp.subset == "paper"
+    assert exp.subset == subset
     got = {v.params["ablation"]: v.overrides["arms"] for v in exp.matrix}
     assert list(got) == list(want)
     for name, arms in got.items():
         assert arms == {a: {key: want[name]} for a, key in sweep.SWEPT.items()}, name
-    # `make run` keeps the smoke exp1: no sweep there
-    assert default.experiments["exp1"].subset == "smoke" and not default.experiments["exp1"].matrix
-    raw = tomllib.loads((ROOT / "experiments" / "exp1-paper.toml").read_text())
+    # `make run` keeps the smoke exp1 (both profiles of the same runs): no sweep there
+    assert default.experiments["exp1"].subset == "recorded-smoke,recorded-smoke-1hz"
+    assert not default.experiments["exp1"].matrix
+    raw = tomllib.loads((ROOT / "experiments" / config).read_text())
     assert "matrix" in raw["experiments"]["exp1"]
 
 
@@ -214,3 +229,29 @@ def test_no_frontier_without_a_sweep(tmp_path):
     recs = [step_rec(reserved_gib_s=1.0, used_gib_s=0.5)]
     html = build_report(write_results(tmp_path / "r", recs), tmp_path / "out").read_text()
     assert "frontier.png" not in html and 'id="reservation"' in html
+
+
+def test_a_run_of_both_corpora_draws_each_arm_twice_without_a_sweep(tmp_path):
+    """exp1 on recorded profiles and on the 1 Hz-derived profiles of the same runs (make run): a
+    test is `recorded` when any of its steps replayed a recorded profile, and each arm is one
+    frontier point per corpus."""
+    from pytest_agentcgroup.reports import build_report
+    from pytest_agentcgroup.reports.frames import load
+    from pytest_agentcgroup.reports.frontier import has_frontier, reservation_frame
+    recs = []
+    for arm, kills in (("static-toolcall", {"recorded": 1, "derived": 0}), ("unlimited", {"recorded": 0, "derived": 0})):
+        for corpus, tid in (("recorded", "cc-recorded/x"), ("derived", "cc/x")):
+            recs.append(step_rec(trace_id=tid, config=arm, step_id=0, profile_source="derived",
+                                 reserved_gib_s=1.0, used_gib_s=0.1, step_time_s=1.0))
+            recs.append(step_rec(trace_id=tid, config=arm, step_id=1, profile_source=corpus, oom_kills=kills[corpus],
+                                 reserved_gib_s=4.0 if corpus == "derived" else 2.0, used_gib_s=0.5, step_time_s=2.0))
+    tests = load(write_results(tmp_path / "r", recs)).tests
+    assert dict(zip(tests["trace_id"], tests["profiles"])) == {"cc-recorded/x": "recorded", "cc/x": "derived"}
+    frame = reservation_frame(tests)
+    assert has_frontier(frame) and len(frame) == 4
+    row = frame[(frame["config"] == "static-toolcall") & (frame["profiles"] == "recorded")].iloc[0]
+    assert row["oom_kills"] == 1 and row["reserved_gib_s"] == 3.0
+    html = build_report(tmp_path / "r", tmp_path / "out").read_text()
+    assert 'src="figures/frontier.png"' in html and "step profiles" in html
+    # one corpus alone, no sweep: no frontier
+    assert not has_frontier(frame[frame["profiles"] == "recorded"])

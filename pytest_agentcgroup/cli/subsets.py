@@ -43,7 +43,13 @@ def add_parsers(tsub) -> None:
                "empty manifest, 2 usage error.")
     w.add_argument("traces", type=Path, help="the corpus directory (with manifest.json)")
     w.add_argument("-n", type=int, default=sweep.PAPER_SIZE, help=f"paper subset size (default {sweep.PAPER_SIZE})")
-    w.add_argument("--write-manifest", action="store_true", help="write the subset as subsets.paper")
+    w.add_argument("--from", dest="source", default="full", metavar="SUBSET",
+                   help="the subset to draw from (default full; `recorded` for the recorded corpus)")
+    w.add_argument("--name", default="paper", help="the paper subset's name in the manifest (default paper)")
+    w.add_argument("--smoke", metavar="NAME",
+                   help=f"also draw a smoke subset NAME: the {sweep.SMOKE_SIZE} traces with the largest peaks among "
+                        f"those with a derived twin in `full`, and NAME{sweep.TWINS_SUFFIX}, their twins")
+    w.add_argument("--write-manifest", action="store_true", help="write the subset(s) into the manifest")
     w.set_defaults(func=cmd_sweep)
 
 
@@ -84,26 +90,41 @@ def cmd_select(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    manifest = args.traces / MANIFEST
     try:
-        data, entries = sweep.manifest_entries(args.traces)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"{args.traces / 'manifest.json'}: cannot read the full subset's entries: {exc}", file=sys.stderr)
+        data, entries = sweep.manifest_entries(args.traces, args.source)
+        twins = sweep.derived_twins(args.traces, data, [e["trace_id"] for e in entries]) if args.smoke else {}
+    except KeyError as exc:
+        print(f"{manifest}: no subset {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"{manifest}: cannot read the {args.source} subset's entries: {exc}", file=sys.stderr)
         return 1
     if args.n < 1:
         print(f"-n {args.n}: the paper subset needs at least one trace", file=sys.stderr)
         return 2
     if not entries:
-        print(f"{args.traces / 'manifest.json'}: the full subset is empty: no trace peaks to sweep", file=sys.stderr)
+        print(f"{manifest}: the {args.source} subset is empty: no trace peaks to sweep", file=sys.stderr)
         return 1
     ids = sweep.paper_subset(entries, args.n)
     peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
     limits = sweep.sweep_limits([peaks[t] for t in ids])
+    written = {args.name: ids}
+    if args.smoke:
+        smoke = sweep.smoke_subset(entries, twins)
+        if not smoke:
+            print(f"{manifest}: no trace of {args.source} has a derived twin in full: no {args.smoke} subset",
+                  file=sys.stderr)
+            return 1
+        written[args.smoke] = smoke
+        written[args.smoke + sweep.TWINS_SUFFIX] = [twins[t] for t in smoke]
     if args.write_manifest:
-        data["subsets"]["paper"] = ids
-        (args.traces / "manifest.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n",
-                                                   encoding="utf-8")
-    print(f"# paper subset: {len(ids)} of {len(entries)} traces; trace peaks (MiB, derived from the recorded "
-          f"profiles): {', '.join(f'{k} {v}' for k, v in limits.items())}")
+        data["subsets"].update(written)
+        manifest.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"# {args.name} subset: {len(ids)} of {len(entries)} traces of {args.source}; trace peaks (MiB, from "
+          f"the traces' step peaks): {', '.join(f'{k} {v}' for k, v in limits.items())}")
+    for name in list(written)[1:]:
+        print(f"# {name}: {', '.join(written[name])}")
     print(sweep.matrix_toml(limits))
     return 0
 

@@ -8,7 +8,8 @@ harness's settings and state.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -29,6 +30,7 @@ class Case:
     arm: Arm
     variant: cfgmod.Variant = field(default_factory=cfgmod.Variant)
     with_seed: bool = False          # the matrix has seeds, so the id names the seed
+    full_id: bool = False            # another trace of the run has the same id without its family
 
     @property
     def seed(self) -> int:
@@ -44,13 +46,18 @@ class Case:
         return run_key(self.experiment.name, self.arm.name, self.trace_id, self.seed, self.params)
 
     def __str__(self) -> str:
-        return case_id(self.arm.name, self.trace_id) + self.variant.id(self.with_seed)
+        return case_id(self.arm.name, self.trace_id, self.full_id) + self.variant.id(self.with_seed)
 
 
-def case_id(arm: str, trace_id: str) -> str:
-    """Stable, readable test id: `<arm>:<trace id without its format prefix>`."""
-    short = trace_id.split("/", 1)[1] if "/" in trace_id else trace_id
-    return f"{arm}:{short}"
+def short_id(trace_id: str) -> str:
+    """A trace id without its family (`claude-code/local/x` -> `local/x`)."""
+    return trace_id.split("/", 1)[1] if "/" in trace_id else trace_id
+
+
+def case_id(arm: str, trace_id: str, full: bool = False) -> str:
+    """Stable, readable test id: `<arm>:<trace id without its family>`, or with it (`full`) where
+    the run has two traces of one id in two families (a recorded copy and its 1 Hz original)."""
+    return f"{arm}:{trace_id if full else short_id(trace_id)}"
 
 
 def experiment_name(definition) -> str | None:
@@ -136,4 +143,6 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
             except TraceError as exc:
                 pytest.fail(f"{conf.path}: experiments.{name}.matrix: {exc}", pytrace=False)
         cases += [Case(vexp, t, varms[a], variant, with_seed) for a in arm_names for t in vtraces]
+    families = Counter(short_id(t) for t in {c.trace_id for c in cases})
+    cases = [replace(c, full_id=True) if families[short_id(c.trace_id)] > 1 else c for c in cases]
     metafunc.parametrize("agentcgroup_case", cases, ids=[str(c) for c in cases], scope="function")

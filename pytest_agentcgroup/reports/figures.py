@@ -133,30 +133,49 @@ def ablation_deltas(deltas) -> Figure:
 
 def frontier(frame) -> Figure:
     """OOM kills against reserved memory, one line per arm through its sweep points (`frame`: the
-    frame of frontier.reservation_frame), each point named by its sweep value."""
+    frame of frontier.reservation_frame), each point named by its sweep value. Where the frame holds
+    both recorded and 1 Hz-derived profiles (`profiles`), each arm is two series in one colour,
+    recorded filled and derived hollow, with an arrow from each derived point to the recorded one of
+    the same arm and sweep point: what replaying the recorded profiles changed."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     sel = frame.dropna(subset=["reserved_gib_s", "oom_kills"])
     multi_run, multi_exp = sel["run"].nunique() > 1, sel["experiment"].nunique() > 1
+    corpora = sel["profiles"].nunique() > 1
+    arms: dict[tuple, int] = {}                    # run, experiment, arm -> its colour and marker
     labels: dict[tuple, tuple[list, str]] = {}     # one label per spot: the sweep values that land there
-    for i, (key, arm) in enumerate(sel.groupby(["run", "experiment", "config"], sort=False)):
+    for key, arm in sel.groupby(["run", "experiment", "config", "profiles"], sort=False):
+        i = arms.setdefault(key[:3], len(arms))
         arm = arm.sort_values("reserved_gib_s")
-        name = series_name(dict(zip(["run", "experiment", "config"], key)), multi_run, multi_exp)
+        name = series_name(dict(zip(["run", "experiment", "config"], key[:3])), multi_run, multi_exp)
         color = f"C{i % 10}"
+        hollow = corpora and key[3] != "recorded"
         # arms can coincide (static-env and static-toolcall on traces of one tool call at a time):
         # marker, size and dash differ per arm so that a line drawn over another still shows
         ax.plot(arm["reserved_gib_s"], arm["oom_kills"], marker="osD^vP*X"[i % 8], markersize=9 - i % 4 * 1.5,
-                linestyle=("-", "--", ":", "-.")[i % 4], color=color, label=name)
+                linestyle=("-", "--", ":", "-.")[i % 4], color=color, markerfacecolor="none" if hollow else color,
+                label=f"{name} ({key[3]})" if corpora else name)
         for r in arm.itertuples():
             names, _ = labels.setdefault((round(r.reserved_gib_s, 1), r.oom_kills), ([], color))
-            if r.point not in names:
+            if r.point not in names and r.point != "-":         # "-": no sweep, nothing to name
                 names.append(r.point)
+    if corpora:
+        for _, pts in sel.groupby(["run", "experiment", "config", "params"], sort=False):
+            rec, der = pts[pts["profiles"] == "recorded"], pts[pts["profiles"] != "recorded"]
+            if len(rec) == 1 and len(der) == 1:
+                ax.annotate("", xy=(rec["reserved_gib_s"].iloc[0], rec["oom_kills"].iloc[0]),
+                            xytext=(der["reserved_gib_s"].iloc[0], der["oom_kills"].iloc[0]),
+                            arrowprops={"arrowstyle": "->", "color": "grey", "linewidth": 0.7, "alpha": 0.7})
     for (x, y), (names, color) in labels.items():
-        ax.annotate(",".join(names), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+        if names:
+            ax.annotate(",".join(names), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
     ax.set_xscale("log")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    swept = (sel["point"] != "-").any()
     return _finish(fig, ax, "memory reserved by the arm's limits (GiB·s, derived: over recorded step durations, "
-                            "summed over traces)", "OOM kills (count, recorded by the kernel, summed over traces)",
-                   "Kills vs reserved memory: one point per swept limit, per arm")
+                            "summed over traces)", "OOM kills (count, recorded by the kernel,\nsummed over traces)",
+                   "Kills vs reserved memory: " + ("one point per swept limit, per arm" if swept else "per arm")
+                   + ("\nfilled: recorded profiles; hollow: derived from 1 Hz samples; arrows: derived → recorded"
+                      if corpora else ""))
 
 
 def sampling_peaks(points, missed_mb: float) -> Figure:

@@ -14,6 +14,7 @@ Records without `seed` are seed 0; without `params`, no sweep axes ({}).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -170,11 +171,23 @@ def load(dirs: str | Path | list[str | Path]) -> Results:
     return Results(records, sources)
 
 
+def profiles(recs: list[dict]) -> str:
+    """Where a test's replayed step profiles came from: `recorded` when any step replayed a recorded
+    profile (a recorded trace's steps without a command, a file read, keep their source's derived
+    figures), else the most common of its steps' provenances (derived, synthetic; `none` for real
+    commands, which replay no profile)."""
+    seen = Counter(str(r.get("profile_source")) for r in recs if r.get("profile_source"))
+    if "recorded" in seen:
+        return "recorded"
+    return seen.most_common(1)[0][0] if seen else "none"
+
+
 def _test_row(key: tuple, recs: list[dict]) -> dict:
     [values] = test_values(recs).values()       # the numbers the gate and `compare` compare
     return {
         **dict(zip(TEST_KEY, key)),
         "executor": ",".join(sorted({str(r.get("executor", "")) for r in recs})),
+        "profiles": profiles(recs),
         **{k: values[k] for k in TEST_METRICS if k in values},
     }
 
@@ -194,7 +207,7 @@ def per_test_frame(records: list[dict]):
     for row in rows:
         for a in axes:
             row[f"param:{a}"] = params[row["params"]].get(a)
-    cols = [*TEST_KEY, *(f"param:{a}" for a in axes), "executor", *TEST_METRICS]
+    cols = [*TEST_KEY, *(f"param:{a}" for a in axes), "executor", "profiles", *TEST_METRICS]
     return pd.DataFrame(rows, columns=cols)
 
 

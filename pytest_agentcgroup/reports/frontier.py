@@ -4,13 +4,17 @@ One row per results dir × experiment × arm × sweep point (params; seeds avera
 limits reserved over all its traces, what the steps used, utilization, idle reservation (GiB·s over
 the steps' recorded durations: metrics/reservation.py) and the OOM kills there. A sweep of a limit
 gives each arm one point per value: fewer kills cost more reserved memory, and the frontier figure
-(figures.frontier) draws those points per arm.
+(figures.frontier) draws those points per arm. Tests whose traces replayed recorded profiles and
+tests whose traces replayed profiles derived from 1 Hz samples (`profiles`, frames.profiles) are
+kept apart: the same arm on both corpora is two series, and a run of both is a frontier to draw
+even without a sweep.
 """
 from __future__ import annotations
 
 SUMS = ("oom_kills", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s", "used_gib_s",
         "idle_reserved_gib_s", "step_time_s", "total_steps")
-COLUMNS = ["run", "experiment", "config", "params", "point", "seeds", "traces", *SUMS, "utilization"]
+KEY = ["run", "experiment", "config", "params", "profiles"]
+COLUMNS = [*KEY, "point", "seeds", "traces", *SUMS, "utilization"]
 
 
 def point_name(params: str) -> str:
@@ -21,15 +25,15 @@ def point_name(params: str) -> str:
 
 
 def reservation_frame(tests):
-    """Per run × experiment × arm × params: the sums over its traces (means over seeds) of SUMS, and
-    utilization = Σ used / Σ reserved. Rows where no test carries a reservation are kept (None)."""
+    """Per run × experiment × arm × params × profiles: the sums over its traces (means over seeds) of
+    SUMS, and utilization = Σ used / Σ reserved. Rows where no test carries a reservation are kept (None)."""
     import pandas as pd
     rows = []
     if tests.empty:
         return pd.DataFrame(rows, columns=COLUMNS)
-    for key, sel in tests.groupby(["run", "experiment", "config", "params"], sort=False):
+    for key, sel in tests.groupby(KEY, sort=False):
         seeds = sel["seed"].nunique()
-        row = dict(zip(["run", "experiment", "config", "params"], key))
+        row = dict(zip(KEY, key))
         row.update(point=point_name(key[3]), seeds=seeds, traces=sel["trace_id"].nunique())
         for k in SUMS:
             # each trace's mean over its own seeds, then the sum over traces: a seed missing for one
@@ -47,8 +51,11 @@ def reservation_frame(tests):
 
 
 def has_frontier(frame) -> bool:
-    """True when some arm has at least two sweep points with a reservation: a frontier to draw."""
+    """True when some arm has at least two sweep points with a reservation, or some experiment ran
+    on both recorded and derived profiles: a frontier to draw."""
     if frame.empty:
         return False
     sel = frame.dropna(subset=["reserved_gib_s"])
-    return bool((sel.groupby(["run", "experiment", "config"])["params"].nunique() >= 2).any())
+    swept = (sel.groupby(["run", "experiment", "config", "profiles"])["params"].nunique() >= 2).any()
+    corpora = (sel.groupby(["run", "experiment"])["profiles"].nunique() >= 2).any()
+    return bool(swept or corpora)

@@ -78,7 +78,8 @@ def _characterization_page(paths: list[Path], out: Path) -> str:
     """OUT/characterization.html: `traces characterize` of the traces at `paths`, as HTML tables,
     and, for profiled traces that keep their source's 1 Hz profile, `traces sampling` with its
     figure (OUT/figures/sampling_peaks.png)."""
-    from ..traces.characterize import characterize, comparison_rows, header, kind_rows, load_traces
+    from ..traces.characterize import (characterize, comparison_rows, header, kind_rows, load_traces,
+                                       recorded_heading, recorded_rows)
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise ResultsError(f"characterization: no such file or directory: {', '.join(missing)}")
@@ -94,6 +95,12 @@ def _characterization_page(paths: list[Path], out: Path) -> str:
                     f"<td>{f(b['max'])}</td></tr>" for k, a, b in kind_rows(res))
     comp = "".join(f"<tr><td>{e(label)}</td><td>{e(ours)}</td><td>{e(paper)}</td><td>{e(diff)}</td></tr>"
                    for label, ours, paper, diff in comparison_rows(res))
+    rec = "".join(f"<tr><td>{e(label)}</td><td>{e(ours)}</td><td>{e(paper)}</td><td>{e(diff)}</td></tr>"
+                  for label, ours, paper, diff in recorded_rows(res))
+    if rec:
+        rec = (f'<h3>From recorded step curves</h3>\n<p class="note">{e(recorded_heading(res))}</p>\n'
+               f'<table id="paper-recorded"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>'
+               f'<th>difference in definition</th></tr></thead><tbody>{rec}</tbody></table>')
     hz = _sampling_section(traces, out)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -113,6 +120,7 @@ that baseline + peak_mb (only for traces whose source carries the container summ
 <h2>Beside the AgentCgroup paper</h2>
 <table id="paper"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>
 <th>difference in definition</th></tr></thead><tbody>{comp}</tbody></table>
+{rec}
 {hz}
 </body></html>
 """
@@ -204,11 +212,13 @@ def _reservation_section(reserve) -> str:
     """The per-arm (× sweep point) table of reserved, used, utilization and idle memory."""
     if reserve.empty or reserve["reserved_gib_s"].isna().all():
         return ""
-    keys = (["run"] if reserve["run"].nunique() > 1 else []) + ["experiment", "config", "point", "traces", "oom_kills",
+    keys = (["run"] if reserve["run"].nunique() > 1 else []) + ["experiment", "config", "point"] \
+        + (["profiles"] if reserve["profiles"].nunique() > 1 else []) + ["traces", "oom_kills",
                                                                    "reserved_gib_s", "used_gib_s", "utilization",
                                                                    "idle_reserved_gib_s", "ceiling_reserved_gib_s",
                                                                    "soft_reserved_gib_s", "step_time_s"]
-    heads = {"run": "results dir", "config": "arm", "point": "sweep point", "traces": "traces (count)",
+    heads = {"run": "results dir", "config": "arm", "point": "sweep point", "profiles": "step profiles",
+             "traces": "traces (count)",
              "oom_kills": "OOM kills (count, recorded)", "reserved_gib_s": "reserved (GiB·s)",
              "used_gib_s": "used (GiB·s, sampled)", "utilization": "utilization (used/reserved)",
              "idle_reserved_gib_s": "idle reserved (GiB·s)", "ceiling_reserved_gib_s": "at the ceiling (GiB·s)",

@@ -199,19 +199,21 @@ def _tests_table(res: Results, several: bool) -> str:
 
 
 def _sweep_section(res: Results, reserve) -> str:
-    """Per arm × sweep point: what it reserved and used (only with sweep axes: otherwise it is the
-    summary's reservation table)."""
-    if not res.axes() or reserve.empty:
+    """Per arm × sweep point × step profiles: what it reserved and used (only with sweep axes or
+    both recorded and derived profiles: otherwise it is the summary's reservation table)."""
+    if reserve.empty or not (res.axes() or reserve["profiles"].nunique() > 1):
         return ""
     keys = [("reserved_gib_s", "reserved"), ("used_gib_s", "used"), ("utilization", "utilization"),
             ("idle_reserved_gib_s", "idle reserved"), ("step_time_s", "tool time")]
-    rows = [[code(r["experiment"] or "-"), code(r["config"]), code(r["point"]), str(r["traces"]),
+    rows = [[code(r["experiment"] or "-"), code(r["config"]), code(r["point"]), code(r["profiles"]), str(r["traces"]),
              shown_value(r["oom_kills"], "oom_kills")] + [shown_value(r[k], k) for k, _ in keys]
             for r in reserve.to_dict("records")]
-    heads = ["experiment", "arm", "sweep point", "traces (count)", "OOM kills (count, recorded)"] + [
+    heads = ["experiment", "arm", "sweep point", "step profiles", "traces (count)", "OOM kills (count, recorded)"] + [
         heading(k, label) for k, label in keys]
-    return ("## Per sweep point\n\nSums over the traces, means over seeds (derived: metrics/reservation.py).\n\n"
-            + table(heads, rows, [False] * 3 + [True] * (len(heads) - 3)))
+    return ("## Per sweep point and step profiles\n\nSums over the traces, means over seeds (derived: "
+            "metrics/reservation.py). Step profiles: `recorded` where the traces replayed profiles recorded "
+            "step by step, `derived` where they replayed profiles derived from 1 Hz samples.\n\n"
+            + table(heads, rows, [False] * 4 + [True] * (len(heads) - 4)))
 
 
 def _ablation_section(deltas) -> str:

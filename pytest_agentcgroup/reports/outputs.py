@@ -86,7 +86,9 @@ def write_outputs(res: Results, out: str | Path, *, config: str | Path | None = 
     if frontier.has_frontier(reserve):
         figs.append(("frontier.png", figures.frontier(reserve),
                      "OOM kills (count, recorded) against the memory each arm's limits reserved (GiB·s, derived: "
-                     "∫ limit dt over the steps' recorded durations, summed over traces), one point per sweep value."))
+                     "∫ limit dt over the steps' recorded durations, summed over traces), one point per sweep value; "
+                     "where the run replayed both recorded and 1 Hz-derived profiles, one series per arm and corpus "
+                     "(filled: recorded, hollow: derived) and an arrow from each derived point to its recorded one."))
     deltas = ablation_deltas(tests, defaults)
     if not deltas.empty:
         figs.append(("ablation.png", figures.ablation_deltas(deltas),

@@ -77,15 +77,22 @@ class Corpus:
         return cls(root=root, subsets=subsets, files=files)
 
     def ids(self, subset: str) -> tuple[str, ...]:
-        """Trace ids of a subset name, or of a comma-separated list of trace ids."""
+        """Trace ids of a subset name, or of a comma-separated list of subset names and trace ids (in
+        that order, each id once)."""
         if subset in self.subsets:
             return self.subsets[subset]
-        ids = tuple(x.strip() for x in subset.split(",") if x.strip())
-        unknown = [x for x in ids if x not in self.files]
-        if unknown:
-            raise TraceError(f"{unknown[0]!r} is neither a subset ({', '.join(sorted(self.subsets))}) nor a trace id",
-                             file=str(self.root / MANIFEST))
-        return ids
+        ids: dict[str, None] = {}
+        for part in (x.strip() for x in subset.split(",")):
+            if not part:
+                continue
+            if part in self.subsets:
+                ids.update(dict.fromkeys(self.subsets[part]))
+            elif part in self.files:
+                ids[part] = None
+            else:
+                raise TraceError(f"{part!r} is neither a subset ({', '.join(sorted(self.subsets))}) nor a trace id",
+                                 file=str(self.root / MANIFEST))
+        return tuple(ids)
 
     def load(self, trace_id: str) -> Trace:
         path = self.files[trace_id]

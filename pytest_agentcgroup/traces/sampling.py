@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .characterize import quantile
 from .classify import step_kind
 from .ir import Trace
+from .stats import quantile
 
 MISSED_BELOW_MB = 1.0
 MISSED_MB = 50.0

@@ -16,6 +16,14 @@ static-high's, agentcgroup's and bpf-soft's memory_high_mb (their ceiling stays)
 
     agentcgroup traces sweep traces                    # print the subset and the matrix
     agentcgroup traces sweep traces --write-manifest   # (re)write subsets.paper
+
+The recorded corpus gets the same, drawn from subset `recorded` instead of `full`, and a smoke
+subset: the SMOKE_SIZE traces with the largest peaks among those that have a derived twin (the
+trace of `full` made from the same source run, its profiles derived from 1 Hz samples), and beside
+it the twins, so that a run of both compares the two profiles of the same runs:
+
+    agentcgroup traces sweep traces --from recorded --name paper-recorded --smoke recorded-smoke --write-manifest
+    # writes subsets.paper-recorded, subsets.recorded-smoke and subsets.recorded-smoke-1hz
 """
 from __future__ import annotations
 
@@ -25,6 +33,9 @@ from pathlib import Path
 
 PEAK_BINS_MB = (32, 64, 128, 256, 512, 1024)
 PAPER_SIZE = 50
+SMOKE_SIZE = 5
+#: the suffix of a smoke subset's derived twins: `recorded-smoke` -> `recorded-smoke-1hz`
+TWINS_SUFFIX = "-1hz"
 PERCENTILES = (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))
 #: arm -> the limit a sweep point sets on it
 SWEPT = {"static-toolcall": "memory_max_mb", "static-env": "memory_max_mb", "static-high": "memory_high_mb",
@@ -89,7 +100,38 @@ def matrix_toml(limits: dict[str, int], arms=SWEPT) -> str:
     return "\n".join(lines + ["]"])
 
 
-def manifest_entries(root: Path) -> tuple[dict, list[dict]]:
+def manifest_entries(root: Path, subset: str = "full") -> tuple[dict, list[dict]]:
+    """The manifest and the entries of `subset`'s traces (a KeyError names a missing subset)."""
     data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    full = set(data["subsets"]["full"])
-    return data, [e for e in data["traces"] if e["trace_id"] in full]
+    chosen = set(data["subsets"][subset])
+    return data, [e for e in data["traces"] if e["trace_id"] in chosen]
+
+
+def derived_twins(root: Path, data: dict, ids: list[str]) -> dict[str, str]:
+    """Trace id of `ids` -> the trace of subset `full` made from the same source run (same source
+    dataset and path) whose profiles were not recorded here (no `source.profiled`): the 1 Hz
+    original of a profiled copy. Ids without one are left out."""
+    from .ir import read_traces
+    files = {e["trace_id"]: root / e["file"] for e in data["traces"]}
+
+    def source(tid):
+        trace = next(t for t in read_traces(files[tid]) if t.trace_id == tid)
+        return trace.source
+
+    def run_of(src):
+        return (src.get("dataset"), src.get("path")) if src.get("dataset") and src.get("path") else None
+
+    originals = {}
+    for tid in data["subsets"]["full"]:
+        src = source(tid)
+        if "profiled" not in src and run_of(src):
+            originals.setdefault(run_of(src), tid)
+    return {tid: originals[run_of(src)] for tid in ids
+            if run_of(src := source(tid)) in originals and originals[run_of(src)] != tid}
+
+
+def smoke_subset(entries: list[dict], twins: dict[str, str], n: int = SMOKE_SIZE) -> list[str]:
+    """The n traces of `entries` with a derived twin and the largest peaks (ties by trace id):
+    the ones a per-step limit can bind, on the runs both corpora have."""
+    with_twin = [e for e in entries if e["trace_id"] in twins]
+    return [e["trace_id"] for e in sorted(with_twin, key=lambda e: (-float(e.get("peak_mb") or 0.0), e["trace_id"]))[:n]]
