@@ -11,7 +11,7 @@
     [arms.<name>]                        # see arms.py; policy arms: bpf/controller.py
     [experiments.<name>]
     description = "..."
-    subset = "smoke"                     # a manifest subset, or comma-separated trace ids
+    subset = "smoke"                     # a manifest subset, or comma-separated subsets and trace ids
     arms = ["unlimited", "static-toolcall"]
     time_scale = 0.05                    # overrides [defaults]
     claims = ["agentcgroup.oom_kills < static-toolcall.oom_kills"]   # see studies/claims.py, studies/kinds.py

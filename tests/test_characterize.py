@@ -157,6 +157,23 @@ def test_recorded_curves_give_the_papers_whole_run_figures_over_tool_time():
     assert "From the recorded step curves (2 steps of 1 traces" in text and "98.5 %" in text and "1.7-3.8 %" in text
 
 
+def test_partial_seconds_count_by_length_and_curves_span_the_recorded_duration():
+    from pytest_agentcgroup.traces.curves import recorded_figures
+    from pytest_agentcgroup.traces.ir import Curve
+    # ten 100 ms steps, each rising 200 MiB: ten changing windows of 0.1 s over 1 s of tool time
+    short = [_curved(i, 100, [0, 50, 100], [0, 200, 200], 200.0) for i in range(10)]
+    sec = recorded_figures([_trace("d", short, agent_s=5.0)])["seconds_changing"]
+    assert sec["tool_seconds"] == 1.0 and sec["ticks"] == 1.0 and sec["agent_ticks"] == 0.2
+    # a curve whose sampler started 900 ms in still spans the step's 1100 ms; one that runs past
+    # the recorded duration is cut there; a step without peak_mb is judged by its own curve
+    late = _curved(0, 1100, [900, 1000, 1100], [0, 400, 400], 400.0)
+    long = _curved(1, 500, [0, 2500], [0, 500], 100.0)
+    bare = Step(step_id=2, tool="bash", args={"command": "true"}, duration_ms=Measure(10, "recorded"),
+                profile=Profile(curve=Curve((0.0, 10.0), (0.0, 10.0), "recorded")))
+    rc = recorded_figures([_trace("e", [late, long, bare])])
+    assert rc["seconds_changing"]["tool_seconds"] == 1.6 and rc["bursts"] == 1
+
+
 def test_no_recorded_curves_no_section():
     res = characterize([A, B])
     assert res["recorded_curves"] is None and "recorded step curves" not in format_table(res)

@@ -177,6 +177,23 @@ def test_shipped_recorded_subsets_follow_the_rule():
         assert rec.split("/", 1)[1] == der.split("/", 1)[1] and rec != der
 
 
+def test_sweep_cli_draws_from_a_subset_and_refuses_to_overwrite_its_inputs(capsys):
+    from pytest_agentcgroup.cli import main
+    traces = str(ROOT / "traces")
+    assert main(["traces", "sweep", traces, "--from", "recorded", "--smoke", "s"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# paper-recorded subset: 50 of 123 traces of recorded")
+    assert "# s: claude-code-recorded/haiku/xonsh__xonsh-3255," in out and "# s-1hz: claude-code/haiku/xonsh__xonsh-3255," in out
+    for args, said in ((["--from", "nosuch"], "no subset 'nosuch' (--from)"),
+                       (["--from", "recorded", "--name", "recorded"], "over the subset it draws from"),
+                       (["--name", "full"], "over the whole corpus"),
+                       (["--smoke", "x", "--name", "x"], "over another it writes")):
+        assert main(["traces", "sweep", traces, *args, "--write-manifest"]) == 2
+        assert said in capsys.readouterr().err
+    assert sweep.manifest_entries(ROOT / "traces", "recorded")[0]["subsets"]["paper"] == \
+        sweep.paper_subset(sweep.manifest_entries(ROOT / "traces")[1])        # nothing was written
+
+
 @pytest.mark.parametrize("config, subset, source", [("exp1-paper.toml", "paper-recorded", "recorded"),
                                                     ("exp1-paper-derived.toml", "paper", "full")])
 def test_paper_config_sweeps_the_subsets_percentiles_over_the_default_arms(config, subset, source):
@@ -253,5 +270,9 @@ def test_a_run_of_both_corpora_draws_each_arm_twice_without_a_sweep(tmp_path):
     assert row["oom_kills"] == 1 and row["reserved_gib_s"] == 3.0
     html = build_report(tmp_path / "r", tmp_path / "out").read_text()
     assert 'src="figures/frontier.png"' in html and "step profiles" in html
-    # one corpus alone, no sweep: no frontier
+    # one corpus alone, no sweep: no frontier; another experiment of the run is not drawn with it
     assert not has_frontier(frame[frame["profiles"] == "recorded"])
+    from pytest_agentcgroup.reports.frontier import frontier_frame
+    other = load(write_results(tmp_path / "r2", recs + [step_rec(experiment="exp4", trace_id="cc/x", reserved_gib_s=1.0,
+                                                                  used_gib_s=0.1, step_time_s=1.0)])).tests
+    assert set(frontier_frame(reservation_frame(other))["experiment"]) == {"exp1"}

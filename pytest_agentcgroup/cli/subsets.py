@@ -45,7 +45,8 @@ def add_parsers(tsub) -> None:
     w.add_argument("-n", type=int, default=sweep.PAPER_SIZE, help=f"paper subset size (default {sweep.PAPER_SIZE})")
     w.add_argument("--from", dest="source", default="full", metavar="SUBSET",
                    help="the subset to draw from (default full; `recorded` for the recorded corpus)")
-    w.add_argument("--name", default="paper", help="the paper subset's name in the manifest (default paper)")
+    w.add_argument("--name", help="the paper subset's name in the manifest (default paper, or paper-SUBSET "
+                                  "with --from SUBSET)")
     w.add_argument("--smoke", metavar="NAME",
                    help=f"also draw a smoke subset NAME: the {sweep.SMOKE_SIZE} traces with the largest peaks among "
                         f"those with a derived twin in `full`, and NAME{sweep.TWINS_SUFFIX}, their twins")
@@ -91,25 +92,33 @@ def cmd_select(args) -> int:
 
 def cmd_sweep(args) -> int:
     manifest = args.traces / MANIFEST
-    try:
-        data, entries = sweep.manifest_entries(args.traces, args.source)
-        twins = sweep.derived_twins(args.traces, data, [e["trace_id"] for e in entries]) if args.smoke else {}
-    except KeyError as exc:
-        print(f"{manifest}: no subset {exc}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"{manifest}: cannot read the {args.source} subset's entries: {exc}", file=sys.stderr)
-        return 1
+    name = args.name or ("paper" if args.source == "full" else f"paper-{args.source}")
+    names = [name] + ([args.smoke, args.smoke + sweep.TWINS_SUFFIX] if args.smoke else [])
+    kept = {args.source: "the subset it draws from", "full": "the whole corpus"}
+    clash = next((n for n in names if n in kept or names.count(n) > 1), None)
+    if clash:
+        print(f"agentcgroup traces sweep: would write subset {clash!r} over {kept.get(clash, 'another it writes')}",
+              file=sys.stderr)
+        return 2
     if args.n < 1:
         print(f"-n {args.n}: the paper subset needs at least one trace", file=sys.stderr)
         return 2
+    try:
+        data, entries = sweep.manifest_entries(args.traces, args.source)
+        twins = sweep.derived_twins(args.traces, data, [e["trace_id"] for e in entries]) if args.smoke else {}
+    except sweep.NoSubset as exc:
+        print(f"{manifest}: no subset {exc} (--from)", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{manifest}: cannot read the {args.source} subset's entries: {exc}", file=sys.stderr)
+        return 1
     if not entries:
         print(f"{manifest}: the {args.source} subset is empty: no trace peaks to sweep", file=sys.stderr)
         return 1
     ids = sweep.paper_subset(entries, args.n)
     peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
     limits = sweep.sweep_limits([peaks[t] for t in ids])
-    written = {args.name: ids}
+    written = {name: ids}
     if args.smoke:
         smoke = sweep.smoke_subset(entries, twins)
         if not smoke:
@@ -121,7 +130,7 @@ def cmd_sweep(args) -> int:
     if args.write_manifest:
         data["subsets"].update(written)
         manifest.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"# {args.name} subset: {len(ids)} of {len(entries)} traces of {args.source}; trace peaks (MiB, from "
+    print(f"# {name} subset: {len(ids)} of {len(entries)} traces of {args.source}; trace peaks (MiB, from "
           f"the traces' step peaks): {', '.join(f'{k} {v}' for k, v in limits.items())}")
     for name in list(written)[1:]:
         print(f"# {name}: {', '.join(written[name])}")

@@ -30,7 +30,7 @@ class Case:
     arm: Arm
     variant: cfgmod.Variant = field(default_factory=cfgmod.Variant)
     with_seed: bool = False          # the matrix has seeds, so the id names the seed
-    full_id: bool = False            # another trace of the run has the same id without its family
+    full_id: bool = False            # another trace of the corpus has the same id without its family
 
     @property
     def seed(self) -> int:
@@ -56,7 +56,8 @@ def short_id(trace_id: str) -> str:
 
 def case_id(arm: str, trace_id: str, full: bool = False) -> str:
     """Stable, readable test id: `<arm>:<trace id without its family>`, or with it (`full`) where
-    the run has two traces of one id in two families (a recorded copy and its 1 Hz original)."""
+    the corpus has two traces of one id in two families (a recorded copy and its 1 Hz original):
+    decided on the corpus, not the run, so a trace's id is the same whatever else a run selects."""
     return f"{arm}:{trace_id if full else short_id(trace_id)}"
 
 
@@ -143,6 +144,6 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
             except TraceError as exc:
                 pytest.fail(f"{conf.path}: experiments.{name}.matrix: {exc}", pytrace=False)
         cases += [Case(vexp, t, varms[a], variant, with_seed) for a in arm_names for t in vtraces]
-    families = Counter(short_id(t) for t in {c.trace_id for c in cases})
+    families = Counter(short_id(t) for t in corpus.files)
     cases = [replace(c, full_id=True) if families[short_id(c.trace_id)] > 1 else c for c in cases]
     metafunc.parametrize("agentcgroup_case", cases, ids=[str(c) for c in cases], scope="function")

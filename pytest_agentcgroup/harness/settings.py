@@ -36,7 +36,8 @@ SETTINGS = {
     "out": ("results directory: each run writes its own NNNN_<time>/ (metrics.jsonl, a line per step, and "
             "summary.json); `latest` points at the newest", "results", str, None),
     "traces": ("trace corpus directory (holding manifest.json); default: the config file's `traces`", None, str, None),
-    "subset": ("manifest subset or comma-separated trace ids to replay, for every experiment", None, str, "subset"),
+    "subset": ("manifest subset, or comma-separated subsets and trace ids, to replay, for every experiment", None, str,
+               "subset"),
     "arms": ("comma-separated arm names to run: each experiment runs those it can (exp2: its controllers); "
              "an experiment left with none skips", None, str, "arms"),
     "executor": ("how steps run: emulate (reproduce the recorded profile), sandbox (real command under bubblewrap) or docker (real command in a container)", None, str, None),

@@ -174,7 +174,7 @@ def frontier(frame) -> Figure:
     return _finish(fig, ax, "memory reserved by the arm's limits (GiB·s, derived: over recorded step durations, "
                             "summed over traces)", "OOM kills (count, recorded by the kernel,\nsummed over traces)",
                    "Kills vs reserved memory: " + ("one point per swept limit, per arm" if swept else "per arm")
-                   + ("\nfilled: recorded profiles; hollow: derived from 1 Hz samples; arrows: derived → recorded"
+                   + ("\nfilled: recorded step profiles; hollow: the others (legend); arrows: to recorded"
                       if corpora else ""))
 
 

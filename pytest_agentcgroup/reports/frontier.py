@@ -50,12 +50,19 @@ def reservation_frame(tests):
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def has_frontier(frame) -> bool:
-    """True when some arm has at least two sweep points with a reservation, or some experiment ran
-    on both recorded and derived profiles: a frontier to draw."""
-    if frame.empty:
-        return False
+def frontier_frame(frame):
+    """The rows (with a reservation) of the experiments that have a frontier to draw: some arm at two
+    or more sweep points, or the experiment run on both recorded and other step profiles."""
     sel = frame.dropna(subset=["reserved_gib_s"])
-    swept = (sel.groupby(["run", "experiment", "config", "profiles"])["params"].nunique() >= 2).any()
-    corpora = (sel.groupby(["run", "experiment"])["profiles"].nunique() >= 2).any()
-    return bool(swept or corpora)
+    if sel.empty:
+        return sel
+    swept = sel.groupby(["run", "experiment", "config", "profiles"])["params"].transform("nunique") >= 2
+    exp = ["run", "experiment"]
+    corpora = sel.groupby(exp)["profiles"].transform("nunique") >= 2
+    keep = (swept.groupby([sel[k] for k in exp]).transform("any")) | corpora
+    return sel[keep]
+
+
+def has_frontier(frame) -> bool:
+    """True when some experiment has a frontier to draw (frontier_frame)."""
+    return not frame.empty and not frontier_frame(frame).empty

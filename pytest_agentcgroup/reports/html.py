@@ -27,7 +27,8 @@ SUMMARY = [("traces", "traces"), ("total_steps", "steps"), ("latency_p50_ms", "p
            ("timeouts", "timeouts"), ("throttles_total", "throttles"), ("freezes_total", "freezes"),
            ("policy_kills_total", "policy kills"), ("pids_max_events_total", "forks refused")]
 HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace", "config": "arm",
-            "seed": "seed", "params": "params", "executor": "executor", "total_steps": "steps",
+            "seed": "seed", "params": "params", "executor": "executor", "profiles": "step profiles",
+            "total_steps": "steps",
             "executed_steps": "executed", "failed_steps": "failed", "latency_p50_ms": "p50 latency",
             "latency_p95_ms": "p95 latency", "latency_p99_ms": "p99 latency", "latency_total_ms": "total latency",
             "cpu_total_ms": "CPU time", "peak_rss_mb": "peak memory", "mem_high_events_total": "soft-limit breaches",

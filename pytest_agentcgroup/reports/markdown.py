@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from .frames import COLUMNS, Results, ResultsError, load
+from .frontier import frontier_frame
 from .outputs import write_outputs
 from .provenance import RunFiles, facts, read_run
 
@@ -201,7 +202,8 @@ def _tests_table(res: Results, several: bool) -> str:
 def _sweep_section(res: Results, reserve) -> str:
     """Per arm × sweep point × step profiles: what it reserved and used (only with sweep axes or
     both recorded and derived profiles: otherwise it is the summary's reservation table)."""
-    if reserve.empty or not (res.axes() or reserve["profiles"].nunique() > 1):
+    reserve = frontier_frame(reserve) if not reserve.empty else reserve
+    if reserve.empty:
         return ""
     keys = [("reserved_gib_s", "reserved"), ("used_gib_s", "used"), ("utilization", "utilization"),
             ("idle_reserved_gib_s", "idle reserved"), ("step_time_s", "tool time")]

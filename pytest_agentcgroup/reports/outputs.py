@@ -84,7 +84,7 @@ def write_outputs(res: Results, out: str | Path, *, config: str | Path | None = 
                         "no limit lines (no experiment config file given: --config).")))
     reserve = frontier.reservation_frame(tests)
     if frontier.has_frontier(reserve):
-        figs.append(("frontier.png", figures.frontier(reserve),
+        figs.append(("frontier.png", figures.frontier(frontier.frontier_frame(reserve)),
                      "OOM kills (count, recorded) against the memory each arm's limits reserved (GiB·s, derived: "
                      "∫ limit dt over the steps' recorded durations, summed over traces), one point per sweep value; "
                      "where the run replayed both recorded and 1 Hz-derived profiles, one series per arm and corpus "

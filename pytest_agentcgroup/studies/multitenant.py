@@ -81,7 +81,7 @@ def validate(tables: dict, where: str, arms: dict) -> dict:
         if tenant["priority"] not in PRIORITIES:
             raise TableError(f"{here}.{name}.priority: expected one of {', '.join(PRIORITIES)}, got {tenant['priority']!r}")
     if not isinstance(a["subset"], str) or not a["subset"]:
-        raise TableError(f"{here}.A.subset: expected a manifest subset or comma-separated trace ids")
+        raise TableError(f"{here}.A.subset: expected a manifest subset, or comma-separated subsets and trace ids")
     if not isinstance(b["trace"], str) or not b["trace"]:
         raise TableError(f"{here}.B.trace: expected a trace id")
     c["traces"] = trace_list(c["traces"], f"{here}.C.traces")

@@ -280,7 +280,9 @@ derivation) and builder, and keep their manifest entries when this corpus is reb
 `workspaces.lock.json`, subsets `real` and `recorded`; MIT); `openhands-rows/` (OpenHands
 trajectories on SWE-rebench, subsets `real`, `real-diverging` and `recorded`; CC-BY-4.0);
 `claude-code-recorded/` (the Claude Code runs above whose task has a workspace, their commands
-profiled here step by step, subset `recorded`; GPL-2.0 as their source).
+profiled here step by step, subset `recorded`; GPL-2.0 as their source). From `recorded`,
+`agentcgroup traces sweep traces --from recorded --smoke recorded-smoke` draws `paper-recorded`,
+`recorded-smoke` and `recorded-smoke-1hz` (the same five runs from `claude-code/`).
 
 ## Regenerate
 

@@ -82,9 +82,9 @@ RECORDED_DIFFERENCES = {
                            "paper's: the container's (agent runtime included) over the whole run, ~1 Hz",
     "near_peak_share": "ours: share of tool time at >= 90 % of the trace's largest recorded point, mean over "
                        "traces (P50 beside); the paper's threshold is not stated in what we read",
-    "seconds_changing": "ours: 1 s windows over tool time, and the same counts over the whole agent run where "
-                        "its length is recorded (no tool runs between calls); `1 s readings` as a 1 Hz sampler, "
-                        "`within` the curve's range inside the second",
+    "seconds_changing": "ours: 1 s windows over tool time (every trace), and the same seconds over the whole "
+                        "agent run of the traces that record its length (no tool runs between calls); `1 s "
+                        "readings` as a 1 Hz sampler, `within` the curve's range inside the second",
     "bursts_in_tool_calls": "ours records tool calls only, so every recorded burst is inside one by construction: "
                             "the count says how many there are, and how many the source's 1 Hz figures also saw",
 }
@@ -281,9 +281,11 @@ def recorded_rows(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("near_peak_share", "share of tool time near the peak (>= 90 %)",
          f"{f(_pct(near['mean'], 2), '%')} (P50 {f(_pct(near['p50'], 2), '%')})"),
         ("seconds_changing", f"seconds changing by > {rc['change_mb']:g} MiB, 1 s readings",
-         f"{f(_pct(sec['ticks'], 2), '%')} of tool time, {f(_pct(sec['agent_ticks'], 3), '%')} of agent time"),
-        ("seconds_changing", f"  same, range within the second",
-         f"{f(_pct(sec['within'], 2), '%')} of tool time, {f(_pct(sec['agent_within'], 3), '%')} of agent time"),
+         f"{f(_pct(sec['ticks'], 2), '%')} of tool time, {f(_pct(sec['agent_ticks'], 3), '%')} of agent time "
+         f"(n={sec['agent_traces']})"),
+        ("seconds_changing", "  same, range within the second",
+         f"{f(_pct(sec['within'], 2), '%')} of tool time, {f(_pct(sec['agent_within'], 3), '%')} of agent time "
+         f"(n={sec['agent_traces']})"),
         ("bursts_in_tool_calls", f"bursts > {rc['burst_mb']:g} MiB inside tool calls",
          f"{rc['bursts']} step(s); 1 Hz saw {rc['bursts_seen_at_1hz']}"),
     ]
@@ -341,7 +343,7 @@ def format_table(res: dict[str, Any]) -> str:
     if res.get("recorded_curves"):
         lines += ["", recorded_heading(res)]
         for label, ours, paper, diff in recorded_rows(res):
-            lines.append(f"{label:<46} {ours:<40} {paper:<14} {diff}")
+            lines.append(f"{label:<46} {ours:<48} {paper:<14} {diff}")
     return "\n".join(lines)
 
 

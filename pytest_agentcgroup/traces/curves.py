@@ -13,8 +13,9 @@ What they measure, per trace with at least one recorded curve:
 * seconds changing by > 100 MiB, two ways: `ticks`, the curve read once a second from each step's
   start (as a 1 Hz sampler reads it) and a second counted when consecutive readings differ by more
   than CHANGE_MB; `within`, a second counted when the curve's range inside it (max - min) exceeds
-  CHANGE_MB, which a 1 Hz sampler cannot see. A step's last, partial second is a window too; the
-  share is the windows counted over the tool time in seconds.
+  CHANGE_MB, which a 1 Hz sampler cannot see. A step's last, partial second is a window that
+  counts by its length (a 200 ms window changing counts 0.2 s); the share is the seconds counted
+  over the tool time. Over the agent run, both are pooled over the traces that say its length.
 * bursts over BURST_MB: the steps whose recorded peak exceeds it, and how many of those the
   trajectory's own 1 Hz figures (`original`) also put above it.
 
@@ -36,11 +37,16 @@ NEAR_PEAK = 0.9
 
 
 def _points(step) -> list[tuple[float, float]]:
-    """(t_ms, MiB) of a step's recorded curve, its last value held to the step's end."""
+    """(t_ms, MiB) of a step's recorded curve over [0, its recorded duration]: the first sample's
+    value from 0 (the sampler starts a few ms in), the last one held to the end, cut at the end."""
     c = step.profile.curve
     pts = list(zip(c.t_ms, c.mb))
     end = step.duration_ms.value if step.duration_ms else pts[-1][0]
-    if end > pts[-1][0]:
+    if pts[0][0] > 0:
+        pts.insert(0, (0.0, pts[0][1]))
+    if end < pts[-1][0]:
+        pts = [p for p in pts if p[0] < end] + [(end, _at(pts, end))]
+    elif end > pts[-1][0]:
         pts.append((end, pts[-1][1]))
     return pts
 
@@ -55,18 +61,18 @@ def _at(pts: list[tuple[float, float]], t: float) -> float:
     return pts[-1][1]
 
 
-def _seconds(pts: list[tuple[float, float]]) -> tuple[int, int]:
-    """(1 s windows whose readings at both ends differ by > CHANGE_MB, windows whose range exceeds it)."""
+def _seconds(pts: list[tuple[float, float]]) -> tuple[float, float]:
+    """Seconds (a partial window by its length) whose readings at both ends differ by > CHANGE_MB,
+    and seconds whose range exceeds it."""
     end = pts[-1][0]
-    n = max(1, math.ceil(end / 1000.0))
-    ticks = within = 0
-    for i in range(n):
+    ticks = within = 0.0
+    for i in range(max(1, math.ceil(end / 1000.0))):
         a, b = i * 1000.0, min((i + 1) * 1000.0, end)
         if abs(_at(pts, b) - _at(pts, a)) > CHANGE_MB:
-            ticks += 1
+            ticks += (b - a) / 1000.0
         inside = [m for t, m in pts if a <= t <= b] + [_at(pts, a), _at(pts, b)]
         if max(inside) - min(inside) > CHANGE_MB:
-            within += 1
+            within += (b - a) / 1000.0
     return ticks, within
 
 
@@ -86,12 +92,13 @@ def _area_and_near(pts: list[tuple[float, float]], level: float) -> tuple[float,
 
 def recorded_figures(traces: Iterable[Trace]) -> dict[str, Any] | None:
     """The figures of the module docstring over the traces' recorded curves; None without any."""
-    p2a, near_share, pooled = [], [], {"seconds": 0, "ticks": 0, "within": 0, "agent_seconds": 0.0,
-                                       "agent_ticks": 0, "agent_within": 0}
+    p2a, near_share, pooled = [], [], {"seconds": 0.0, "ticks": 0.0, "within": 0.0, "agent_seconds": 0.0,
+                                       "agent_ticks": 0.0, "agent_within": 0.0, "agent_traces": 0}
     per_trace_ticks, per_trace_within = [], []
     bursts, bursts_seen, curves, n = 0, 0, 0, 0
     for t in traces:
-        steps = [s for s in t.steps if s.profile.curve is not None and len(s.profile.curve.t_ms) >= 1]
+        steps = [s for s in t.steps if s.profile.curve is not None and s.profile.curve.provenance == "recorded"
+                 and len(s.profile.curve.t_ms) >= 1]
         if not steps:
             continue
         n += 1
@@ -99,13 +106,13 @@ def recorded_figures(traces: Iterable[Trace]) -> dict[str, Any] | None:
         every = [_points(s) for s in steps]
         top = max(m for pts in every for _, m in pts)
         area = near = span = 0.0
-        ticks = within = 0
+        ticks = within = 0.0
         for s, pts in zip(steps, every):
             a, nr = _area_and_near(pts, NEAR_PEAK * top) if top > 0 else (0.0, 0.0)
-            area, near, span = area + a, near + nr, span + pts[-1][0] - pts[0][0]
+            area, near, span = area + a, near + nr, span + pts[-1][0]
             c, w = _seconds(pts)
             ticks, within = ticks + c, within + w
-            peak = s.profile.peak_mb.value if s.profile.peak_mb else top
+            peak = s.profile.peak_mb.value if s.profile.peak_mb else max(m for _, m in pts)
             if peak > BURST_MB:
                 bursts += 1
                 orig = s.original.profile.peak_mb if s.original and s.original.profile else None
@@ -126,6 +133,7 @@ def recorded_figures(traces: Iterable[Trace]) -> dict[str, Any] | None:
             pooled["agent_seconds"] += agent["value"]
             pooled["agent_ticks"] += ticks
             pooled["agent_within"] += within
+            pooled["agent_traces"] += 1
     if not n:
         return None
 
@@ -141,7 +149,7 @@ def recorded_figures(traces: Iterable[Trace]) -> dict[str, Any] | None:
             "tool_seconds": round(pooled["seconds"], 1),
             "ticks": share(pooled["ticks"], pooled["seconds"]), "within": share(pooled["within"], pooled["seconds"]),
             "ticks_per_trace": dist(per_trace_ticks, 4), "within_per_trace": dist(per_trace_within, 4),
-            "agent_seconds": round(pooled["agent_seconds"], 1),
+            "agent_seconds": round(pooled["agent_seconds"], 1), "agent_traces": pooled["agent_traces"],
             "agent_ticks": share(pooled["agent_ticks"], pooled["agent_seconds"]),
             "agent_within": share(pooled["agent_within"], pooled["agent_seconds"])},
         "burst_mb": BURST_MB, "bursts": bursts, "bursts_seen_at_1hz": bursts_seen,

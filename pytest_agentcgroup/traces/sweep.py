@@ -100,9 +100,15 @@ def matrix_toml(limits: dict[str, int], arms=SWEPT) -> str:
     return "\n".join(lines + ["]"])
 
 
+class NoSubset(KeyError):
+    """The manifest has no subset of this name."""
+
+
 def manifest_entries(root: Path, subset: str = "full") -> tuple[dict, list[dict]]:
-    """The manifest and the entries of `subset`'s traces (a KeyError names a missing subset)."""
+    """The manifest and the entries of `subset`'s traces (NoSubset names a missing subset)."""
     data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
+    if subset not in data["subsets"]:
+        raise NoSubset(subset)
     chosen = set(data["subsets"][subset])
     return data, [e for e in data["traces"] if e["trace_id"] in chosen]
 
@@ -115,7 +121,9 @@ def derived_twins(root: Path, data: dict, ids: list[str]) -> dict[str, str]:
     files = {e["trace_id"]: root / e["file"] for e in data["traces"]}
 
     def source(tid):
-        trace = next(t for t in read_traces(files[tid]) if t.trace_id == tid)
+        trace = next((t for t in read_traces(files[tid]) if t.trace_id == tid), None)
+        if trace is None:
+            raise ValueError(f"{files[tid]}: has no trace {tid!r}, which the manifest lists there")
         return trace.source
 
     def run_of(src):
