@@ -45,7 +45,8 @@ def _points(step) -> list[tuple[float, float]]:
     if pts[0][0] > 0:
         pts.insert(0, (0.0, pts[0][1]))
     if end < pts[-1][0]:
-        pts = [p for p in pts if p[0] < end] + [(end, _at(pts, end))]
+        kept = [p for p in pts if p[0] <= end]
+        pts = kept + ([(end, _at(pts, end))] if kept[-1][0] < end else [])
     elif end > pts[-1][0]:
         pts.append((end, pts[-1][1]))
     return pts

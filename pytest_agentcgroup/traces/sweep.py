@@ -107,9 +107,12 @@ class NoSubset(KeyError):
 def manifest_entries(root: Path, subset: str = "full") -> tuple[dict, list[dict]]:
     """The manifest and the entries of `subset`'s traces (NoSubset names a missing subset)."""
     data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    if subset not in data["subsets"]:
+    if not isinstance(data, dict) or not isinstance(data.get("subsets"), dict) or not isinstance(data.get("traces"), list):
+        raise ValueError("not a manifest: an object with `subsets` and `traces`")
+    if subset not in data["subsets"] and subset != "full":        # `full` is every trace when not listed
         raise NoSubset(subset)
-    chosen = set(data["subsets"][subset])
+    listed = data["subsets"].get(subset)
+    chosen = set(listed if listed is not None else [e["trace_id"] for e in data["traces"]])
     return data, [e for e in data["traces"] if e["trace_id"] in chosen]
 
 
@@ -130,7 +133,7 @@ def derived_twins(root: Path, data: dict, ids: list[str]) -> dict[str, str]:
         return (src.get("dataset"), src.get("path")) if src.get("dataset") and src.get("path") else None
 
     originals = {}
-    for tid in data["subsets"]["full"]:
+    for tid in data["subsets"].get("full", files):
         src = source(tid)
         if "profiled" not in src and run_of(src):
             originals.setdefault(run_of(src), tid)
