@@ -193,15 +193,17 @@ def _tests_table(res: Results, several: bool) -> str:
         ids.append(("seed", "seed"))
     if res.axes():
         ids.append(("params", "params"))
+    if tests["profiles"].nunique() > 1:
+        ids.append(("profiles", "step profiles"))
     rows = [[code(r[k]) if k != "seed" else str(r[k]) for k, _ in ids] + [shown_value(r[k], k) for k, _ in TEST_COLUMNS]
             for r in tests.to_dict("records")]
     return table([text(label) for _, label in ids] + [heading(k, label) for k, label in TEST_COLUMNS], rows,
                  [k == "seed" for k, _ in ids] + [True] * len(TEST_COLUMNS))
 
 
-def _sweep_section(res: Results, reserve) -> str:
-    """Per arm × sweep point × step profiles: what it reserved and used (only with sweep axes or
-    both recorded and derived profiles: otherwise it is the summary's reservation table)."""
+def _sweep_section(reserve) -> str:
+    """Per arm × sweep point × step profiles: what it reserved and used, for the experiments with a
+    frontier (frontier.frontier_frame: a sweep, or both recorded and other step profiles)."""
     reserve = frontier_frame(reserve) if not reserve.empty else reserve
     if reserve.empty:
         return ""
@@ -249,7 +251,7 @@ def _page(runs: list[RunFiles], names: list[str], res: Results, outs, config, ti
     parts.append("## Per arm\n\nAs the run's summary.json holds them: one row per experiment × arm × seed × sweep "
                  "params (a column only where they differ), over every step of the arm's traces.\n\n"
                  + _summary_tables(runs, names))
-    sweep = _sweep_section(res, outs.reserve)
+    sweep = _sweep_section(outs.reserve)
     if sweep:
         parts.append(sweep)
     parts.append("## Figures\n\n" + "\n\n".join(_figure(name, caption) for name, caption in outs.figures))

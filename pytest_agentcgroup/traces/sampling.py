@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from .classify import step_kind
 from .ir import Trace
-from .stats import quantile
+from .stats import dist, quantile
 
 MISSED_BELOW_MB = 1.0
 MISSED_MB = 50.0
@@ -47,9 +47,6 @@ def _pair(step, metric: str) -> tuple[float, float] | None:
 
 
 def _summary(pairs: list[tuple[float, float]]) -> dict[str, Any]:
-    def dist(values):
-        return {q: (round(v, 1) if (v := quantile(values, p)) is not None else None)
-                for q, p in (("p50", 0.5), ("p95", 0.95))} | {"max": round(max(values), 1) if values else None}
     ratios = [r / d for r, d in pairs if d > 0]
     return {"steps": len(pairs), "recorded": dist([r for r, _ in pairs]), "derived": dist([d for _, d in pairs]),
             "ratio": {q: (float(f"{v:.3g}") if (v := quantile(ratios, p)) is not None else None)
