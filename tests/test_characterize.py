@@ -155,6 +155,7 @@ def test_recorded_curves_give_the_papers_whole_run_figures_over_tool_time():
     res = characterize([t])
     text = format_table(res)
     assert "From the recorded step curves (2 steps of 1 traces" in text and "98.5 %" in text and "1.7-3.8 %" in text
+    assert text.count("< 2 % (haiku)") == 2          # the paper's bound, in both tables
 
 
 def test_partial_seconds_count_by_length_and_curves_span_the_recorded_duration():

@@ -255,12 +255,14 @@ def test_characterization_page_from_traces_or_the_configs_corpus(tmp_path, capsy
     assert "18 trace(s), 391 step(s)" in page and "15.4 (haiku)" in page and "518 (haiku)" in page
     assert "<td>test</td><td>59</td>" in page                  # 59 profiled test-run steps in the haiku runs
     assert "What 1 Hz sampling hid" not in page and not (out / "figures" / "sampling_peaks.png").exists()
+    assert 'id="paper"' in page and 'id="paper-recorded"' not in page      # no recorded curves in them
     # the recorded copies keep the 1 Hz profile beside the recorded one: the page sets them side by side
     recorded = os.path.join(root, "traces", "claude-code-recorded", "haiku")
     assert cli.main(["report", str(results), "-o", str(out), "--characterize", recorded]) == 0
     page = (out / "characterization.html").read_text()
     assert "What 1 Hz sampling hid" in page and 'src="figures/sampling_peaks.png"' in page
     assert "executed steps of" in page and (out / "figures" / "sampling_peaks.png").stat().st_size > 10_000
+    assert 'id="paper-recorded"' in page and "From the recorded step curves" in page and "98.5 %" in page
     cfg = tmp_path / "exp.toml"
     cfg.write_text(f'traces = "{haiku}"\n[arms.unlimited]\n')
     build_report(results, out, config=cfg)

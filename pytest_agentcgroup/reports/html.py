@@ -94,14 +94,14 @@ def _characterization_page(paths: list[Path], out: Path) -> str:
     kinds = "".join(f"<tr><td>{e(k)}</td><td>{a['n']}</td><td>{f(a['p50'])}</td><td>{f(a['p95'])}</td>"
                     f"<td>{f(a['max'])}</td><td>{b['n']}</td><td>{f(b['p50'])}</td><td>{f(b['p95'])}</td>"
                     f"<td>{f(b['max'])}</td></tr>" for k, a, b in kind_rows(res))
-    comp = "".join(f"<tr><td>{e(label)}</td><td>{e(ours)}</td><td>{e(paper)}</td><td>{e(diff)}</td></tr>"
-                   for label, ours, paper, diff in comparison_rows(res))
-    rec = "".join(f"<tr><td>{e(label)}</td><td>{e(ours)}</td><td>{e(paper)}</td><td>{e(diff)}</td></tr>"
-                  for label, ours, paper, diff in recorded_rows(res))
-    if rec:
-        rec = (f'<h3>From recorded step curves</h3>\n<p class="note">{e(recorded_heading(res))}</p>\n'
-               f'<table id="paper-recorded"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>'
-               f'<th>difference in definition</th></tr></thead><tbody>{rec}</tbody></table>')
+    def beside_paper(rows, table_id: str) -> str:
+        body = "".join("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+        return (f'<table id="{table_id}"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>'
+                f'<th>difference in definition</th></tr></thead><tbody>{body}</tbody></table>')
+    comp = beside_paper(comparison_rows(res), "paper")
+    rec = recorded_rows(res)
+    rec = (f'<h3>From recorded step curves</h3>\n<p class="note">{e(recorded_heading(res))}</p>\n'
+           + beside_paper(rec, "paper-recorded")) if rec else ""
     hz = _sampling_section(traces, out)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -119,8 +119,7 @@ that baseline + peak_mb (only for traces whose source carries the container summ
 <table id="kinds"><thead><tr><th>kind</th><th>delta n</th><th>P50</th><th>P95</th><th>max</th>
 <th>absolute n</th><th>P50</th><th>P95</th><th>max</th></tr></thead><tbody>{kinds}</tbody></table>
 <h2>Beside the AgentCgroup paper</h2>
-<table id="paper"><thead><tr><th>figure</th><th>ours (derived)</th><th>paper (published)</th>
-<th>difference in definition</th></tr></thead><tbody>{comp}</tbody></table>
+{comp}
 {rec}
 {hz}
 </body></html>

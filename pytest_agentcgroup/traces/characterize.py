@@ -207,8 +207,13 @@ def paper_column(key: str, models: Sequence[str]) -> str:
     if "text" in p:
         return p["text"]
     fams = {"haiku" if "haiku" in m.lower() else "glm" for m in models}
-    vals = [f"{p[f]:g} ({f})" for f in ("haiku", "glm") if f in p and (f in fams or not fams)]
+    shown = (lambda v: f"{_BOUNDS[key]} {100 * v:g} %") if key in _BOUNDS else (lambda v: f"{v:g}")
+    vals = [f"{shown(p[f])} ({f})" for f in ("haiku", "glm") if f in p and (f in fams or not fams)]
     return ", ".join(vals) if vals else "-"
+
+
+#: The paper's figures that are bounds on a share, as it states them.
+_BOUNDS = {"static_limit_idle_share": ">", "near_peak_share": "<"}
 
 
 def _f(v, unit=""):
@@ -262,8 +267,6 @@ def comparison_rows(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         if recorded and key in ("test_peak_p95_mb", "git_status_peak_mb"):     # profiled traces: no baseline
             ours = ours.replace(" delta", " own")
             diff = "ours: the kernel's peak of the step's own cgroup (recorded, MiB, 2^20 B); the paper's is in MB"
-        if key in ("static_limit_idle_share", "near_peak_share"):
-            paper = paper.replace("0.9 ", "> 90 % ").replace("0.02 ", "< 2 % ")
         out.append((label, ours, paper, diff))
     return out
 
@@ -289,8 +292,7 @@ def recorded_rows(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("bursts_in_tool_calls", f"bursts > {rc['burst_mb']:g} MiB inside tool calls",
          f"{rc['bursts']} step(s); 1 Hz saw {rc['bursts_seen_at_1hz']}"),
     ]
-    return [(label, ours, paper_column(key, models).replace("0.02 ", "< 2 % "), RECORDED_DIFFERENCES[key])
-            for key, label, ours in rows]
+    return [(label, ours, paper_column(key, models), RECORDED_DIFFERENCES[key]) for key, label, ours in rows]
 
 
 def recorded_heading(res: dict[str, Any]) -> str:
