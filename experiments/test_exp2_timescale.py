@@ -7,6 +7,7 @@ experiments/agentcgroup.toml, checked at load by studies/timescale.py; select so
   psi           a PSI trigger on the burst cgroup's memory.pressure (window: what the host allows)
   ebpf_ringbuf  the eBPF program posts a ring-buffer event; user space sends SIGSTOP
   ebpf_kernel   the eBPF program sends SIGSTOP itself (bpf_send_signal)
+  ebpf_delayed_<N>us  as ebpf_ringbuf, SIGSTOP sent N us after the reclaim began: slowed on purpose
 Every controller is measured by one observer, bpf/task_stop.bpf.c, to the same endpoints,
 both kernel clock (bpf_ktime_get_ns, CLOCK_MONOTONIC):
   onset  the first memcg reclaim the burst worker entered
@@ -17,7 +18,9 @@ overshoot = touched at stop - touched at onset: the memory the controller's dela
 "sent" (when the signal was sent: user space after kill(), in-kernel after bpf_send_signal) is shown
 for information only; it is not the task stopping and nothing is asserted on it.
 A co-located probe process (sleep 1 ms, measure lateness) runs throughout; its p99 per controller
-phase is reported too. The claims (e.g. `ebpf_kernel.p99_ms <= 1.0`) read each controller's result
+phase is reported too. Per burst, "ran on" = the worker touched more of its burst after onset before
+it stopped (or never stopped). The claims (e.g. `ebpf_kernel.ran_on_lower_pct <= 1`: a lower confidence
+bound of that share, see studies/timescale.py) read each controller's result
 row (studies/timescale.py COLUMNS); every one is printed with its values and verdict, and a refuted
 one fails the test.
 """
@@ -38,7 +41,7 @@ import pytest
 
 from pytest_agentcgroup.harness import experiment as harness_exp
 from pytest_agentcgroup.studies import claims, kinds
-from pytest_agentcgroup.studies.timescale import COLUMNS, poll_period_ms
+from pytest_agentcgroup.studies.timescale import COLUMNS, delay_us, lower_bound, poll_period_ms
 
 MIB = 1 << 20
 
@@ -210,6 +213,22 @@ def react_ringbuf(thr, timeout_s):
     return arm
 
 
+def react_delayed(thr, delay_ns, timeout_s):
+    """The ring-buffer controller slowed on purpose: SIGSTOP `delay_ns` after the reclaim began."""
+    def arm(cg, pid):
+        thr.mark(cg.id, "notify")
+        def wait():
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for ev in thr.poll(50):
+                    if ev.cgroup_id == cg.id:
+                        time.sleep(max(0, ev.trigger_ns + delay_ns - time.monotonic_ns()) / 1e9)
+                        return stop_now(ev.pid)
+            return None
+        return wait
+    return arm
+
+
 def react_kernel(thr, timeout_s):
     def arm(cg, pid):
         thr.mark(cg.id, "stop")
@@ -233,6 +252,7 @@ def run_bursts(name, arm, *, obs, thr, workload, park, workers, cfg, count):
     burst_bytes = b["burst_mb"] << 20
     lock = threading.Lock()                  # the BPF maps and the shared lists
     reactions, overshoots, sent, misses, no_onset, early, late, errors = [], [], [], [], [], [], [], []
+    ran_on, after_reclaim = [], []           # bursts that touched more after onset; stop - end of first reclaim
     where = []                               # where each reaction's time went (diagnostics)
 
     def burst(i, worker):
@@ -261,9 +281,14 @@ def run_bursts(name, arm, *, obs, thr, workload, park, workers, cfg, count):
                     early.append(i)                       # stopped before the first reclaim began
                 elif acted is None or seen.reaction_ns is None:
                     misses.append(i)
+                    ran_on.append(i)                      # never stopped: it ran on to the end
                 else:
                     reactions.append(seen.reaction_ns / 1e6)
                     overshoots.append(seen.overshoot_bytes / MIB)
+                    if seen.overshoot_bytes > 0:
+                        ran_on.append(i)
+                    if seen.onset_end_ns:
+                        after_reclaim.append((seen.stop_ns - seen.onset_end_ns) / 1e6)
                     if seen.stop_progress >= burst_bytes:
                         late.append(i)
                     sent.append((acted - seen.onset_ns) / 1e6)
@@ -297,7 +322,12 @@ def run_bursts(name, arm, *, obs, thr, workload, park, workers, cfg, count):
     if errors:
         raise errors[0]
     where.sort(key=lambda w: w["reaction_ms"])
+    bursts = len(reactions) + len(misses)
     return {"controller": name, "n": len(reactions), "misses": len(misses), "no_onset": len(no_onset),
+            "ran_on": len(ran_on), "bursts": bursts,
+            "ran_on_pct": 100 * len(ran_on) / bursts if bursts else float("nan"),
+            "ran_on_lower_pct": 100 * lower_bound(len(ran_on), bursts, b["confidence"]) if bursts else float("nan"),
+            "after_reclaim_p99_ms": pct(after_reclaim, 99),
             "no_onset_counters": [f"burst {i}: {c}" for i, c in no_onset],
             "early": len(early), "late": len(late), "lanes": len(workers),
             "p50_ms": pct(reactions, 50), "p95_ms": pct(reactions, 95), "p99_ms": pct(reactions, 99),
@@ -350,8 +380,13 @@ def test_exp2_reaction_time(request, benchmark, tmp_path, capsys):
                 reactions = {"psi": lambda: react_psi(b["psi_window_us"], b["psi_threshold_us"], b["psi_timeout_s"]),
                              "ebpf_ringbuf": lambda: react_ringbuf(thr, b["react_timeout_s"]),
                              "ebpf_kernel": lambda: react_kernel(thr, b["react_timeout_s"])}
-                plan = [(name, react_poll(poll_period_ms(name) / 1000, b["react_timeout_s"])
-                         if poll_period_ms(name) else reactions[name]()) for name in controllers]
+                def controller_of(name):
+                    if poll_period_ms(name):
+                        return react_poll(poll_period_ms(name) / 1000, b["react_timeout_s"])
+                    if delay_us(name):
+                        return react_delayed(thr, delay_us(name) * 1000, b["react_timeout_s"])
+                    return reactions[name]()
+                plan = [(name, controller_of(name)) for name in controllers]
                 for name, arm in plan:
                     psi = name == "psi"
                     results.append(run_bursts(name, arm, obs=obs, thr=thr, workload=workload, park=park,
@@ -382,15 +417,20 @@ def test_exp2_reaction_time(request, benchmark, tmp_path, capsys):
              f"PSI window {b['psi_window_us'] // 1000} ms (host accepts multiples of 2 s{psi_privilege}), "
              f"threshold {b['psi_threshold_us']} us; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end",
              f"{'controller':14} {'n':>4} {'miss':>4} {'earl':>4} {'late':>4} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9}"
-             f" {'max ms':>9} {'over p50':>8} {'over p99':>8} {'sent p99':>9} {'probe p99':>9}"]
+             f" {'max ms':>9} {'over p50':>8} {'over p99':>8} {'sent p99':>9} {'probe p99':>9}"
+             f" {'ran on':>9} {'bound %':>8} {'aft p99':>8}"]
     fmt = lambda v, w=9: f"{v:{w}.3f}" if isinstance(v, (int, float)) and v == v else f"{'-':>{w}}"
     for r in results:
         lines.append(f"{r['controller']:14} {r['n']:4d} {r['misses']:4d} {r['early']:4d} {r['late']:4d} {fmt(r['p50_ms'])}"
                      f" {fmt(r['p95_ms'])} {fmt(r['p99_ms'])} {fmt(r['max_ms'])} {fmt(r['overshoot_p50_mib'], 8)}"
-                     f" {fmt(r['overshoot_p99_mib'], 8)} {fmt(r['sent_p99_ms'])} {fmt(r['probe_p99_ms'])}")
+                     f" {fmt(r['overshoot_p99_mib'], 8)} {fmt(r['sent_p99_ms'])} {fmt(r['probe_p99_ms'])}"
+                     f" {r['ran_on']:4d}/{r['bursts']:<4d} {fmt(r['ran_on_lower_pct'], 8)} {fmt(r['after_reclaim_p99_ms'], 8)}")
     lines.append("p50/p95/p99/max: onset -> stop (ms); over: overshoot (MiB); earl: stopped before the first reclaim "
                  "(not in the percentiles); late: stopped only after the whole burst; sent p99: onset -> signal sent, informational (not the stop, not asserted); "
-                 "probe p99: lateness of a co-located 1 ms sleeper during that controller's bursts"
+                 "probe p99: lateness of a co-located 1 ms sleeper during that controller's bursts; "
+                 "ran on: bursts whose worker touched more of the burst after its first reclaim began, before it "
+                 f"stopped (or never stopped); bound %: lower {b['confidence']:.1%}-confidence bound of that share "
+                 "(what a claim on ran_on_lower_pct reads); aft p99: stop - end of the first reclaim (ms), informational"
                  + "".join(f" ({r['controller']}: {r['lanes']} bursts at a time, so not comparable)"
                            for r in results if r["lanes"] > 1))
     for r in results:                                  # where the slowest stops' time went
