@@ -32,7 +32,7 @@ last command, so a turn of several actions gets none).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Iterator
 
 from ..ir import Measure, Outcome, Step
 from ..numbers import number_problem
@@ -50,10 +50,16 @@ class _Action:
         self.reply_k: int | None = None
 
 
+def _get(obj: dict, key: str, default: Any) -> Any:
+    """obj[key], `default` where absent or null."""
+    value = obj.get(key)
+    return default if value is None else value
+
+
 def _call_commands(msg: dict, where: dict, k: int) -> dict[str, tuple[str, str]]:
     """{call id: (command, field)} of messages[k].tool_calls."""
     f = f"messages[{k}].tool_calls"
-    calls = check_type(msg.get("tool_calls") or [], list, where, field=f)
+    calls = check_type(_get(msg, "tool_calls", []), list, where, field=f)
     out = {}
     for j, call in enumerate(calls):
         fn = need(call, "function", dict, where, prefix=f"{f}[{j}].")
@@ -94,12 +100,11 @@ def _is_observation(role: str, msg: dict, extra: dict) -> bool:
     return role == "tool" or (role == "user" and "returncode" in extra and "actions" not in extra)
 
 
-def _answer(pending: list[_Action], msg: dict, extra: dict, where: dict, k: int) -> None:
-    """Gives messages[k], an observation, to the oldest unanswered action of the last turn."""
-    waiting = [a for a in pending if a.reply is None]
-    if not waiting:
+def _answer(pending: Iterator[_Action], msg: dict, extra: dict, where: dict, k: int) -> None:
+    """Gives messages[k], an observation, to the oldest unanswered action of the last turn (`pending`)."""
+    action = next(pending, None)
+    if action is None:
         raise fail("an observation with no action waiting for it", where, field=f"messages[{k}]")
-    action = waiting[0]
     if msg.get("role") == "tool":
         call_id = need(msg, "tool_call_id", str, where, prefix=f"messages[{k}].")
         if call_id != action.call_id:
@@ -164,11 +169,11 @@ def _turn_steps(turn: list[_Action], turn_extra: dict, shared: dict, submission:
 def steps(messages: list, shared: dict, where: dict) -> list[Step]:
     """The steps of a 2.x trajectory's messages; `shared`: the args every command has (cwd, timeout_ms)."""
     items: list[Any] = []                          # per step: a turn (list of _Action, its extra) or a Step
-    pending: list[_Action] = []
+    pending: Iterator[_Action] = iter(())        # the last turn's actions not yet answered
     exit_extra: dict | None = None
     for k, msg in enumerate(messages):
         role = need(msg, "role", str, where, prefix=f"messages[{k}].")
-        extra = check_type(msg.get("extra") or {}, dict, where, field=f"messages[{k}].extra")
+        extra = check_type(_get(msg, "extra", {}), dict, where, field=f"messages[{k}].extra")
         if exit_extra is not None:
             raise fail("a message after the exit message", where, field=f"messages[{k}]")
         if role == "exit":
@@ -176,8 +181,9 @@ def steps(messages: list, shared: dict, where: dict) -> list[Step]:
         elif _is_observation(role, msg, extra):
             _answer(pending, msg, extra, where, k)
         elif role == "assistant" or (role == "user" and "actions" in extra):
-            pending = _actions(msg, extra, where, k)
-            items.append((pending, extra))
+            turn = _actions(msg, extra, where, k)
+            pending = iter(turn)
+            items.append((turn, extra))
         elif role == "user" and extra.get("interrupt_type") == "FormatError":
             n = extra.get("n_actions")
             args = {"actions": n} if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else {}
