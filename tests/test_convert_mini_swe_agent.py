@@ -408,6 +408,23 @@ def test_v2_cli_converts_and_validates(tmp_path, capsys):
     assert cli.main(["traces", "validate", str(out / "mini-swe-agent" / "local-run.json")]) == 0
 
 
+def test_v2_responses_api_items_read_as_their_chat_messages(tmp_path):
+    # the Responses-API models write a turn as a role-less `response` object and an observation as a
+    # `function_call_output` item naming its call by `call_id`: the same steps come out
+    doc = _v2()
+    for k, m in enumerate(doc["messages"]):
+        if m["role"] == "assistant":
+            doc["messages"][k] = {"object": "response", "extra": m["extra"], "output": [
+                {"type": "function_call", "call_id": c["id"], "name": "bash", "arguments": c["function"]["arguments"]}
+                for c in m["tool_calls"]]}
+        elif m["role"] == "tool":
+            doc["messages"][k] = {"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"],
+                                  "extra": m["extra"]}
+    assert _one(_write(tmp_path, doc)).to_json()["steps"] == _one(V2).to_json()["steps"]
+    doc["messages"][5]["call_id"] = "call_9"
+    _err(_write(tmp_path, doc), ["field 'messages[5].call_id'", "answers tool call 'call_9'"])
+
+
 def _v2_turn(k, *commands, ids=None):
     """An assistant message k of the 2.x shape: tool calls and the actions parsed from them."""
     ids = ids or [f"c{k}_{j}" for j in range(len(commands))]

@@ -10,7 +10,8 @@
   a `bash` step {command, cwd, timeout_ms}.
 * an **observation** (a `tool` message, or a `user` one whose `extra` holds `returncode`: text-based
   models) answers the oldest unanswered action of the last turn (a `tool` message names it by
-  `tool_call_id`). Recorded: `extra.returncode` (ok for 0, else failed, with the code), timeout when
+  `tool_call_id`). The Responses-API models write role-less items instead: a `response` object is
+  a turn, a `function_call_output` (naming its call by `call_id`) an observation. Recorded: `extra.returncode` (ok for 0, else failed, with the code), timeout when
   `extra.exception_type` is TimeoutExpired, error when another exception stopped the command
   (`exception_info`), the output from `extra.raw_output`. The agent's padding for an action it never ran
   (exception_info "action was not executed") makes that action a `noop` step, native_tool
@@ -44,8 +45,8 @@ NOT_EXECUTED = "action was not executed"
 class _Action:
     """One action of a turn: messages[k].extra.actions[j] (or .tool_calls[j]), and its observation."""
 
-    def __init__(self, command: str, call_id: str | None, k: int, field: str):
-        self.command, self.call_id, self.k, self.field = command, call_id, k, field
+    def __init__(self, command: str, call_id: str | None, k: int):
+        self.command, self.call_id, self.k = command, call_id, k
         self.reply: dict | None = None          # the observation's `extra`
         self.reply_k: int | None = None
 
@@ -57,7 +58,7 @@ def _get(obj: dict, key: str, default: Any) -> Any:
 
 
 def _call_commands(msg: dict, where: dict, k: int) -> dict[str, tuple[str, str]]:
-    """{call id: (command, field)} of messages[k].tool_calls."""
+    """{call id: (command, its field)} of messages[k].tool_calls."""
     f = f"messages[{k}].tool_calls"
     calls = check_type(_get(msg, "tool_calls", []), list, where, field=f)
     out = {}
@@ -81,7 +82,7 @@ def _actions(msg: dict, extra: dict, where: dict, k: int) -> list[_Action]:
     """The actions of the turn messages[k], in the order the agent ran them."""
     calls = _call_commands(msg, where, k)
     if "actions" not in extra:
-        return [_Action(check_str(cmd, where, field=f), cid, k, f) for cid, (cmd, f) in calls.items()]
+        return [_Action(check_str(cmd, where, field=f), cid, k) for cid, (cmd, f) in calls.items()]
     out = []
     for j, action in enumerate(check_type(extra["actions"], list, where, field=f"messages[{k}].extra.actions")):
         f = f"messages[{k}].extra.actions[{j}]"
@@ -92,11 +93,21 @@ def _actions(msg: dict, extra: dict, where: dict, k: int) -> list[_Action]:
         if calls and (call_id not in calls or calls[call_id][0] != command):
             raise fail(f"names tool call {call_id[:40]!r}, which is not in messages[{k}].tool_calls with "
                        "this command", where, field=f"{f}.tool_call_id")
-        out.append(_Action(command, call_id, k, f"{f}.command"))
+        out.append(_Action(command, call_id, k))
     return out
 
 
-def _is_observation(role: str, msg: dict, extra: dict) -> bool:
+def _role(msg: Any, where: dict, k: int) -> str:
+    """messages[k]'s role; a Responses-API item without one counts as the chat message it stands for."""
+    if isinstance(msg, dict) and "role" not in msg:
+        if msg.get("object") == "response":
+            return "assistant"
+        if msg.get("type") == "function_call_output":
+            return "tool"
+    return need(msg, "role", str, where, prefix=f"messages[{k}].")
+
+
+def _is_observation(role: str, extra: dict) -> bool:
     return role == "tool" or (role == "user" and "returncode" in extra and "actions" not in extra)
 
 
@@ -105,11 +116,12 @@ def _answer(pending: Iterator[_Action], msg: dict, extra: dict, where: dict, k: 
     action = next(pending, None)
     if action is None:
         raise fail("an observation with no action waiting for it", where, field=f"messages[{k}]")
-    if msg.get("role") == "tool":
-        call_id = need(msg, "tool_call_id", str, where, prefix=f"messages[{k}].")
+    if msg.get("role", "tool") == "tool":
+        key = "call_id" if msg.get("type") == "function_call_output" else "tool_call_id"
+        call_id = need(msg, key, str, where, prefix=f"messages[{k}].")
         if call_id != action.call_id:
             raise fail(f"answers tool call {call_id[:40]!r}, but the next unanswered one is {action.call_id!r}",
-                       where, field=f"messages[{k}].tool_call_id")
+                       where, field=f"messages[{k}].{key}")
     code = need(extra, "returncode", int, where, prefix=f"messages[{k}].extra.")
     for key in ("raw_output", "exception_info", "exception_type"):
         if extra.get(key) is not None:
@@ -168,17 +180,17 @@ def _turn_steps(turn: list[_Action], turn_extra: dict, shared: dict, submission:
 
 def steps(messages: list, shared: dict, where: dict) -> list[Step]:
     """The steps of a 2.x trajectory's messages; `shared`: the args every command has (cwd, timeout_ms)."""
-    items: list[Any] = []                          # per step: a turn (list of _Action, its extra) or a Step
+    items: list[Any] = []              # in order: a turn (its _Actions, its extra), or a format error (a Step)
     pending: Iterator[_Action] = iter(())        # the last turn's actions not yet answered
     exit_extra: dict | None = None
     for k, msg in enumerate(messages):
-        role = need(msg, "role", str, where, prefix=f"messages[{k}].")
+        role = _role(msg, where, k)
         extra = check_type(_get(msg, "extra", {}), dict, where, field=f"messages[{k}].extra")
         if exit_extra is not None:
             raise fail("a message after the exit message", where, field=f"messages[{k}]")
         if role == "exit":
             exit_extra = extra
-        elif _is_observation(role, msg, extra):
+        elif _is_observation(role, extra):
             _answer(pending, msg, extra, where, k)
         elif role == "assistant" or (role == "user" and "actions" in extra):
             turn = _actions(msg, extra, where, k)
