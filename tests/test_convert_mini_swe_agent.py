@@ -1,5 +1,7 @@
 """mini-swe-agent converter: the 5 real `.traj.json` samples (tests/data/mini-swe-agent), sniffing
-against every other format's samples, hand-built variants, bad input, fuzzing, the command line.
+against every other format's samples, hand-built variants, bad input, fuzzing, the command line; and
+2.x's format (mini-swe-agent-1.1): a trajectory written by mini-swe-agent 2.4.6's own agent loop
+(tests/data/mini-swe-agent-2), variants of it, bad input, fuzzing.
 
 Expected steps were read off each sample by hand: one step per assistant message, a `bash` step
 when it holds exactly one ```bash block, the exit code from the `<returncode>` of the user message
@@ -28,6 +30,7 @@ FOLDER = Path(__file__).parent / "data" / "mini-swe-agent"
 SAMPLES = {name: FOLDER / f"{name}.traj.json" for name in (
     "django__django-16255", "django__django-13670", "sympy__sympy-16886", "matplotlib__matplotlib-25287",
     "matplotlib__matplotlib-24637")}
+V2 = Path(__file__).parent / "data" / "mini-swe-agent-2" / "local-run.traj.json"
 DJANGO, MPL_TIMEOUT, MPL_FORMAT = (SAMPLES["django__django-16255"], SAMPLES["matplotlib__matplotlib-25287"],
                                    SAMPLES["matplotlib__matplotlib-24637"])
 _one = partial(only_trace, conv)
@@ -41,7 +44,7 @@ def _outcomes(t):
 # ---------------------------------------------------------------------------------------------
 # Sniffing: ours are ours, nobody else's are
 
-@pytest.mark.parametrize("path", SAMPLES.values(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [*SAMPLES.values(), V2], ids=lambda p: p.name)
 def test_sniff(path):
     assert conv.sniff(path) and registry.sniff(path) == "mini-swe-agent"
     for fmt in registry.formats():
@@ -326,9 +329,10 @@ def test_cli_names_a_bad_file(tmp_path, capsys):
 json_value = json_values(
     [_act("ls"), _rc(0, "x"), _rc(2), "Please always provide EXACTLY ONE action", "mini-swe-agent-1",
      "<output_head>\nx\n</output_head>", "The last command <command>x</command> timed out and has been killed",
-     "assistant", "user", "Submitted"],
+     "assistant", "user", "Submitted", "mini-swe-agent-1.1", "tool", "exit"],
     ["messages", "role", "content", "text", "info", "config", "agent", "environment", "cwd", "timeout", "image",
-     "action_regex", "timestamp", "trajectory_format", "instance_id", "exit_status", "model"])
+     "action_regex", "timestamp", "trajectory_format", "instance_id", "exit_status", "model", "extra", "actions",
+     "command", "returncode", "tool_calls", "tool_call_id"])
 
 
 @FUZZ
@@ -359,4 +363,197 @@ def test_fuzz_mutated_real_traj(fuzz_dir, small_real_traj, data):
     p = fuzz_dir / "mut.traj.json"
     p.write_text(maybe_cut(data, json.dumps(mutated(data, small_real_traj, json_value, ("replace", "delete", "nul",
                                                                                         "fence")))))
+    check_converter(conv, p)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2.x (trajectory_format mini-swe-agent-1.1): the generated trajectory, variants of it, bad input
+
+def _v2():
+    return json.loads(V2.read_text())
+
+
+def test_v2_real_trajectory_steps_are_its_tool_calls():
+    doc, t = _v2(), _one(V2)
+    calls = [(k, json.loads(c["function"]["arguments"])["command"], c["id"])
+             for k, m in enumerate(doc["messages"]) for c in m.get("tool_calls") or []]
+    replies = {m["tool_call_id"]: m["extra"] for m in doc["messages"] if m["role"] == "tool"}
+    bash = [s for s in t.steps if s.tool == "bash"]
+    assert len(t.steps) == len(calls) + 1 == 8          # the format error (messages[7]) is a noop
+    assert t.steps[3].to_json() == {"step_id": 3, "tool": "noop", "native_tool": "format_error", "args": {}}
+    assert [s.command for s in bash] == [cmd for _, cmd, _ in calls]
+    cwd = doc["info"]["config"]["environment"]["cwd"]
+    assert all(s.args == {"command": s.command, "cwd": cwd, "timeout_ms": 2000} for s in bash)
+    # every call but the submit has its tool message; its returncode is the recorded exit code
+    assert [replies[cid]["returncode"] for _, _, cid in calls[:-1]] == [0, 0, 0, 2, 1, -1]
+    assert _outcomes(t) == [("ok", 0), ("ok", 0), ("ok", 0), None, ("failed", 2), ("failed", 1),
+                            ("timeout", None), None]
+    assert [s.recorded_output for s in bash[:4]] == [replies[cid]["raw_output"] for _, _, cid in calls[:4]]
+    assert bash[1].recorded_output == "alpha\nbeta\n" and bash[3].recorded_output.startswith("ls: cannot access")
+    assert bash[4].recorded_output.endswith("ValueError: invalid literal for int() with base 10: 'x'\n")
+    # the submit: no tool message, the exit message holds the submission (as 1.x: no exit code)
+    assert doc["messages"][-1]["role"] == "exit" and bash[-1].command.startswith("echo COMPLETE_TASK_AND_SUBMIT")
+    assert bash[-1].recorded_output == doc["info"]["submission"] == "alpha\nbeta\n"
+    assert all(s.duration_ms is None for s in t.steps)          # scripted turns carry no timestamp
+    assert t.trace_id == "mini-swe-agent/local-run"
+    assert {k: t.source[k] for k in ("model", "exit_status", "mini_version")} == {
+        "model": "deterministic_toolcall", "exit_status": "Submitted", "mini_version": "2.4.6"}
+    assert parse_trace(t.to_json()).to_json() == t.to_json()
+
+
+def test_v2_cli_converts_and_validates(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["traces", "convert", str(V2), "-o", str(out)]) == 0
+    assert f"{V2}: mini-swe-agent, 1 trace(s), 8 step(s)" in capsys.readouterr().out
+    assert cli.main(["traces", "validate", str(out / "mini-swe-agent" / "local-run.json")]) == 0
+
+
+def test_v2_responses_api_items_read_as_their_chat_messages(tmp_path):
+    # the Responses-API models write a turn as a role-less `response` object and an observation as a
+    # `function_call_output` item naming its call by `call_id`: the same steps come out
+    doc = _v2()
+    for k, m in enumerate(doc["messages"]):
+        if m["role"] == "assistant":
+            doc["messages"][k] = {"object": "response", "extra": m["extra"], "output": [
+                {"type": "function_call", "call_id": c["id"], "name": "bash", "arguments": c["function"]["arguments"]}
+                for c in m["tool_calls"]]}
+        elif m["role"] == "tool":
+            doc["messages"][k] = {"type": "function_call_output", "call_id": m["tool_call_id"], "output": m["content"],
+                                  "extra": m["extra"]}
+    assert _one(_write(tmp_path, doc)).to_json()["steps"] == _one(V2).to_json()["steps"]
+    doc["messages"][5]["call_id"] = "call_9"
+    _err(_write(tmp_path, doc), ["field 'messages[5].call_id'", "answers tool call 'call_9'"])
+
+
+def _v2_turn(k, *commands, ids=None):
+    """An assistant message k of the 2.x shape: tool calls and the actions parsed from them."""
+    ids = ids or [f"c{k}_{j}" for j in range(len(commands))]
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": i, "type": "function", "function": {"name": "bash",
+                                                                     "arguments": json.dumps({"command": c})}}
+                           for i, c in zip(ids, commands)],
+            "extra": {"actions": [{"command": c, "tool_call_id": i} for i, c in zip(ids, commands)]}}
+
+
+def _v2_obs(call_id, code, out="", **extra):
+    return {"role": "tool", "tool_call_id": call_id, "content": f"{code}",
+            "extra": {"raw_output": out, "returncode": code, "exception_info": "", **extra}}
+
+
+def _v2_doc(*messages, exit_status="Submitted", submission=""):
+    doc = _v2()
+    doc["messages"] = doc["messages"][:2] + list(messages) + [
+        {"role": "exit", "content": submission, "extra": {"exit_status": exit_status, "submission": submission}}]
+    return doc
+
+
+def test_v2_interactive_rejection_and_padding(tmp_path):
+    # interactive mode: rejected commands are padded "not executed"; on submit, the submit call and the
+    # ones after it are padded too, after the results of those that ran
+    pad = {"exception_info": "action was not executed"}
+    doc = _v2_doc(_v2_turn(2, "rm -rf /"), _v2_obs("c2_0", -1, **pad),
+                  {"role": "user", "content": "Commands not executed.", "extra": {"interrupt_type": "UserRejection"}},
+                  _v2_turn(5, "make", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "ls"), _v2_obs("c5_0", 0, "built"),
+                  _v2_obs("c5_1", -1, **pad), _v2_obs("c5_2", -1, **pad), submission="diff\n")
+    t = _one(_write(tmp_path, doc))
+    assert [(s.tool, s.native_tool) for s in t.steps] == [("noop", "not_executed"), ("bash", "bash"),
+                                                          ("bash", "bash"), ("noop", "not_executed")]
+    assert t.steps[0].args == {"action": "rm -rf /"} and t.steps[3].args == {"action": "ls"}
+    assert _outcomes(t) == [None, ("ok", 0), None, None]
+    assert [t.steps[1].recorded_output, t.steps[2].recorded_output] == ["built", "diff\n"]
+
+
+def test_v2_text_based_model_human_command_timestamps_and_errors(tmp_path):
+    # text-based models: actions without tool calls, observations are `user` messages with a returncode;
+    # a command typed in human mode is a turn too; a format error counts the actions it found
+    obs = lambda code, out, **e: {"role": "user", "content": out, "extra": {"raw_output": out, "returncode": code,
+                                                                          "exception_info": "", **e}}
+    doc = _v2_doc({"role": "assistant", "content": "x", "extra": {"actions": [{"command": "ls"}], "timestamp": 10.0}},
+                  {**obs(0, "a\n"), "extra": {**obs(0, "a\n")["extra"], "timestamp": 10.25}},
+                  {"role": "user", "content": "found 2", "extra": {"interrupt_type": "FormatError", "n_actions": 2}},
+                  {"role": "user", "content": "User command: pwd", "extra": {"actions": [{"command": "pwd"}]}},
+                  obs(-1, "", exception_info="An error occurred while executing the command: boom"),
+                  exit_status="LimitsExceeded")
+    t = _one(_write(tmp_path, doc))
+    assert [(s.tool, s.command, s.args.get("actions")) for s in t.steps] == [
+        ("bash", "ls", None), ("noop", None, 2), ("bash", "pwd", None)]
+    assert _outcomes(t) == [("ok", 0), None, ("error", None)]
+    assert (t.steps[0].duration_ms.value, t.steps[0].duration_ms.provenance) == (250.0, "derived")
+
+
+def test_v2_unanswered_commands_record_nothing(tmp_path):
+    # a run stopped mid-turn; a submitted final turn of two calls, neither with a result: which submitted
+    # is not written down
+    doc = _v2_doc(_v2_turn(2, "sleep 9"), exit_status="KeyboardInterrupt")
+    assert _outcomes(_one(_write(tmp_path, doc))) == [None]
+    assert _one(_write(tmp_path, doc)).steps[0].recorded_output is None
+    doc = _v2_doc(_v2_turn(2, "make", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"), submission="s")
+    t = _one(_write(tmp_path, doc))
+    assert [(s.tool, s.recorded_outcome, s.recorded_output) for s in t.steps] == [("bash", None, None)] * 2
+
+
+_V2 = _v2()
+
+
+@pytest.mark.parametrize("doc, expect", [
+    (_mut(_V2, ["trajectory_format"], "mini-swe-agent-9"), ["field 'trajectory_format'", "unsupported",
+                                                            "'mini-swe-agent-1.1'"]),
+    ({**_V2, "messages": [*_V2["messages"][:3], {**_V2["messages"][3], "extra": {"raw_output": ""}}]},
+     ["field 'messages[3].extra.returncode'", "missing"]),
+    (_mut(_V2, ["messages", 3, "extra", "returncode"], "0"), ["field 'messages[3].extra.returncode'", "expected int"]),
+    (_mut(_V2, ["messages", 3, "extra", "returncode"], 2 ** 40), ["field 'messages[3].extra.returncode'", "returncode"]),
+    (_mut(_V2, ["messages", 3, "extra", "raw_output"], 5), ["field 'messages[3].extra.raw_output'", "expected str"]),
+    (_mut(_V2, ["messages", 3, "extra"], []), ["field 'messages[3].extra'", "expected dict"]),
+    (_mut(_V2, ["messages", 4, "tool_calls", 1, "function", "arguments"], "{}"),
+     ["field 'messages[4].tool_calls[1].function.arguments.command'", "missing"]),
+    (_mut(_V2, ["messages", 4, "tool_calls", 1, "function", "arguments"], "{"),
+     ["field 'messages[4].tool_calls[1].function.arguments'", "invalid JSON"]),
+    (_mut(_V2, ["messages", 4, "tool_calls", 1, "function", "name"], "python"),
+     ["field 'messages[4].tool_calls[1].function.name'", "one tool is bash"]),
+    (_mut(_V2, ["messages", 4, "tool_calls"], {}), ["field 'messages[4].tool_calls'", "expected list"]),
+    (_mut(_V2, ["messages", 4, "extra", "actions", 0], {"tool_call_id": "call_2"}),
+     ["field 'messages[4].extra.actions[0].command'", "missing"]),
+    (_mut(_V2, ["messages", 4, "extra", "actions", 0, "command"], ["ls"]),
+     ["field 'messages[4].extra.actions[0].command'", "expected str"]),
+    (_mut(_V2, ["messages", 4, "extra", "actions", 0, "command"], "cat other.txt"),
+     ["field 'messages[4].extra.actions[0].tool_call_id'", "not in messages[4].tool_calls"]),
+    (_mut(_V2, ["messages", 4, "extra", "actions"], "ls"), ["field 'messages[4].extra.actions'", "expected list"]),
+    (_mut(_V2, ["messages", 5, "tool_call_id"], "call_3"),
+     ["field 'messages[5].tool_call_id'", "answers tool call 'call_3', but the next unanswered one is 'call_2'"]),
+    (_mut(_V2, ["messages", 7], _V2["messages"][6]), ["field 'messages[7]'", "no action waiting"]),
+    (_mut(_V2, ["messages", 9], "tool"), ["field 'messages[9]'", "expected an object"]),
+    ({**_V2, "messages": _V2["messages"] + [_V2["messages"][3]]}, ["field 'messages[16]'", "after the exit message"]),
+    (_mut(_V2, ["messages", 15, "extra", "submission"], 1), ["field 'messages[15].extra.submission'", "expected str"]),
+    (_mut(_V2, ["messages", 2, "extra", "actions", 0, "command"], "ls\u0000"),
+     ["field 'messages[2].extra.actions[0].command'", "NUL"]),
+])
+def test_v2_bad_files(tmp_path, doc, expect):
+    _err(_write(tmp_path, doc), expect)
+
+
+def test_v2_timestamps_out_of_order(tmp_path):
+    doc = _v2_doc(_v2_turn(2, "ls"), _v2_obs("c2_0", 0, timestamp=4.0), exit_status="")
+    doc["messages"][2]["extra"]["timestamp"] = 5.0
+    _err(_write(tmp_path, doc), ["step 0", "field 'messages[3].extra.timestamp'", "before its turn"])
+
+
+@pytest.fixture(scope="module")
+def small_v2_traj():
+    doc = _v2()
+    doc["info"]["config"] = {"model": {"model_name": "m"}, "environment": doc["info"]["config"]["environment"]}
+    doc["messages"][1]["content"] = "task"
+    doc["messages"][7]["content"] = doc["messages"][7]["content"][:60]
+    return doc
+
+
+@settings(FUZZ, max_examples=50)
+@given(data=st.data())
+def test_fuzz_mutated_v2_traj(fuzz_dir, small_v2_traj, data):
+    words = json_values(["mini-swe-agent-1.1", "tool", "exit", "assistant", "Submitted", "FormatError", "bash",
+                         "TimeoutExpired", "action was not executed", '{"command": "ls"}', "call_1", -1, 2],
+                        ["role", "content", "extra", "actions", "command", "tool_call_id", "tool_calls", "function",
+                         "arguments", "name", "id", "returncode", "raw_output", "exception_info", "timestamp",
+                         "interrupt_type", "n_actions", "exit_status", "submission"])
+    p = fuzz_dir / "mut2.traj.json"
+    p.write_text(maybe_cut(data, json.dumps(mutated(data, small_v2_traj, words))))
     check_converter(conv, p)

@@ -5,7 +5,9 @@ A file is one JSON object: `messages` (the chat: system prompt, task, then each 
 and the reply the agent gave the model; `content` is a string, or a list of text parts when
 cache control was on), `info` (`exit_status`, `submission`, `model_stats`, `mini_version`,
 `config`: the agent's templates and regex, `environment` with `image`, `cwd`, `timeout`),
-`trajectory_format` ("mini-swe-agent-1") and, from the SWE-bench runner, `instance_id`.
+`trajectory_format` ("mini-swe-agent-1") and, from the SWE-bench runner, `instance_id`. mini-swe-agent
+2.x writes "mini-swe-agent-1.1": the same file, info and trace, steps read off each message's `extra`
+(tool calls, observations with their `returncode`, an `exit` message) by mini_swe_agent_2.py.
 
 **Steps.** mini-swe-agent runs a turn's command only when the turn holds exactly one action (one
 ```bash fenced block; `<bash_code>...</bash_code>` with the XML config's `action_regex`), else it
@@ -43,9 +45,11 @@ from ..ir import Measure, Outcome, Step, Trace, TraceError
 from ..numbers import number_problem
 from ._common import (check_number, check_str, check_type, fail, finish, head, id_part, iter_file_result,
                       make_trace_id, need, output_head, strict, tail)
+from . import mini_swe_agent_2
 
 FORMAT = "mini-swe-agent"
 TRAJECTORY_FORMAT = "mini-swe-agent-1"
+TRAJECTORY_FORMATS = (TRAJECTORY_FORMAT, "mini-swe-agent-1.1")     # 1.x's, 2.x's
 #: The action regexes of mini-swe-agent's own configs (the default, and the XML variant's), each with
 #: the mark that ends a match. Another is refused rather than run: a pattern read from a file can
 #: take exponential time.
@@ -229,17 +233,20 @@ def convert_traj(data: Any, where: dict, source: dict, stem: str) -> Trace:
     if not isinstance(data, dict):
         raise fail(f"expected a trajectory object, got {type(data).__name__}", where)
     fmt = data.get("trajectory_format", TRAJECTORY_FORMAT)
-    if fmt != TRAJECTORY_FORMAT:
-        raise fail(f"unsupported trajectory_format {str(fmt)[:60]!r}; this converter reads {TRAJECTORY_FORMAT!r}",
-                   where, field="trajectory_format")
+    if fmt not in TRAJECTORY_FORMATS:
+        raise fail(f"unsupported trajectory_format {str(fmt)[:60]!r}; this converter reads "
+                   f"{' or '.join(map(repr, TRAJECTORY_FORMATS))}", where, field="trajectory_format")
     messages = need(data, "messages", list, where)
     info = check_type(data.get("info", {}), dict, where, field="info")
     actions_of, env = _config(info, where)
     shared = _step_args(env, where)
     source = {**source, **_metadata(data, info, env, where)}
-    submitted = info.get("exit_status") == "Submitted"
-    texts = [_text(m, where, k) for k, m in enumerate(messages)]
-    turns = [k for k, (role, _) in enumerate(texts) if role == "assistant"]
-    steps = [_turn_step(i, k, messages, texts, actions_of, shared, submitted, where) for i, k in enumerate(turns)]
+    if fmt == TRAJECTORY_FORMAT:
+        submitted = info.get("exit_status") == "Submitted"
+        texts = [_text(m, where, k) for k, m in enumerate(messages)]
+        turns = [k for k, (role, _) in enumerate(texts) if role == "assistant"]
+        steps = [_turn_step(i, k, messages, texts, actions_of, shared, submitted, where) for i, k in enumerate(turns)]
+    else:
+        steps = mini_swe_agent_2.steps(messages, shared, where)
     trace_id = make_trace_id(FORMAT, id_part(source.get("instance_id"), id_part(stem, "trajectory")))
     return finish(trace_id, source, steps, where, what="messages")
