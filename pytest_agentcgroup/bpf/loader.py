@@ -15,7 +15,11 @@ on marked cgroups, RingBufferProgram (the ring buffer, the event's cast, polling
 
 bcc compiles the C source at load time with the running kernel's headers from
 /lib/modules/$(uname -r)/build (`make setup` links them). Our programs read no kernel structs, so a
-header version that differs from the running kernel is harmless. bcc can load tracepoint, cgroup
+header version that differs from the running kernel is harmless. Compiling is most of a load's cost
+(seconds here, ten times that in an emulated guest), so a closed module is kept compiled for the next
+load of the same source and flags in this process: close() still detaches everything and unloads
+every program from the kernel, and empties every map, so what the next user gets is what a fresh
+compile would give it; only the compiled module and its (emptied) maps outlive the with-block. bcc can load tracepoint, cgroup
 and other classic program types but not struct_ops (sched_ext schedulers, memcg_bpf_ops): those
 need an external loader (see external.ExternalLoader).
 """
@@ -102,6 +106,24 @@ def source_path(name: str | os.PathLike) -> Path:
     return path
 
 
+#: compiled modules not in use, by (source, its and common.h's mtime, flags): Loaded.close() puts
+#: them here emptied (no program loaded, every map empty), the next Loaded of the same key takes one
+_IDLE: dict[tuple, list] = {}
+
+
+def _compiled_key(path: Path, cflags) -> tuple:
+    stamps = tuple(p.stat().st_mtime_ns for p in (path, path.parent / "common.h") if p.exists())
+    return str(path), stamps, tuple(cflags)
+
+
+def _map_names(lib, module) -> list[bytes]:
+    """The names of every map of a compiled bcc module (libbcc's table list; python bcc declares
+    no signature for it, so the module pointer would be cut to an int)."""
+    lib.bpf_num_tables.argtypes, lib.bpf_num_tables.restype = [ctypes.c_void_p], ctypes.c_size_t
+    lib.bpf_table_name.argtypes, lib.bpf_table_name.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_char_p
+    return [lib.bpf_table_name(module, i) for i in range(lib.bpf_num_tables(module))]
+
+
 class _LinkCreateAttr(ctypes.Structure):
     _fields_ = [("prog_fd", ctypes.c_uint32), ("target_fd", ctypes.c_uint32),
                 ("attach_type", ctypes.c_uint32), ("flags", ctypes.c_uint32),
@@ -139,25 +161,29 @@ class Loaded(ClosedOnExit):
         bcc = import_bcc()
         self.name = name
         self.path = source_path(name)
-        # clang prints its diagnostics on fd 2 and bcc raises only "Failed to compile": capture
-        # them, so that a build error names what the compiler said.
-        with _stderr_captured() as diagnostics:
-            try:
-                self.bpf = bcc.BPF(src_file=str(self.path).encode(),
-                                   cflags=[f"-I{BPF_DIR}", "-Wno-unused-function", *cflags])
-                failure = None
-            except Exception as exc:
-                failure = exc
-        if failure is not None:
-            said = diagnostics.getvalue().strip()
-            if "Failed to compile" in str(failure):
-                raise BPFBuildError(f"cannot compile {self.path.name}: {failure}" + (f"\n{said}" if said else "")) from None
-            raise _load_failure(f"cannot load {self.path.name}", failure) from None
+        self._key = _compiled_key(self.path, cflags)
+        self.bpf = _IDLE.get(self._key, []).pop() if _IDLE.get(self._key) else None
+        if self.bpf is None:
+            self.bpf = self._compile(bcc, cflags)
         self._links: list[int] = []
         self._cgroup_fds: list[int] = []
         self._tracepoints: list[tuple[str, str]] = []
         self._ring_open = False
         self.closed = False
+
+    def _compile(self, bcc, cflags):
+        # clang prints its diagnostics on fd 2 and bcc raises only "Failed to compile": capture
+        # them, so that a build error names what the compiler said.
+        with _stderr_captured() as diagnostics:
+            try:
+                return bcc.BPF(src_file=str(self.path).encode(),
+                               cflags=[f"-I{BPF_DIR}", "-Wno-unused-function", *cflags])
+            except Exception as exc:
+                failure = exc
+        said = diagnostics.getvalue().strip()
+        if "Failed to compile" in str(failure):
+            raise BPFBuildError(f"cannot compile {self.path.name}: {failure}" + (f"\n{said}" if said else "")) from None
+        raise _load_failure(f"cannot load {self.path.name}", failure) from None
 
     def __getitem__(self, map_name):
         return self.bpf[map_name.encode() if isinstance(map_name, str) else map_name]
@@ -223,9 +249,32 @@ class Loaded(ClosedOnExit):
                 except Exception:
                     pass
             self._tracepoints = []
-            self.bpf.cleanup()      # frees ring buffers, closes program and map fds
+            if not self._emptied_for_reuse():
+                self.bpf.cleanup()      # frees ring buffers, closes program and map fds
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def _emptied_for_reuse(self) -> bool:
+        """Unload every program (their fds closed: with the links and tracepoints gone, the kernel
+        frees them), free the ring buffer's reader, empty every map, and keep the compiled module
+        for the next load of the same source and flags. False (nothing kept) where any of it fails."""
+        try:
+            bcc = import_bcc()
+            for fn in self.bpf.funcs.values():
+                os.close(fn.fd)
+            self.bpf.funcs.clear()
+            if self.bpf._ringbuf_manager:
+                self.bpf.ring_buffer_consume()          # to the old owner's callback, not the next one's
+                bcc.lib.bpf_free_ringbuf(self.bpf._ringbuf_manager)
+                self.bpf._ringbuf_manager = None
+            self.bpf.tables.clear()                     # the tables' objects hold ring-buffer callbacks
+            for name in _map_names(bcc.lib, self.bpf.module):
+                self.bpf.get_table(name).clear()
+            self.bpf.tables.clear()
+        except Exception:
+            return False
+        _IDLE.setdefault(self._key, []).append(self.bpf)
+        return True
 
     def __del__(self):
         try:
