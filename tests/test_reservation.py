@@ -378,3 +378,33 @@ def peaks_and_durations(trace_id: str) -> list[tuple[float, float]]:
     entry = next(e for e in manifest["traces"] if e["trace_id"] == trace_id)
     steps = json.loads((ROOT / "traces" / entry["file"]).read_text())["steps"]
     return [(s["profile"]["peak_mb"]["value"], s["duration_ms"]["value"]) for s in steps]
+
+
+def test_the_reports_show_each_arms_reservation_as_a_multiple_of_the_oracle(tmp_path):
+    from pytest_agentcgroup import cli
+    from pytest_agentcgroup.reports import build_report
+    from pytest_agentcgroup.reports.frames import load
+    from pytest_agentcgroup.reports.frontier import reservation_frame
+    recs = []
+    for arm, reserved in (("unlimited", (4.0, 4.0)), ("oracle", (1.1, 2.2))):
+        for t, (res_gib_s, oracle) in zip(("t/a", "t/b"), zip(reserved, (1.0, 2.0))):
+            recs.append(step_rec(trace_id=t, config=arm, reserved_gib_s=res_gib_s, used_gib_s=0.5, step_time_s=1.0,
+                                 oracle_gib_s=oracle, reserved_vs_oracle=round(res_gib_s / oracle, 6)))
+        # a step without a recorded peak: counted in reserved, in neither side of the ratio
+        recs.append(step_rec(trace_id="t/a", config=arm, step_id=1, reserved_gib_s=9.0, used_gib_s=0.1, step_time_s=1.0))
+    run = write_results(tmp_path / "r", recs)
+    frame = reservation_frame(load(run).tests).set_index("config")
+    assert frame.loc["oracle", "oracle_gib_s"] == 3.0 and frame.loc["oracle", "reserved_vs_oracle"] == 1.1
+    assert frame.loc["unlimited", "reserved_vs_oracle"] == round(8.0 / 3.0, 6)
+    assert frame.loc["unlimited", "reserved_gib_s"] == 17.0          # with the peakless step's 9
+    html = build_report(run, tmp_path / "out").read_text()
+    table = html.split('id="reservation"')[1].split("</table>")[0]
+    assert "× oracle (reserved/oracle)" in table and 'data-value="1.1"' in table
+    (run / "summary.json").write_text(json.dumps([{"experiment": "exp1", **summarize([r for r in recs if r["config"] == a], a)}
+                                                  for a in ("unlimited", "oracle")]))
+    assert cli.main(["report", str(run), "-o", str(tmp_path / "md"), "--markdown"]) == 0
+    page = (tmp_path / "md" / "results.md").read_text()
+    reserved = page.split("### Reserved and used memory")[1].split("\n#")[0]
+    assert "× oracle (ratio, derived)" in reserved and "oracle (GiB·s, derived)" in reserved
+    row = next(line for line in reserved.splitlines() if "`oracle`" in line)
+    assert "| 1.1 |" in row, row
