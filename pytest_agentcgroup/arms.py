@@ -12,6 +12,15 @@
     scope = "step"               # where the limits go: "step" (each tool call's cgroup) or
                                  # "trace" (the workload cgroup shared by all steps)
 
+A hard limit can also come from each step itself instead of one number (scope "step" only):
+
+    [arms.oracle]
+    limit_from = "step_peak"     # each step's hard limit = its own recorded peak (profile peak_mb) ...
+    margin_mb = 6                # ... plus this much: what a step cgroup holds beside the step's memory
+
+That is the limit a policy that knew the future would set (metrics/reservation.py: the oracle); a
+step without a recorded peak gets no limit. Arm.step_memory_max_mb gives the hard limit of a step.
+
 Steps always run in their own child cgroup, whatever the scope, so every arm measures each step the
 same way; the scope only decides which cgroup carries the limits.
 
@@ -36,6 +45,7 @@ from dataclasses import dataclass, field
 MB = 1024 * 1024                            # the arms' limits are in MiB
 
 SCOPES = ("step", "trace")
+LIMIT_SOURCES = ("step_peak",)              # limit_from: where a per-step hard limit comes from
 LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
 CPU_KEYS = ("cpu_weight", "cpu_max", "cpu_max_cpus")
 CPU_PERIOD_US = 100_000                     # the period of cpu_max_cpus (both kernels' default)
@@ -59,16 +69,19 @@ class Arm:
     cpu_max: str | None = None                                         # "QUOTA PERIOD" (us)
     cpu_max_cpus: float | None = None                                  # or a number of CPUs
     policy: str | None = None                                          # e.g. "agentcgroup"
+    limit_from: str | None = None                                      # "step_peak": a hard limit per step
+    margin_mb: float | None = None                                     # MiB on top of it
     rules: dict = field(default_factory=dict, hash=False)              # the policy's rules, as written
 
     @classmethod
     def from_dict(cls, name: str, raw: dict, *, where: str = "arms") -> "Arm":
         if not isinstance(raw, dict):
             raise ArmError(f"{where}.{name}: expected a table, got {type(raw).__name__}")
-        unknown = set(raw) - {"description", "scope", "policy", "rules", *LIMIT_KEYS, *CPU_KEYS}
+        unknown = set(raw) - {"description", "scope", "policy", "rules", "limit_from", "margin_mb",
+                              *LIMIT_KEYS, *CPU_KEYS}
         if unknown:
-            raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; "
-                           f"expected description, scope, policy, rules, {', '.join(LIMIT_KEYS + CPU_KEYS)}")
+            raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; expected description, "
+                           f"scope, policy, rules, limit_from, margin_mb, {', '.join(LIMIT_KEYS + CPU_KEYS)}")
         scope = raw.get("scope", "step")
         if scope not in SCOPES:
             raise ArmError(f"{where}.{name}.scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
@@ -88,6 +101,7 @@ class Arm:
         hi, mx = raw.get("memory_high_mb"), raw.get("memory_max_mb")
         if hi is not None and mx is not None and hi > mx:
             raise ArmError(f"{where}.{name}: memory_high_mb ({hi}) above memory_max_mb ({mx}) can never be reached")
+        _check_limit_from(raw, scope, policy, f"{where}.{name}")
         if raw.get("cpu_weight") is not None:
             check_cpu_weight(raw["cpu_weight"], f"{where}.{name}.cpu_weight")
         if raw.get("cpu_max") is not None and raw.get("cpu_max_cpus") is not None:
@@ -102,11 +116,21 @@ class Arm:
         return cls(name=name, description=str(raw.get("description", "")), scope=scope,
                    memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"),
                    cpu_weight=raw.get("cpu_weight"), cpu_max=raw.get("cpu_max"), cpu_max_cpus=cpus,
-                   policy=policy, rules=dict(rules))
+                   policy=policy, rules=dict(rules), limit_from=raw.get("limit_from"),
+                   margin_mb=raw.get("margin_mb", 0.0 if raw.get("limit_from") else None))
 
     @property
     def limits(self) -> dict:
-        return {k: getattr(self, k) for k in LIMIT_KEYS + CPU_KEYS if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in LIMIT_KEYS + CPU_KEYS + ("limit_from", "margin_mb")
+                if getattr(self, k) is not None}
+
+    def step_memory_max_mb(self, step_peak_mb: float | None) -> float | None:
+        """The hard limit (MiB) a step of this arm runs under, given the step's recorded peak: the
+        arm's memory_max_mb, or with limit_from = "step_peak" the step's own peak + margin_mb (None,
+        no limit, for a step without a recorded peak). Placement sets it, reservation counts it."""
+        if self.limit_from is None:
+            return self.memory_max_mb
+        return None if step_peak_mb is None else float(step_peak_mb) + float(self.margin_mb or 0.0)
 
     @property
     def needs_cpu(self) -> bool:
@@ -123,6 +147,29 @@ class Arm:
         if self.cpu_max_cpus is not None:
             return round(self.cpu_max_cpus * CPU_PERIOD_US), CPU_PERIOD_US
         return None
+
+
+def _check_limit_from(raw: dict, scope: str, policy, where: str) -> None:
+    """limit_from and margin_mb: a per-step hard limit from the step's own peak, on step cgroups of a
+    static arm, instead of memory_max_mb (ArmError naming the key)."""
+    source, margin = raw.get("limit_from"), raw.get("margin_mb")
+    if source is None:
+        if margin is not None:
+            raise ArmError(f"{where}.margin_mb: a margin without limit_from (set limit_from = \"step_peak\")")
+        return
+    if source not in LIMIT_SOURCES:
+        raise ArmError(f"{where}.limit_from: expected one of {', '.join(LIMIT_SOURCES)}, got {source!r}")
+    if scope != "step":
+        raise ArmError(f"{where}.limit_from: a limit from each step's peak goes on each step's cgroup; "
+                       f"scope must be \"step\", got {scope!r}")
+    if policy is not None:
+        raise ArmError(f"{where}.limit_from: a policy arm's controller sets its steps' limits; "
+                       "limit_from is for static arms")
+    for key in ("memory_max_mb", "memory_high_mb"):
+        if raw.get(key) is not None:
+            raise ArmError(f"{where}.{key}: limit_from gives each step its hard limit; remove {key}")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0):
+        raise ArmError(f"{where}.margin_mb: expected a number >= 0 (MiB above each step's peak), got {margin!r}")
 
 
 def check_cpu_weight(val, where: str) -> int:

@@ -107,6 +107,7 @@ NUMBERS: dict[str, Number] = {
                              "its trace recorded", cap="a share: 1 lets every step diverge"),
     "memory_max_mb": _MEMORY, "memory_high_mb": _MEMORY,
     "raise_step_mb": _ROOM, "raise_max_mb": _ROOM,
+    "margin_mb": _ROOM,          # an arm's room above each step's peak (limit_from = "step_peak")
     "pids_max": Number(1, integer=True, most=4194304, why="processes", cap="the kernel's PID_MAX_LIMIT on 64-bit"),
     "hold_ms": _HOLD, "freeze_hold_ms": _HOLD,
     "window_ms": Number(0, strict=True, why="the window throttles are counted in: an empty one counts none, so "

@@ -22,6 +22,15 @@ def test_shipped_configuration_loads_and_names_the_six_arms():
     assert (conf.traces / "manifest.json").is_file()
 
 
+def test_shipped_oracle_arm_limits_each_step_at_its_peak_plus_a_margin_and_is_in_no_experiment():
+    conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
+    oracle = conf.arms["oracle"]
+    assert (oracle.scope, oracle.limit_from, oracle.memory_max_mb, oracle.policy) == ("step", "step_peak", None, None)
+    assert 0 < oracle.margin_mb <= 16 and oracle.step_memory_max_mb(100.0) == 100.0 + oracle.margin_mb
+    # defined only: adding it to an experiment's arms would change that experiment's run and baseline
+    assert not [name for name, exp in conf.experiments.items() if "oracle" in exp.arms]
+
+
 def test_shipped_policy_arms_differ_only_in_ebpf():
     from pytest_agentcgroup.arms import Rules
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
@@ -75,6 +84,18 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
     # a sweep's ablation of a policy arm's rules is checked like the arm's own rules
     ("[arms.a]\npolicy = 'agentcgroup'\n[experiments.e.matrix]\n"
      "ablations = [{ name = 'x', arms = { a = { rules = { hold = 5 } } } }]\n", "rules: unknown key(s) hold;"),
+    # a hard limit from each step's own peak (the oracle arm): on step cgroups of a static arm only
+    ("[arms.o]\nlimit_from = 'step_peak'\nmargin_mb = -1\n", "arms.o.margin_mb: expected a number >= 0, got -1"),
+    ("[arms.o]\nlimit_from = 'step_peak'\nmargin_mb = 'six'\n", "arms.o.margin_mb: expected a number >= 0"),
+    ("[arms.o]\nlimit_from = 'trace_peak'\n", "arms.o.limit_from: expected one of step_peak, got 'trace_peak'"),
+    ("[arms.o]\nlimit_from = 'step_peak'\nscope = 'trace'\n", "arms.o.limit_from: a limit from each step's peak goes "
+     "on each step's cgroup; scope must be \"step\", got 'trace'"),
+    ("[arms.o]\nlimit_from = 'step_peak'\nmemory_max_mb = 512\n", "arms.o.memory_max_mb: limit_from gives each step "
+     "its hard limit"),
+    ("[arms.o]\nlimit_from = 'step_peak'\npolicy = 'agentcgroup'\n", "arms.o.limit_from: a policy arm's controller"),
+    ("[arms.o]\nmargin_mb = 6\n", "arms.o.margin_mb: a margin without limit_from"),
+    ("[arms.o]\nlimit_from = 'step_peak'\n[experiments.e.matrix]\n"
+     "ablations = [{ name = 'x', arms = { o = { scope = 'trace' } } }]\n", "arms.o.limit_from: a limit from each step's"),
     # two axes each fine alone, impossible together: named at load, not a traceback at collection
     ("[arms.a]\n[experiments.e.matrix]\nablations = [{ name = 'tight', arms = { a = { memory_max_mb = 256 } } }]\n"
      "sizes = [{ name = 'big', arms = { a = { memory_high_mb = 512 } } }]\n",

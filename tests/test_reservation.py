@@ -9,13 +9,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import step_rec, write_results
+from helpers import EXP_MODULE, cgroups_or_skip, leaked, run_study, step_rec, write_results
 from pytest_agentcgroup import config as cfgmod
 from pytest_agentcgroup.arms import Arm
 from pytest_agentcgroup.cgroups.placement import ArmPlacement
 from pytest_agentcgroup.cgroups.usage import integral_mib_ms
 from pytest_agentcgroup.metrics import reservation as rv
 from pytest_agentcgroup.metrics.records import SUMMARY_METRICS, summarize
+from pytest_agentcgroup.metrics.registry import REGISTRY
 from pytest_agentcgroup.replay import EmulateExecutor, replay
 from pytest_agentcgroup.traces import sweep
 from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace
@@ -276,3 +277,134 @@ def test_a_run_of_both_corpora_draws_each_arm_twice_without_a_sweep(tmp_path):
     other = load(write_results(tmp_path / "r2", recs + [step_rec(experiment="exp4", trace_id="cc/x", reserved_gib_s=1.0,
                                                                   used_gib_s=0.1, step_time_s=1.0)])).tests
     assert set(frontier_frame(reservation_frame(other))["experiment"]) == {"exp1"}
+
+
+# -- the oracle: each step's own peak × its time ----------------------------------------------------
+def test_the_oracle_is_each_steps_own_peak_over_its_recorded_time_and_every_arm_is_a_ratio_of_it():
+    # a 64 MiB step recorded for 2 s: 64 * 2 / 1024 = 0.125 GiB·s, whatever the arm
+    hard = res(latency_ms=100.0, time_scale=0.05, recorded_ms=2000.0, memory_max_mb=512, step_peak_mb=64.0)
+    assert hard["oracle_gib_s"] == 0.125 and hard["reserved_gib_s"] == 1.0 and hard["reserved_vs_oracle"] == 8.0
+    unlimited = res(latency_ms=100.0, time_scale=0.05, recorded_ms=2000.0, trace_peak_mb=256.0, step_peak_mb=64.0)
+    assert unlimited["oracle_gib_s"] == 0.125 and unlimited["reserved_vs_oracle"] == 4.0     # 256 / 64
+    nopeak = res(memory_max_mb=512)                                   # no recorded peak: no oracle, no ratio
+    assert nopeak["oracle_gib_s"] is None and nopeak["reserved_vs_oracle"] is None
+    assert res(latency_ms=None, step_peak_mb=64.0)["oracle_gib_s"] == 0.0     # did not run: held nothing
+
+
+def test_an_arm_with_limits_from_each_steps_peak_reserves_the_oracle_plus_its_margin():
+    arm = Arm.from_dict("oracle", {"limit_from": "step_peak", "margin_mb": 8})
+    assert arm.step_memory_max_mb(100.0) == 108.0 and arm.step_memory_max_mb(None) is None
+    assert arm.limits == {"limit_from": "step_peak", "margin_mb": 8}
+    assert Arm("static-toolcall", memory_max_mb=512).step_memory_max_mb(100.0) == 512
+    steps = (Step(0, "bash", {"command": "x"}, duration_ms=Measure(1000.0, "recorded"),
+                  profile=Profile(peak_mb=Measure(120.0, "recorded"))),
+             Step(1, "bash", {"command": "y"}, duration_ms=Measure(3000.0, "recorded"),
+                  profile=Profile(peak_mb=Measure(24.0, "recorded"))),
+             Step(2, "read", {}, duration_ms=Measure(500.0, "recorded")))        # no recorded peak
+    trace = Trace("t/oracle", {"format": "test"}, steps)
+    ran = SimpleNamespace(executed=True, latency_ms=50.0, counters={})
+    recs = [step_rec(step_id=s.step_id, config="oracle", **rv.step_fields(ran, s, arm=arm, trace=trace, time_scale=0.05))
+            for s in steps]
+    # by hand: oracle 120 MiB x 1 s + 24 MiB x 3 s = 192 MiB·s; the arm 128 x 1 + 32 x 3 = 224 MiB·s
+    assert [r["oracle_gib_s"] for r in recs] == [round(120 / 1024, 6), round(72 / 1024, 6), None]
+    assert [r["reserved_gib_s"] for r in recs] == [0.125, 0.09375, round(120 * 0.5 / 1024, 6)]
+    assert recs[2]["reserved_basis"] == rv.PEAK_BASIS          # without a peak it runs without a limit
+    s = summarize(recs, "oracle")
+    assert s["oracle_gib_s"] == round(120 / 1024 + 72 / 1024, 6)
+    assert s["reserved_vs_oracle"] == round(224 / 192, 6)       # step 2 in neither sum
+    # unlimited reserves the trace's peak (120 MiB) over every step: 120 x 4 / 192 over the steps with a peak
+    un = [step_rec(step_id=x.step_id, **rv.step_fields(ran, x, arm=Arm("unlimited"), trace=trace, time_scale=0.05))
+          for x in steps]
+    assert summarize(un, "unlimited")["reserved_vs_oracle"] == round(480 / 192, 6)
+    for k in ("oracle_gib_s", "reserved_vs_oracle"):
+        m = SUMMARY_METRICS[k]
+        assert m.provenance == "derived" and REGISTRY[k].unit == m.unit and m.unit in ("GiB·s", "ratio")
+    assert SUMMARY_METRICS["reserved_vs_oracle"].better == "lower"
+
+
+def test_a_granted_limit_is_held_at_its_highest_level_until_the_step_ends():
+    # raised to 768 MiB at 250 ms, a grant log entry of 640 at 500 ms (a limit that came back down)
+    # reserves nothing less: 512 x 250 + 768 x 750 = 704000 MiB·ms
+    assert rv.envelope_mib_ms(512, [[250, 768], [500, 640]], 1000) == 512 * 250 + 768 * 750
+    r = res(memory_high_mb=512, memory_max_mb=2048, granting=True, grants=[[250, 768], [500, 640]])
+    assert r["reserved_gib_s"] == round(704000 / 1024 / 1000, 6) and r["reserved_basis"] == rv.GRANT_BASIS
+
+
+ORACLE_TRACE = "claude-code-recorded/haiku/numba__numba-5721"     # 5 steps, recorded peaks 3-48 MiB
+
+
+def test_the_oracle_arm_replays_a_recorded_trace_without_a_kill_at_about_the_oracles_reservation(pytester, monkeypatch):
+    """The accounting's check, on the real plugin, emulator and cgroups: each step limited at its own
+    recorded peak + the shipped margin is killed nowhere and reserves ~1x the oracle; unlimited (the
+    trace's peak on every step) reserves more. The margin's share is margin x Σ time / Σ peak x time."""
+    host = cgroups_or_skip()
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    margin = cfgmod.load(ROOT / "experiments" / "agentcgroup.toml").arms["oracle"].margin_mb
+    (pytester.path / "study.toml").write_text(f"""
+traces = "{ROOT / 'traces'}"
+[defaults]
+time_scale = 0.1
+[arms.unlimited]
+[arms.oracle]
+limit_from = "step_peak"
+margin_mb = {margin}
+[experiments.exp1]
+subset = "{ORACLE_TRACE}"
+arms = ["unlimited", "oracle"]
+[experiments.exp1.budgets.oracle]
+oom_kills = 0
+""")
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    result = run_study(pytester)
+    result.assert_outcomes(passed=2)
+    summary = {s["config"]: s for s in json.loads((pytester.path / "out" / "latest" / "summary.json").read_text())}
+    oracle, unlimited = summary["oracle"], summary["unlimited"]
+    assert oracle["oom_kills"] == 0 and oracle["mem_max_events_total"] == 0, oracle
+    steps = peaks_and_durations(ORACLE_TRACE)
+    by_hand = sum(p * d for p, d in steps) / 1000 / 1024                 # MiB x ms -> GiB·s
+    assert oracle["oracle_gib_s"] == unlimited["oracle_gib_s"] == pytest.approx(by_hand, abs=1e-5)
+    share = margin * sum(d for _, d in steps) / sum(p * d for p, d in steps)    # the margin's share of the ratio
+    assert share < 0.3 and oracle["reserved_vs_oracle"] == pytest.approx(1 + share, abs=1e-4)
+    assert 1.0 <= oracle["reserved_vs_oracle"] <= 1.3, oracle
+    assert unlimited["reserved_vs_oracle"] > oracle["reserved_vs_oracle"], (oracle, unlimited)
+    lines = [json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["reserved_basis"] == rv.HARD_BASIS for r in lines if r["config"] == "oracle")
+    assert leaked(host) == []
+
+
+def peaks_and_durations(trace_id: str) -> list[tuple[float, float]]:
+    """(peak MiB, recorded ms) of each step of a shipped trace, read from its file."""
+    manifest = json.loads((ROOT / "traces" / "manifest.json").read_text())
+    entry = next(e for e in manifest["traces"] if e["trace_id"] == trace_id)
+    steps = json.loads((ROOT / "traces" / entry["file"]).read_text())["steps"]
+    return [(s["profile"]["peak_mb"]["value"], s["duration_ms"]["value"]) for s in steps]
+
+
+def test_the_reports_show_each_arms_reservation_as_a_multiple_of_the_oracle(tmp_path):
+    from pytest_agentcgroup import cli
+    from pytest_agentcgroup.reports import build_report
+    from pytest_agentcgroup.reports.frames import load
+    from pytest_agentcgroup.reports.frontier import reservation_frame
+    recs = []
+    for arm, reserved in (("unlimited", (4.0, 4.0)), ("oracle", (1.1, 2.2))):
+        for t, (res_gib_s, oracle) in zip(("t/a", "t/b"), zip(reserved, (1.0, 2.0))):
+            recs.append(step_rec(trace_id=t, config=arm, reserved_gib_s=res_gib_s, used_gib_s=0.5, step_time_s=1.0,
+                                 oracle_gib_s=oracle, reserved_vs_oracle=round(res_gib_s / oracle, 6)))
+        # a step without a recorded peak: counted in reserved, in neither side of the ratio
+        recs.append(step_rec(trace_id="t/a", config=arm, step_id=1, reserved_gib_s=9.0, used_gib_s=0.1, step_time_s=1.0))
+    run = write_results(tmp_path / "r", recs)
+    frame = reservation_frame(load(run).tests).set_index("config")
+    assert frame.loc["oracle", "oracle_gib_s"] == 3.0 and frame.loc["oracle", "reserved_vs_oracle"] == 1.1
+    assert frame.loc["unlimited", "reserved_vs_oracle"] == round(8.0 / 3.0, 6)
+    assert frame.loc["unlimited", "reserved_gib_s"] == 17.0          # with the peakless step's 9
+    html = build_report(run, tmp_path / "out").read_text()
+    table = html.split('id="reservation"')[1].split("</table>")[0]
+    assert "× oracle (reserved/oracle)" in table and 'data-value="1.1"' in table
+    (run / "summary.json").write_text(json.dumps([{"experiment": "exp1", **summarize([r for r in recs if r["config"] == a], a)}
+                                                  for a in ("unlimited", "oracle")]))
+    assert cli.main(["report", str(run), "-o", str(tmp_path / "md"), "--markdown"]) == 0
+    page = (tmp_path / "md" / "results.md").read_text()
+    reserved = page.split("### Reserved and used memory")[1].split("\n#")[0]
+    assert "× oracle (ratio, derived)" in reserved and "oracle (GiB·s, derived)" in reserved
+    row = next(line for line in reserved.splitlines() if "`oracle`" in line)
+    assert "| 1.1 |" in row, row

@@ -115,20 +115,31 @@ class ArmPlacement:
             self.step_cg = self._new_step_cgroup(f"s{step.step_id}")
             self._before = self._workload_counters()
             joined = self.step_cg.join_files()
-        if self.policy is not None:       # the policy sets the step's limits (before its program runs)
-            try:
+        try:
+            if self.arm.limit_from is not None:     # a hard limit of the step's own: known only now
+                self._own_limit(step)
+            if self.policy is not None:       # the policy sets the step's limits (before its program runs)
                 self.policy.add_step(self.step_cg, self.kind_of(step), time_scale=self.time_scale)
-            except BaseException:
-                cg, self.step_cg = self.step_cg, None
-                if self.pool:
-                    joined.discard()          # the parked shell: killed and reaped now
-                    self.pool.retire(cg)
-                else:
-                    cg.remove()
-                raise
+        except BaseException:
+            cg, self.step_cg = self.step_cg, None
+            if self.pool:
+                joined.discard()          # the parked shell: killed and reaped now
+                self.pool.retire(cg)
+            else:
+                cg.remove()
+            raise
         if self.sampler:
             self.sampler.start(self.step_cg)
         return joined
+
+    def _own_limit(self, step) -> None:
+        """The step's own hard limit (arms.py limit_from: its recorded peak + the arm's margin) on its
+        cgroup, before its program starts; a step without a recorded peak runs without one. A pooled
+        cgroup is made before its step is known, so this is the one limit set on the critical path."""
+        peak = getattr(getattr(step, "profile", None), "peak_mb", None)
+        limit = self.arm.step_memory_max_mb(peak.value if peak is not None else None)
+        if limit is not None:
+            self.step_cg.set_memory_max(int(limit * MB))
 
     def tidy(self) -> None:
         """Between steps (the replayer calls it once a step's result is delivered)."""

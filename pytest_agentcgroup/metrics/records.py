@@ -71,6 +71,11 @@ METRICS = {m.name: m for m in (
            "mean memory usage × step_time_s: trapezoid over v2 memory.current | v1 memory.usage_in_bytes sampled every 20 ms"),
     Metric("utilization", "ratio", "higher", "derived", "used_gib_s / reserved_gib_s (summaries: of the sums)"),
     Metric("idle_reserved_gib_s", "GiB·s", "lower", "derived", "max(0, reserved_gib_s − used_gib_s) per step"),
+    Metric("oracle_gib_s", "GiB·s", "none", "derived",
+           "the step's own peak (trace profile peak_mb) × step_time_s: what a policy that knew each step's peak "
+           "would reserve; null for a step without a peak; the same under every arm"),
+    Metric("reserved_vs_oracle", "ratio", "lower", "derived",
+           "reserved_gib_s / oracle_gib_s over the steps with a peak (summaries: of the sums); 1 = the oracle's"),
 )}
 
 
@@ -151,7 +156,8 @@ def summarize(records: list[dict], config: str) -> dict:
         "freezes_total": sum(r.get("freezes", 0) for r in records),
         "policy_kills_total": sum(r.get("policy_kills", 0) for r in records),
         "pids_max_events_total": sum(r.get("pids_max_events", 0) for r in records),
-        **reservation.totals(records),      # GiB·s reserved, used, idle; utilization (None when not recorded)
+        **reservation.totals(records),      # GiB·s reserved, used, idle, oracle; utilization, reserved_vs_oracle
+                                            # (None when not recorded)
     }
 
 

@@ -63,7 +63,9 @@ REGISTRY: dict[str, Metric] = {m.name: m for m in (
     Metric("failed_steps", "count", "lower", "derived",
            "executed steps with a non-zero exit code or a signal", "+0"),
     # what the arm's limits reserved and the steps used (metrics/reservation.py): compared only when a
-    # rule names them — reserved follows the arm's limits exactly, used follows sampling and load
+    # rule names them — reserved follows the arm's limits exactly, used follows sampling and load; the
+    # oracle (each step's own peak × its time) follows the trace, and reserved_vs_oracle the arm
     *(_summary(m, None) for m in ("step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s",
-                                  "soft_reserved_gib_s", "used_gib_s", "utilization", "idle_reserved_gib_s")),
+                                  "soft_reserved_gib_s", "used_gib_s", "utilization", "idle_reserved_gib_s",
+                                  "oracle_gib_s", "reserved_vs_oracle")),
 )}

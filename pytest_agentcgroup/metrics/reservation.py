@@ -5,10 +5,15 @@ A limit is memory a host must keep for the cgroup while it holds it, used or not
     reserved_gib_s       = ∫ L(t) dt over the step's time, where L is what the arm commits:
                            - a static arm with a hard limit (memory_max_mb): that limit, for a
                              trace-scope arm (static-env) too (the trace's limit over this step's time);
+                             an arm whose limit comes from each step (arms.py limit_from = "step_peak",
+                             the oracle arm): the step's own limit, its peak + margin_mb (a step without
+                             a recorded peak runs without a limit: the trace's peak, as unlimited);
                            - the dynamic arm (a policy with eBPF: agentcgroup): for a low-priority step,
                              which the policy holds at its soft limit until it grants more, the envelope of
                              that soft limit, memory_high_mb raised at each grant the controller logged
-                             (bpf/controller.py `grants`); a normal or high step is never held (it may grow
+                             (bpf/controller.py `grants`), each granted level held until the step ends (a
+                             host that granted room keeps it for the step: the envelope never comes back
+                             down, envelope_mib_ms); a normal or high step is never held (it may grow
                              to the ceiling, as under bpf-soft), so it reserves the ceiling, as the control
                              arm does — the two arms then differ only where the policy acts;
                            - a soft limit that nothing grants or holds is no reservation: static-high (no
@@ -22,6 +27,15 @@ A limit is memory a host must keep for the cgroup while it holds it, used or not
     used_gib_s           = ∫ usage dt, measured: the step cgroup's memory.current / usage_in_bytes sampled
                            every 20 ms of replay (cgroups/usage.py); null where it was not sampled.
     utilization          = used / reserved;  idle_reserved_gib_s = max(0, reserved − used).
+    oracle_gib_s         = the step's own peak × its time: what a policy that knew the future would reserve
+                           (each step limited at exactly its peak). The peak is the trace's recorded step
+                           peak, the IR's `profile.peak_mb` (recorded by `agentcgroup traces profile`;
+                           derived or synthetic where the trace's profiles are), the same number the
+                           emulator replays and the trace peak above is the largest of; null for a step
+                           without one. It depends on the trace only, so it is the same under every arm.
+    reserved_vs_oracle   = reserved / oracle (a ratio, lower is better, 1 = the oracle's reservation), over
+                           the steps that have an oracle: a step without a recorded peak counts in neither
+                           sum; summaries take it of the sums.
 
 Time: a level (limit, envelope, usage) is a time-weighted mean over the replayed step, and it is
 held for the step's *recorded* duration (the trace's duration_ms: the time a host would hold the
@@ -46,30 +60,36 @@ PEAK_BASIS, HARD_BASIS, GRANT_BASIS = "trace peak", "hard limit", "granted soft 
 
 #: The per-step fields, in record order.
 STEP_FIELDS = ("step_time_s", "time_basis", "reserved_gib_s", "reserved_basis", "ceiling_reserved_gib_s",
-               "soft_reserved_gib_s", "used_gib_s", "usage_samples", "utilization", "idle_reserved_gib_s")
-#: The fields a summary sums (and utilization, the ratio of the sums).
+               "soft_reserved_gib_s", "used_gib_s", "usage_samples", "utilization", "idle_reserved_gib_s",
+               "oracle_gib_s", "reserved_vs_oracle")
+#: The fields a summary sums (and utilization and reserved_vs_oracle, ratios of the sums).
 TOTAL_FIELDS = ("step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s",
-                "used_gib_s", "idle_reserved_gib_s")
+                "used_gib_s", "idle_reserved_gib_s", "oracle_gib_s")
 
 
 def envelope_mib_ms(start_mib: float, grants: Iterable, duration_ms: float) -> float:
-    """∫ of a limit that starts at `start_mib` and moves to each grant's MiB at its time (ms from the
-    step's start), over [0, duration_ms]: MiB·ms. Grants after the end count for nothing, grants
+    """∫ of a limit that starts at `start_mib` and is raised to each grant's MiB at its time (ms from
+    the step's start), over [0, duration_ms]: MiB·ms. The highest level granted so far is held until
+    the step ends: a grant below it (a limit that came back down) reserves nothing less, since a host
+    that granted the room must keep it for the step. Grants after the end count for nothing, grants
     before the start count from the start."""
     total, at, level = 0.0, 0.0, float(start_mib)
     for t_ms, mib in sorted((max(0.0, float(t)), float(m)) for t, m in grants):
         if t_ms >= duration_ms:
             break
         total += level * (t_ms - at)
-        at, level = t_ms, mib
+        at, level = t_ms, max(level, mib)
     return total + level * max(0.0, duration_ms - at)
 
 
 def step_reservation(*, latency_ms: float | None, time_scale: float, memory_max_mb: float | None,
                      memory_high_mb: float | None, granting: bool, trace_peak_mb: float | None,
                      grants: Iterable = (), usage_mib_ms: float | None = None, usage_window_ms: float | None = None,
-                     usage_samples: int | None = None, recorded_ms: float | None = None) -> dict:
+                     usage_samples: int | None = None, recorded_ms: float | None = None,
+                     step_peak_mb: float | None = None) -> dict:
     """The reservation fields of one step (STEP_FIELDS): pure arithmetic, see the module docstring.
+    `memory_max_mb` is the hard limit this step ran under (arms.Arm.step_memory_max_mb);
+    `step_peak_mb` the step's own recorded peak (the oracle's level; None: no oracle for the step).
     `granting`: the arm's controller grants soft-limit room (a policy arm with eBPF). Levels (limit,
     envelope, usage) are time-weighted means over the replayed step (latency_ms; usage over the
     sampler's window); the time they are held is the step's `recorded_ms` when the trace has it, else
@@ -105,11 +125,14 @@ def step_reservation(*, latency_ms: float | None, time_scale: float, memory_max_
            "reserved_basis": basis if reserved is not None else None,
            "ceiling_reserved_gib_s": gib_s(ceiling), "soft_reserved_gib_s": gib_s(soft),
            "used_gib_s": gib_s(used), "usage_samples": usage_samples,
-           "utilization": None, "idle_reserved_gib_s": None}
+           "utilization": None, "idle_reserved_gib_s": None,
+           "oracle_gib_s": gib_s(step_peak_mb), "reserved_vs_oracle": None}
     if out["reserved_gib_s"] is not None and out["used_gib_s"] is not None:
         r, u = out["reserved_gib_s"], out["used_gib_s"]
         out["utilization"] = round(u / r, 6) if r > 0 else None
         out["idle_reserved_gib_s"] = round(max(0.0, r - u), 6)
+    if out["reserved_gib_s"] is not None and out["oracle_gib_s"]:
+        out["reserved_vs_oracle"] = round(out["reserved_gib_s"] / out["oracle_gib_s"], 6)
     return out
 
 
@@ -127,13 +150,14 @@ def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
     # controller never holds a normal or high step, which may grow to the ceiling as under bpf-soft:
     # those reserve the ceiling, like the control arm, so the two differ only where the policy acts.
     held = granting(arm) and c.get("priority") == "low"
+    peak = step.profile.peak_mb.value if step.profile.peak_mb is not None else None
     return step_reservation(
         latency_ms=result.latency_ms if result.executed else None, time_scale=time_scale,
-        memory_max_mb=arm.memory_max_mb, memory_high_mb=arm.memory_high_mb, granting=held,
+        memory_max_mb=arm.step_memory_max_mb(peak), memory_high_mb=arm.memory_high_mb, granting=held,
         trace_peak_mb=_cached_trace_peak(trace), grants=c.get("grants") or (),
         usage_mib_ms=c.get("usage_mib_ms"), usage_window_ms=c.get("usage_window_ms"),
         usage_samples=c.get("usage_samples"),
-        recorded_ms=step.duration_ms.value if step.duration_ms is not None else None)
+        recorded_ms=step.duration_ms.value if step.duration_ms is not None else None, step_peak_mb=peak)
 
 
 def granting(arm) -> bool:
@@ -155,8 +179,9 @@ def _cached_trace_peak(trace) -> float | None:
 
 
 def totals(records: list[dict]) -> dict:
-    """Sums of TOTAL_FIELDS over records that carry them (None when none does), and utilization =
-    Σ used / Σ reserved over records that carry both."""
+    """Sums of TOTAL_FIELDS over records that carry them (None when none does), utilization =
+    Σ used / Σ reserved over records that carry both, and reserved_vs_oracle = Σ reserved / Σ oracle
+    over records that carry both (the steps with a recorded peak)."""
     out = {}
     for k in TOTAL_FIELDS:
         vals = [r[k] for r in records if r.get(k) is not None]
@@ -164,4 +189,7 @@ def totals(records: list[dict]) -> dict:
     both = [r for r in records if r.get("reserved_gib_s") is not None and r.get("used_gib_s") is not None]
     res = sum(r["reserved_gib_s"] for r in both)
     out["utilization"] = round(sum(r["used_gib_s"] for r in both) / res, 6) if both and res > 0 else None
+    known = [r for r in records if r.get("reserved_gib_s") is not None and r.get("oracle_gib_s") is not None]
+    oracle = sum(r["oracle_gib_s"] for r in known)
+    out["reserved_vs_oracle"] = round(sum(r["reserved_gib_s"] for r in known) / oracle, 6) if oracle > 0 else None
     return out

@@ -49,7 +49,7 @@ TEST_METRICS = ["total_steps", "executed_steps", "failed_steps", "latency_p50_ms
                 "policy_kills_total", "pids_max_events_total",
                 # what the arm's limits reserved and the steps used (metrics/reservation.py), GiB·s
                 "step_time_s", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s", "used_gib_s",
-                "utilization", "idle_reserved_gib_s"]
+                "utilization", "idle_reserved_gib_s", "oracle_gib_s", "reserved_vs_oracle"]
 #: Keys a metrics.jsonl record must have for a report to use it.
 REQUIRED = ("trace_id", "step_id", "config", "latency_ms", "oom_kills", "mem_high_events", "mem_max_events")
 

@@ -1,8 +1,9 @@
 """Reservation per arm and sweep point, and the kills-versus-reserved-memory frontier.
 
 One row per results dir × experiment × arm × sweep point (params; seeds averaged): what the arm's
-limits reserved over all its traces, what the steps used, utilization, idle reservation (GiB·s over
-the steps' recorded durations: metrics/reservation.py) and the OOM kills there. A sweep of a limit
+limits reserved over all its traces, what the steps used, utilization, idle reservation, the oracle's
+reservation and the arm's ratio to it (GiB·s over the steps' recorded durations:
+metrics/reservation.py) and the OOM kills there. A sweep of a limit
 gives each arm one point per value: fewer kills cost more reserved memory, and the frontier figure
 (figures.frontier) draws those points per arm. Tests whose traces replayed recorded profiles and
 tests whose traces replayed profiles derived from 1 Hz samples (`profiles`, frames.profiles) are
@@ -12,9 +13,9 @@ even without a sweep.
 from __future__ import annotations
 
 SUMS = ("oom_kills", "reserved_gib_s", "ceiling_reserved_gib_s", "soft_reserved_gib_s", "used_gib_s",
-        "idle_reserved_gib_s", "step_time_s", "total_steps")
+        "idle_reserved_gib_s", "oracle_gib_s", "step_time_s", "total_steps")
 KEY = ["run", "experiment", "config", "params", "profiles"]
-COLUMNS = [*KEY, "point", "seeds", "traces", *SUMS, "utilization"]
+COLUMNS = [*KEY, "point", "seeds", "traces", *SUMS, "utilization", "reserved_vs_oracle"]
 
 
 def point_name(params: str) -> str:
@@ -26,7 +27,9 @@ def point_name(params: str) -> str:
 
 def reservation_frame(tests):
     """Per run × experiment × arm × params × profiles: the sums over its traces (means over seeds) of
-    SUMS, and utilization = Σ used / Σ reserved. Rows where no test carries a reservation are kept (None)."""
+    SUMS, utilization = Σ used / Σ reserved, and reserved_vs_oracle = Σ reserved / Σ oracle over the
+    steps with an oracle (a test's ratio × its oracle is its reserved GiB·s over those steps). Rows where
+    no test carries a reservation are kept (None)."""
     import pandas as pd
     rows = []
     if tests.empty:
@@ -46,6 +49,10 @@ def reservation_frame(tests):
         # utilization of the sums is the used share of what was reserved (a per-test mean would weight
         # a short trace like a long one)
         row["utilization"] = round(float(both["used_gib_s"].sum() / res), 6) if len(both) and res > 0 else None
+        known = sel.dropna(subset=["reserved_vs_oracle", "oracle_gib_s"]) if "reserved_vs_oracle" in sel else sel.iloc[0:0]
+        oracle = known["oracle_gib_s"].sum() if len(known) else 0.0
+        row["reserved_vs_oracle"] = round(float((known["reserved_vs_oracle"] * known["oracle_gib_s"]).sum() / oracle), 6) \
+            if oracle > 0 else None
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 

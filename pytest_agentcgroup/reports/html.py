@@ -36,7 +36,7 @@ HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace
             **{k: h for k, h in SUMMARY if k.endswith("_total")},
             "step_time_s": "tool time", "reserved_gib_s": "reserved", "ceiling_reserved_gib_s": "reserved at ceiling",
             "soft_reserved_gib_s": "reserved at soft limit", "used_gib_s": "used", "utilization": "utilization",
-            "idle_reserved_gib_s": "idle reserved"}
+            "idle_reserved_gib_s": "idle reserved", "oracle_gib_s": "oracle", "reserved_vs_oracle": "× oracle"}
 
 
 def build_report(dirs, out: str | Path = "report", *, config: str | Path | None = None,
@@ -165,7 +165,8 @@ def _td(value, key: str, numeric: bool) -> str:
     if not numeric:
         return f"<td>{e(str(value))}</td>"
     shown = f"{value:.1f}" if isinstance(value, float) else str(value)
-    if isinstance(value, float) and (key == "utilization" or key.endswith("_gib_s")) and abs(value) < 10:
+    if isinstance(value, float) and (key in ("utilization", "reserved_vs_oracle") or key.endswith("_gib_s")) \
+            and abs(value) < 10:
         shown = f"{value:.3g}"                   # small GiB·s and ratios: 3 significant digits, not 0.0
     bad = " bad" if key in ("oom_kills", "failed_steps", "timeouts", "policy_kills_total") and value else ""
     return f'<td class="num{bad}" data-value="{value}">{e(shown)}</td>'
@@ -214,12 +215,14 @@ def _reservation_section(reserve) -> str:
         return ""
     keys = (["run"] if reserve["run"].nunique() > 1 else []) + ["experiment", "config", "point"] \
         + (["profiles"] if reserve["profiles"].nunique() > 1 else []) + ["traces", "oom_kills",
-                                                                   "reserved_gib_s", "used_gib_s", "utilization",
+                                                                   "reserved_gib_s", "reserved_vs_oracle",
+                                                                   "oracle_gib_s", "used_gib_s", "utilization",
                                                                    "idle_reserved_gib_s", "ceiling_reserved_gib_s",
                                                                    "soft_reserved_gib_s", "step_time_s"]
     heads = {"run": "results dir", "config": "arm", "point": "sweep point", "profiles": "step profiles",
              "traces": "traces (count)",
              "oom_kills": "OOM kills (count, recorded)", "reserved_gib_s": "reserved (GiB·s)",
+             "reserved_vs_oracle": "× oracle (reserved/oracle)", "oracle_gib_s": "oracle (GiB·s)",
              "used_gib_s": "used (GiB·s, sampled)", "utilization": "utilization (used/reserved)",
              "idle_reserved_gib_s": "idle reserved (GiB·s)", "ceiling_reserved_gib_s": "at the ceiling (GiB·s)",
              "soft_reserved_gib_s": "at the soft limit (GiB·s)", "step_time_s": "tool time (s)"}
@@ -229,7 +232,10 @@ def _reservation_section(reserve) -> str:
               "reserved = ∫ the arm's committed limit dt: "
               "the hard limit for static arms and bpf-soft (its ceiling), the envelope of the granted soft limit for "
               "agentcgroup (controller grant log), the trace's recorded peak for unlimited and static-high (a soft limit "
-              "alone reserves nothing: what a scheduler would reserve); at the ceiling = ∫ memory_max dt; used = ∫ memory.current dt sampled every 20 ms; idle = "
+              "alone reserves nothing: what a scheduler would reserve); oracle = Σ each step's own recorded peak × its "
+              "time, what a policy that knew the future would reserve (the same for every arm); × oracle = reserved / "
+              "oracle over the steps with a recorded peak (1 = the oracle; lower is better); "
+              "at the ceiling = ∫ memory_max dt; used = ∫ memory.current dt sampled every 20 ms; idle = "
               "Σ max(0, reserved − used) per step. Tool time only: model turns between tool calls are not replayed.</p>")
 
 

@@ -36,6 +36,7 @@ SUMMARY_TABLES = [
                                     ("freezes_total", "freezes"), ("policy_kills_total", "policy kills"),
                                     ("pids_max_events_total", "forks refused")]),
     ("Reserved and used memory", [("step_time_s", "tool time"), ("reserved_gib_s", "reserved"),
+                                  ("reserved_vs_oracle", "× oracle"), ("oracle_gib_s", "oracle"),
                                   ("ceiling_reserved_gib_s", "reserved at ceiling"),
                                   ("soft_reserved_gib_s", "reserved at soft limit"), ("used_gib_s", "used"),
                                   ("idle_reserved_gib_s", "idle reserved"), ("utilization", "utilization")]),
@@ -101,7 +102,7 @@ def shown_value(v, key: str) -> str:
         return "—"
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return code(v)
-    if isinstance(v, float) and (key == "utilization" or key.endswith("_gib_s")) and abs(v) < 10:
+    if isinstance(v, float) and (key in ("utilization", "reserved_vs_oracle") or key.endswith("_gib_s")) and abs(v) < 10:
         return f"{v:.3g}"
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
@@ -207,8 +208,9 @@ def _sweep_section(reserve) -> str:
     reserve = frontier_frame(reserve) if not reserve.empty else reserve
     if reserve.empty:
         return ""
-    keys = [("reserved_gib_s", "reserved"), ("used_gib_s", "used"), ("utilization", "utilization"),
-            ("idle_reserved_gib_s", "idle reserved"), ("step_time_s", "tool time")]
+    keys = [("reserved_gib_s", "reserved"), ("reserved_vs_oracle", "× oracle"), ("oracle_gib_s", "oracle"),
+            ("used_gib_s", "used"), ("utilization", "utilization"), ("idle_reserved_gib_s", "idle reserved"),
+            ("step_time_s", "tool time")]
     rows = [[code(r["experiment"] or "-"), code(r["config"]), code(r["point"]), code(r["profiles"]), str(r["traces"]),
              shown_value(r["oom_kills"], "oom_kills")] + [shown_value(r[k], k) for k, _ in keys]
             for r in reserve.to_dict("records")]
