@@ -1,7 +1,7 @@
 """`agentcgroup tools ...`: the corpus-building tools, run by hand to regenerate what traces/ ships
-(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py), what the
-sources record of each step's outcome and each profiled trace's verdict (tools/recorded_outcomes.py), and the shipped web app
-the browser traces replay against, served for a look at it (tenants/webapp.py)."""
+(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py), what
+the sources record of each step's outcome and each profiled trace's verdict (tools/recorded_outcomes.py),
+and the shipped web app the browser traces replay against, served for a look at it (tenants/webapp.py)."""
 from __future__ import annotations
 
 import sys

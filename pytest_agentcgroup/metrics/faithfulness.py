@@ -6,6 +6,8 @@ prints per trace.
 Per step (metrics.jsonl, sandbox and docker executors, steps whose trace recorded an outcome):
 
     recorded_exit, replayed_exit   the exit codes (null where there is none: an edit, a signal)
+    against                        "source" (the trajectory's record: faithfulness) or "profile"
+                                   (this machine's own profiling run: reproducibility, not faithfulness)
     diverged                       true | false | null (null: not compared, `divergence` says why)
     divergence                     why it diverged, or why it is not counted
     recorded_head, replayed_head   the first non-empty line of each output (at most 200 characters)
@@ -19,6 +21,9 @@ The share is diverged / compared (steps with diverged true or false); a trace ×
 above `max_divergence` fails, naming its first diverging step.
 
 The emulate executor runs no recorded command (its exit is the emulator's): nothing is compared there.
+A trace whose source recorded no outcome is compared with its profile's: that is this machine's own
+earlier run, so the lines and failures say reproducibility, not faithfulness. The faithfulness rule
+for stored traces (durations, output, unknown steps, verdicts) is metrics/source_faithfulness.py.
 """
 from __future__ import annotations
 
@@ -65,6 +70,7 @@ def step_fields(result, step: Step, executor: str, *, source_recorded: bool = Fa
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
     out = {"recorded_exit": rec.exit_code, "replayed_exit": result.exit_code,
+           "against": "source" if step.recorded_outcome else "profile",
            "recorded_head": first_line(step.recorded_output if step.recorded_outcome else None),
            "replayed_head": first_line(result.output)}
     killed = arm_kill(result)
@@ -103,6 +109,11 @@ def tally(records: list[dict]) -> tuple[int, int, int, dict | None]:
     return len(compared), len(bad), skipped, (bad[0] if bad else None)
 
 
+def _reproducibility(records: list[dict]) -> bool:
+    """Were these records compared with this machine's profiling run rather than the source's record?"""
+    return any(r.get("against") == "profile" for r in records)
+
+
 def describe_step(r: dict) -> str:
     """`step 7 (bash: 'python -m pytest --version'): exit 127; recorded exit 0` and both first lines."""
     cmd = str(r.get("cmd"))
@@ -118,7 +129,8 @@ def failure(records: list[dict], max_share: float) -> str | None:
     compared, diverged, _, first = tally(records)
     if not compared or diverged / compared <= max_share:
         return None
-    return (f"{records[0]['trace_id']}: {diverged} of {compared} compared steps diverged from the trace "
+    return (f"{records[0]['trace_id']}: {diverged} of {compared} compared steps diverged from "
+            f"{'its profiling run here (reproducibility)' if _reproducibility(records) else 'the trace'} "
             f"({diverged / compared:.0%}, more than max_divergence {max_share:.0%}); the first:\n  "
             + describe_step(first))
 
@@ -133,7 +145,9 @@ def summary_lines(records: list[dict]) -> list[str]:
     for (exp, arm, trace_id), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         compared, diverged, skipped, first = tally(rs)
         share = f"{(compared - diverged) / compared:.0%}" if compared else "-"
-        line = (f"{exp}  {arm}  {trace_id}: {compared - diverged}/{compared} compared steps as recorded ({share})"
+        as_what = ("as in its profiling run here (reproducibility, not faithfulness)" if _reproducibility(rs)
+                   else "as recorded")
+        line = (f"{exp}  {arm}  {trace_id}: {compared - diverged}/{compared} compared steps {as_what} ({share})"
                 + (f", {skipped} not counted" if skipped else ""))
         ws = next((r["workspace"] for r in rs if r.get("workspace")), None)
         if ws:

@@ -15,11 +15,13 @@ A step replayed here (it has an `outcome`) is *faithful* when both hold:
     - where the source records a duration (`original.duration_ms`, recorded or derived): the
       replayed duration <= factor x recorded + slack (default 3 x recorded + 1 s); only the upper
       bound: a step that ends sooner here is judged by (a);
-    - else where the source records output and the replayed output is kept (`output`, passed in):
+    - else where the source records output and the step's `output` here is kept (`traces profile`
+      keeps its head, OUTPUT_KEPT characters, beside a `recorded_output`):
       the outputs agree (`output_agrees`): for a submit step, the same files in `diff --git`
       lines and the same `@@` hunk headers, over the part both show; else, when both hold a
       pytest summary line (`=== 3 failed, 10 passed in 2.1s ===`), the same counts (warnings
-      aside); else the same first non-empty line (both empty agree);
+      aside); else the same first non-empty line (both empty agree), compared with every run of
+      digits read as one number and blanks as one space (sizes, addresses, times differ by machine);
     - else (b) is not checked, and the step is judged by (a) alone (`unchecked`).
 
 Three values, no guess: a step that breaks (a) or (b) is *unfaithful* (by each rule it breaks:
@@ -46,6 +48,8 @@ FACTOR = 3.0
 SLACK_S = 1.0
 THRESHOLD = 0.2
 MIN_COMPARED = 5
+#: what `traces profile` keeps of a step's output here (`output`) where its source recorded one
+OUTPUT_KEPT = 1000
 RULES = ("exit", "duration", "output")
 VERDICTS = ("pass", "fail", "unverified")
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT"
@@ -133,7 +137,8 @@ def pytest_counts(text: str | None) -> dict[str, int] | None:
 
 
 def _first(text: str | None) -> str:
-    return next((x.strip() for x in (text or "").splitlines() if x.strip()), "")
+    line = next((x.strip() for x in (text or "").splitlines() if x.strip()), "")
+    return re.sub(r"\s+", " ", re.sub(r"(0x)?[0-9a-f]*[0-9][0-9a-f]*", "N", line))
 
 
 def output_agrees(step: Step, recorded: str, replayed: str) -> tuple[bool, str]:
@@ -154,10 +159,8 @@ def output_agrees(step: Step, recorded: str, replayed: str) -> tuple[bool, str]:
     return fa == fb, f"first line: recorded {fa[:80]!r}, replayed {fb[:80]!r}"
 
 
-def judge_step(step: Step, *, factor: float = FACTOR, slack_s: float = SLACK_S,
-               output: str | None = None) -> StepVerdict | None:
-    """The step's verdict by the rule (module docstring), None for a step not replayed here.
-    `output`: the head of what it printed here, where kept (the output rule needs it)."""
+def judge_step(step: Step, *, factor: float = FACTOR, slack_s: float = SLACK_S) -> StepVerdict | None:
+    """The step's verdict by the rule (module docstring), None for a step not replayed here."""
     got = step.outcome
     if got is None:
         return None
@@ -174,8 +177,8 @@ def judge_step(step: Step, *, factor: float = FACTOR, slack_s: float = SLACK_S,
         if here > bound:
             broke.append("duration")
             why.append(f"ran {here / 1000:.1f} s, recorded {rec_ms.value / 1000:.1f} s (bound {bound / 1000:.1f} s)")
-    elif step.recorded_output is not None and output is not None:
-        same, how = output_agrees(step, step.recorded_output, output)
+    elif step.recorded_output is not None and step.output is not None:
+        same, how = output_agrees(step, step.recorded_output, step.output)
         if not same:
             broke.append("output")
             why.append(how)
@@ -188,13 +191,10 @@ def judge_step(step: Step, *, factor: float = FACTOR, slack_s: float = SLACK_S,
     return StepVerdict(step.step_id, "faithful", (), unchecked)
 
 
-def judge_trace(trace: Trace, *, factor: float = FACTOR, slack_s: float = SLACK_S, threshold: float = THRESHOLD,
-                outputs: dict[int, str] | None = None) -> TraceVerdict:
-    """The trace's verdict (module docstring); `outputs`: step_id -> the head of what it printed
-    here, where kept."""
-    outputs = outputs or {}
-    steps = tuple(v for s in trace.steps
-                  if (v := judge_step(s, factor=factor, slack_s=slack_s, output=outputs.get(s.step_id))))
+def judge_trace(trace: Trace, *, factor: float = FACTOR, slack_s: float = SLACK_S,
+                threshold: float = THRESHOLD) -> TraceVerdict:
+    """The trace's verdict (module docstring)."""
+    steps = tuple(v for s in trace.steps if (v := judge_step(s, factor=factor, slack_s=slack_s)))
     compared = [v for v in steps if v.verdict != "unknown"]
     faithful = sum(1 for v in compared if v.verdict == "faithful")
     unknown = len(steps) - len(compared)
