@@ -102,6 +102,12 @@ def test_a_comparison_with_the_profiling_run_is_named_reproducibility_not_faithf
     assert "diverged from its profiling run here (reproducibility)" in faithfulness.failure([mine], 0.2)
     assert "compared steps as recorded" in faithfulness.summary_lines([theirs])[0]
     assert "diverged from the trace" in faithfulness.failure([theirs], 0.2)
+    # mini-swe-agent's submit step: its recorded diff is its outcome (an ok exit 0), as in the one rule
+    submit = Step(1, "bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff --cached"},
+                  recorded_output="diff --git a/x b/x\n")
+    failed = StepResult("t", 1, "bash", "git diff", True, 5.0, 128, None, False, "recorded")
+    rec = step_record(failed, submit, config="u", time_scale=1.0, executor="sandbox", source_recorded=True)
+    assert (rec["against"], rec["recorded_exit"], rec["diverged"]) == ("source", 0, True)
 
 
 @needs_bwrap

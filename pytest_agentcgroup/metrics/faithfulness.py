@@ -12,6 +12,8 @@ Per step (metrics.jsonl, sandbox and docker executors, steps whose trace recorde
     divergence                     why it diverged, or why it is not counted
     recorded_head, replayed_head   the first non-empty line of each output (at most 200 characters)
 
+The recorded outcome is the one rule's (metrics/source_faithfulness.py `recorded_outcome`: the
+source's, and for mini-swe-agent's submit step its recorded diff as an ok exit 0).
 A step diverges when it could not be started, was killed by a signal nobody counted, or ended
 otherwise than recorded: another exit code for a command; for an edit (no exit code), applied where
 the trajectory's failed or the other way round. Not counted (diverged null): a step the arm killed
@@ -28,6 +30,7 @@ for stored traces (durations, output, unknown steps, verdicts) is metrics/source
 from __future__ import annotations
 
 from ..traces.ir import Step
+from .source_faithfulness import recorded_outcome as source_outcome
 
 REAL_EXECUTORS = ("sandbox", "docker")
 HEAD_CHARS = 200
@@ -66,12 +69,13 @@ def step_fields(result, step: Step, executor: str, *, source_recorded: bool = Fa
     recorded outcome, a step that executes nothing here). `source_recorded`: the trace's source
     recorded outcomes, so one of its steps without one is not compared with its profile's (that is
     this machine's run, not the trajectory's)."""
-    rec = step.recorded_outcome or (None if source_recorded else step.outcome)
+    told = source_outcome(step)
+    rec = told or (None if source_recorded else step.outcome)
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
     out = {"recorded_exit": rec.exit_code, "replayed_exit": result.exit_code,
-           "against": "source" if step.recorded_outcome else "profile",
-           "recorded_head": first_line(step.recorded_output if step.recorded_outcome else None),
+           "against": "source" if told else "profile",
+           "recorded_head": first_line(step.recorded_output if told else None),
            "replayed_head": first_line(result.output)}
     killed = arm_kill(result)
     if killed:

@@ -168,7 +168,11 @@ def judge_step(step: Step, *, factor: float = FACTOR, slack_s: float = SLACK_S) 
     rec = recorded_outcome(step)
     if rec is not None and not exit_agrees(step, rec, got):
         broke.append("exit")
-        why.append(f"ended {_said(got)}, recorded {_said(rec)}")
+        if step.tool in RUNTIME_TOOLS:
+            why.append(f"{'applied' if got.status == 'ok' else 'not applied'} here ({_said(got)}), "
+                       f"{'applied' if rec.status == 'ok' else 'refused'} there")
+        else:
+            why.append(f"ended {_said(got)}, recorded {_said(rec)}")
     rec_ms = step.original.duration_ms if step.original is not None else None
     unchecked = False
     if rec_ms is not None and rec_ms.provenance != "synthetic":
