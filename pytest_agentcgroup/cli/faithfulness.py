@@ -76,7 +76,9 @@ def report(traces: list[Trace], threshold: float, factor: float, slack_s: float)
 def format_report(res: dict) -> str:
     rows = res["traces"]
     width = max([len(r["trace_id"]) for r in rows] + [5])
-    lines = [f"{'':<{width}}                      unfaithful by rule",
+    lines = [f"faithfulness rule {res['rule']}: counts derived from the stored traces (outcomes and durations "
+             "recorded where each was profiled, beside what its source recorded)", "",
+             f"{'':<{width}}                      unfaithful by rule",
              f"{'trace':<{width}}  compared  faithful  exit duration output  unknown  verdict"]
     for r in rows:
         lines.append(f"{r['trace_id']:<{width}}  {r['compared']:>8}  {r['faithful']:>8}  "

@@ -20,8 +20,9 @@ A step replayed here (it has an `outcome`) is *faithful* when both hold:
       the outputs agree (`output_agrees`): for a submit step, the same files in `diff --git`
       lines and the same `@@` hunk headers, over the part both show; else, when both hold a
       pytest summary line (`=== 3 failed, 10 passed in 2.1s ===`), the same counts (warnings
-      aside); else the same first non-empty line (both empty agree), compared with every run of
-      digits read as one number and blanks as one space (sizes, addresses, times differ by machine);
+      aside); else the same first non-empty line (both empty agree), compared with every number
+      (decimal, or hex with a digit) read as one and blanks as one space (sizes, addresses and
+      times differ by machine);
     - else (b) is not checked, and the step is judged by (a) alone (`unchecked`).
 
 Three values, no guess: a step that breaks (a) or (b) is *unfaithful* (by each rule it breaks:
