@@ -88,6 +88,28 @@ def test_a_profiled_outcome_is_compared_only_in_a_trace_whose_source_recorded_no
                                          source_recorded=True)
 
 
+def test_a_comparison_with_the_profiling_run_is_named_reproducibility_not_faithfulness():
+    """Compared with the profile's outcome (this machine's earlier run), the line and the failure
+    say reproducibility; compared with the source's record, `as recorded` and `from the trace`."""
+    from pytest_agentcgroup.replay.replayer import StepResult
+    ran = StepResult("t", 0, "bash", "exit 1", True, 5.0, 1, None, False, "recorded")
+    mine = step_record(ran, Step(0, "bash", {"command": "exit 1"}, outcome=Outcome("ok", 0)), config="u",
+                       time_scale=1.0, executor="sandbox")
+    theirs = step_record(ran, bash(0, "exit 1", 0), config="u", time_scale=1.0, executor="sandbox")
+    assert (mine["against"], theirs["against"]) == ("profile", "source")
+    (line,) = faithfulness.summary_lines([mine])
+    assert "0/1 compared steps as in its profiling run here (reproducibility, not faithfulness)" in line
+    assert "diverged from its profiling run here (reproducibility)" in faithfulness.failure([mine], 0.2)
+    assert "compared steps as recorded" in faithfulness.summary_lines([theirs])[0]
+    assert "diverged from the trace" in faithfulness.failure([theirs], 0.2)
+    # mini-swe-agent's submit step: its recorded diff is its outcome (an ok exit 0), as in the one rule
+    submit = Step(1, "bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff --cached"},
+                  recorded_output="diff --git a/x b/x\n")
+    failed = StepResult("t", 1, "bash", "git diff", True, 5.0, 128, None, False, "recorded")
+    rec = step_record(failed, submit, config="u", time_scale=1.0, executor="sandbox", source_recorded=True)
+    assert (rec["against"], rec["recorded_exit"], rec["diverged"]) == ("source", 0, True)
+
+
 @needs_bwrap
 def test_a_step_the_arm_kills_on_purpose_is_not_a_divergence_and_a_timeout_is(tree):
     """The arm's OOM kill (a 48 MiB hard limit under a 200 MiB allocation) ends a step the trajectory

@@ -259,3 +259,17 @@ def test_the_task_a_trace_names_is_its_own_or_read_from_its_older_fields():
     assert task_of(Trace("synthetic/noisy-cpu", {"format": "synthetic"}, (Step(0, "bash", {"command": "ls", "cwd": "/w"}),))) is None
     assert Task(instance_id="a__b-1", repository="a/b", version="1.0", path="/workspace/a__b__1.0").describe() == \
         "a__b-1 (repository a/b, version 1.0, at /workspace/a__b__1.0)"
+
+
+def test_a_profiled_steps_output_round_trips_and_a_bad_one_is_named(tmp_path):
+    step = Step(0, "bash", {"command": "echo hi"}, outcome=Outcome("ok", 0), recorded_output="hi\n", output="hi\n")
+    path = tmp_path / "t.json"
+    write_trace(Trace("t/x", {"format": "test"}, (step,)), path)
+    (back,) = read_traces(path)
+    assert back.steps[0].output == "hi\n" and back.steps[0] == step
+    raw = json.loads(path.read_text())
+    raw["steps"][0]["output"] = 3
+    path.write_text(json.dumps(raw))
+    with pytest.raises(TraceError, match="expected str, got int") as exc:
+        list(read_traces(path))
+    assert exc.value.field == "output" and exc.value.step == 0

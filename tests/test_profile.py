@@ -92,6 +92,30 @@ def test_real_steps_get_recorded_profiles_and_outcomes(tmp_path, can_profile):
     assert Corpus.open(tmp_path / "out").load("t/tiny") == t
 
 
+def test_a_profiled_trace_stores_its_faithfulness_verdict_and_the_output_it_compared(tmp_path, can_profile):
+    from pytest_agentcgroup.metrics.source_faithfulness import judge_trace
+    from pytest_agentcgroup.traces.ir import Measure, Outcome
+
+    def said(i, cmd, output, **kw):
+        return Step(i, "bash", {"command": cmd}, native_tool="bash", recorded_outcome=Outcome("ok", 0),
+                    recorded_output=output, **kw)
+    path = tiny(tmp_path, [
+        *(said(i, f"echo hello {i}", f"hello {i}\n") for i in range(5)),
+        said(5, "exit 3", ""),                                                   # exit
+        Step(6, "bash", {"command": "sleep 1.6"}, duration_ms=Measure(100.0, "recorded"),
+             recorded_outcome=Outcome("ok", 0)),                                 # duration: 1.6 s > 3 x 0.1 + 1 s
+        said(7, "echo other", "hello\n"),                                       # output
+        Step(8, "bash", {"command": "true"}),                                    # unknown: nothing recorded
+    ])
+    profile_traces([path], tmp_path / "out", Settings())
+    t = profiled(tmp_path / "out", "t/tiny")
+    assert [s.output for s in t.steps[:2]] == ["hello 0\n", "hello 1\n"] and t.steps[6].output is None
+    got = t.source["faithfulness"]
+    assert got == judge_trace(t).stored()
+    assert (got["compared"], got["faithful"], got["unknown"], got["verdict"]) == (8, 5, 1, "fail")
+    assert (got["unfaithful_exit"], got["unfaithful_duration"], got["unfaithful_output"]) == (1, 1, 1)
+
+
 def test_resume_skips_complete_traces_redoes_partial_ones_and_keeps_other_files(tmp_path, can_profile):
     a = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], "t/a")
     b = tiny(tmp_path, [bash(0, "true", cwd="/workspace")], "t/b")

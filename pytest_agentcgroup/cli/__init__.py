@@ -12,6 +12,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG]
                                [--step-timeout S]                                        (profile.py)
     agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed; fidelity.py)
+    agentcgroup traces faithfulness TRACES... [--subset NAME] [--threshold T] [--factor F] [--slack-s S] [--json]
+                                                                                        (faithfulness.py)
     agentcgroup traces lock TRACES... [-o LOCK] [--project P] [--version V] [--again] [--build]  (lock.py)
     agentcgroup report DIR... [-o OUT] [--markdown [--title T]] [--config TOML] [--trace ID]...
                        [--default AXIS=VALUE]...  |  report --publish FILE                (report.py)
@@ -21,7 +23,7 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup bpf features
     agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
     agentcgroup tools build-corpus SRC OUT | browser-record DATASETS OUT                 (tools.py)
-    agentcgroup tools recorded-here workspace|traces DIR | webapp
+    agentcgroup tools recorded-here workspace|traces DIR | recorded-outcomes DATASET CORPUS | webapp
 
 Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
 0 everything worked; 1 bad input (a file or record that did not convert or validate,
@@ -66,11 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",
                          description="Fetch, convert, validate, summarise and select agent traces.")
     # the groups' modules import `EXIT_*` from here: imported once this module has run
-    from . import fidelity, lock, machine, profile, report, subsets, tools, traces as trace_commands
+    from . import faithfulness, fidelity, lock, machine, profile, report, subsets, tools, traces as trace_commands
     trace_commands.add_parsers(tsub)
     subsets.add_parsers(tsub)
     profile.add_parser(tsub)
     fidelity.add_parser(tsub)
+    faithfulness.add_parser(tsub)
     lock.add_parser(tsub)
     report.add_parsers(sub)
     machine.add_parsers(sub)

@@ -1,13 +1,14 @@
 """`agentcgroup tools ...`: the corpus-building tools, run by hand to regenerate what traces/ ships
-(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py), and the shipped web app
-the browser traces replay against, served for a look at it (tenants/webapp.py)."""
+(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py), what
+the sources record of each step's outcome and each profiled trace's verdict (tools/recorded_outcomes.py),
+and the shipped web app the browser traces replay against, served for a look at it (tenants/webapp.py)."""
 from __future__ import annotations
 
 import sys
 import threading
 from pathlib import Path
 
-from . import EXIT_BAD_INPUT, EXIT_OK, command_group
+from . import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, command_group
 
 
 def add_parsers(sub) -> None:
@@ -73,6 +74,20 @@ def add_parsers(sub) -> None:
     h.add_argument("dir", type=Path, metavar="DIR", help="where to build it")
     h.set_defaults(func=cmd_recorded_here)
 
+    o = tsub.add_parser(
+        "recorded-outcomes", help="add what the Claude Code source records of each step's outcome, and each "
+                                  "profiled trace's faithfulness verdict, to existing IR files",
+        description="Without profiling again: give every Claude Code trace under CORPUS (source.format "
+                    "claude-code) each Bash and edit step's recorded_outcome, derived from DATASET/<source.path>/"
+                    "tool_calls.json by the converter's rule (unknown where the tool's output does not tell), "
+                    "and every profiled trace source.faithfulness, its verdict by the faithfulness rule "
+                    "(`agentcgroup traces faithfulness`). Files are rewritten only when they change.",
+        epilog="Example: agentcgroup tools recorded-outcomes ../shared/datasets/agentcgroup-claude-code traces. "
+               "Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error or no dataset at DATASET.")
+    o.add_argument("dataset", type=Path, help="the agentcgroup-claude-code dataset root")
+    o.add_argument("corpus", type=Path, help="the trace corpus directory (e.g. traces/)")
+    o.set_defaults(func=cmd_recorded_outcomes)
+
     w = tsub.add_parser(
         "webapp", help="serve the web app the browser traces replay against, on loopback",
         description="Serve the shipped web app on 127.0.0.1 and an ephemeral port (its URL is printed) until "
@@ -131,6 +146,22 @@ def cmd_recorded_here(args) -> int:
     else:
         for path in recorded_here.write_traces(args.dir):
             print(path)
+    return EXIT_OK
+
+
+def cmd_recorded_outcomes(args) -> int:
+    from ..tools.recorded_outcomes import DatasetMissing, update
+    from ..traces.ir import TraceError
+    try:
+        counts = update(args.dataset, args.corpus)
+    except DatasetMissing as exc:
+        print(f"agentcgroup tools recorded-outcomes: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TraceError as exc:
+        print(f"agentcgroup tools recorded-outcomes: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"{counts['outcomes']} Claude Code trace(s) given recorded outcomes, {counts['verdicts']} profiled "
+          f"trace(s) given a faithfulness verdict; {counts['written']} file(s) changed")
     return EXIT_OK
 
 

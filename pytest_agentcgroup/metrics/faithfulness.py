@@ -6,10 +6,14 @@ prints per trace.
 Per step (metrics.jsonl, sandbox and docker executors, steps whose trace recorded an outcome):
 
     recorded_exit, replayed_exit   the exit codes (null where there is none: an edit, a signal)
+    against                        "source" (the trajectory's record: faithfulness) or "profile"
+                                   (this machine's own profiling run: reproducibility, not faithfulness)
     diverged                       true | false | null (null: not compared, `divergence` says why)
     divergence                     why it diverged, or why it is not counted
     recorded_head, replayed_head   the first non-empty line of each output (at most 200 characters)
 
+The recorded outcome is the one rule's (metrics/source_faithfulness.py `recorded_outcome`: the
+source's, and for mini-swe-agent's submit step its recorded diff as an ok exit 0).
 A step diverges when it could not be started, was killed by a signal nobody counted, or ended
 otherwise than recorded: another exit code for a command; for an edit (no exit code), applied where
 the trajectory's failed or the other way round. Not counted (diverged null): a step the arm killed
@@ -19,10 +23,14 @@ The share is diverged / compared (steps with diverged true or false); a trace ×
 above `max_divergence` fails, naming its first diverging step.
 
 The emulate executor runs no recorded command (its exit is the emulator's): nothing is compared there.
+A trace whose source recorded no outcome is compared with its profile's: that is this machine's own
+earlier run, so the lines and failures say reproducibility, not faithfulness. The faithfulness rule
+for stored traces (durations, output, unknown steps, verdicts) is metrics/source_faithfulness.py.
 """
 from __future__ import annotations
 
 from ..traces.ir import Step
+from .source_faithfulness import recorded_outcome as source_outcome
 
 REAL_EXECUTORS = ("sandbox", "docker")
 HEAD_CHARS = 200
@@ -61,11 +69,13 @@ def step_fields(result, step: Step, executor: str, *, source_recorded: bool = Fa
     recorded outcome, a step that executes nothing here). `source_recorded`: the trace's source
     recorded outcomes, so one of its steps without one is not compared with its profile's (that is
     this machine's run, not the trajectory's)."""
-    rec = step.recorded_outcome or (None if source_recorded else step.outcome)
+    told = source_outcome(step)
+    rec = told or (None if source_recorded else step.outcome)
     if executor not in REAL_EXECUTORS or rec is None or not (result.executed or result.error):
         return {}
     out = {"recorded_exit": rec.exit_code, "replayed_exit": result.exit_code,
-           "recorded_head": first_line(step.recorded_output if step.recorded_outcome else None),
+           "against": "source" if told else "profile",
+           "recorded_head": first_line(step.recorded_output if told else None),
            "replayed_head": first_line(result.output)}
     killed = arm_kill(result)
     if killed:
@@ -103,6 +113,11 @@ def tally(records: list[dict]) -> tuple[int, int, int, dict | None]:
     return len(compared), len(bad), skipped, (bad[0] if bad else None)
 
 
+def _reproducibility(records: list[dict]) -> bool:
+    """Were these records compared with this machine's profiling run rather than the source's record?"""
+    return any(r.get("against") == "profile" for r in records)
+
+
 def describe_step(r: dict) -> str:
     """`step 7 (bash: 'python -m pytest --version'): exit 127; recorded exit 0` and both first lines."""
     cmd = str(r.get("cmd"))
@@ -118,7 +133,8 @@ def failure(records: list[dict], max_share: float) -> str | None:
     compared, diverged, _, first = tally(records)
     if not compared or diverged / compared <= max_share:
         return None
-    return (f"{records[0]['trace_id']}: {diverged} of {compared} compared steps diverged from the trace "
+    return (f"{records[0]['trace_id']}: {diverged} of {compared} compared steps diverged from "
+            f"{'its profiling run here (reproducibility)' if _reproducibility(records) else 'the trace'} "
             f"({diverged / compared:.0%}, more than max_divergence {max_share:.0%}); the first:\n  "
             + describe_step(first))
 
@@ -133,7 +149,9 @@ def summary_lines(records: list[dict]) -> list[str]:
     for (exp, arm, trace_id), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         compared, diverged, skipped, first = tally(rs)
         share = f"{(compared - diverged) / compared:.0%}" if compared else "-"
-        line = (f"{exp}  {arm}  {trace_id}: {compared - diverged}/{compared} compared steps as recorded ({share})"
+        as_what = ("as in its profiling run here (reproducibility, not faithfulness)" if _reproducibility(rs)
+                   else "as recorded")
+        line = (f"{exp}  {arm}  {trace_id}: {compared - diverged}/{compared} compared steps {as_what} ({share})"
                 + (f", {skipped} not counted" if skipped else ""))
         ws = next((r["workspace"] for r in rs if r.get("workspace")), None)
         if ws:

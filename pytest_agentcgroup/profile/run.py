@@ -12,7 +12,10 @@ What a profiled step carries (traces/ir.py):
   > ok; `error` for a step that could not start (refused or not spawnable; nothing measured). A
   step killed by a signal has exit_code 128 + signal (the shell's convention); a timed-out step none;
 - `original`: the figures the step had before (kept from an earlier `original` when a profiled
-  trace is profiled again, so it always holds the source's own).
+  trace is profiled again, so it always holds the source's own);
+- `output`: the head of what it printed here, for a step whose source recorded its output.
+The trace's `source.faithfulness` is its verdict by the faithfulness rule
+(metrics/source_faithfulness.py), judged here from what this run recorded.
 An edit the trace recorded in full is applied by the editor (replay/editor.py) and profiled like a
 command. Steps that execute nothing here (read, search, noop, browser, an edit kept only as its
 size: the agent runtime's own work, not a command) keep their profile unchanged and get no outcome:
@@ -41,6 +44,7 @@ from ..cgroups.tree import RunTree
 from ..replay.executors import make_executor
 from ..replay.executors.base import SeedFailed
 from ..replay.replayer import StepResult, replay_step
+from ..metrics.source_faithfulness import OUTPUT_KEPT, judge_trace
 from ..traces.corpus import LOCK_FILE, MANIFEST, ir_files
 from ..traces.ir import Curve, Measure, Original, Outcome, Profile, Step, Trace, TraceError, read_traces
 from ..workspaces.lock import WorkspaceError
@@ -239,7 +243,8 @@ def profile_one(trace: Trace, tree: RunTree, engine, settings: Settings, on_step
     finally:
         workload.remove()
     source = {**trace.source, "profiled": _provenance(tree, settings, measures, executor, memory_fs, provided)}
-    return Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps), task=trace.task)
+    done = Trace(trace_id=trace.trace_id, source=source, steps=tuple(steps), task=trace.task)
+    return replace(done, source={**source, "faithfulness": judge_trace(done).stored()})
 
 
 def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io: bool = True) -> Step:
@@ -247,7 +252,8 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io:
         return step                                   # executes nothing: not profiled
     original = step.original or Original(duration_ms=step.duration_ms, profile=step.profile)
     if not result.executed or m is None:              # refused, or could not be spawned: nothing ran
-        return replace(step, duration_ms=None, profile=Profile(), outcome=Outcome("error"), original=original)
+        return replace(step, duration_ms=None, profile=Profile(), outcome=Outcome("error"), original=original,
+                       output=None)
     if result.timed_out:
         outcome = Outcome("timeout", None)
     else:
@@ -265,7 +271,10 @@ def _profiled_step(step: Step, result: StepResult, m: StepMeasure | None, *, io:
                       ramp_ms=rec(min(ramp, result.latency_ms)) if ramp is not None else None,
                       cpu_ms=rec(m.cpu_usec / 1000.0) if m.cpu_usec is not None else None,   # None: cpu.stat not read
                       io_bytes=rec(m.io_bytes) if io and m.io_bytes is not None else None, curve=curve)
-    return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original)
+    # what it printed here, beside what its source printed: the faithfulness rule's output check
+    output = result.output[:OUTPUT_KEPT] if step.recorded_output is not None and result.output is not None else None
+    return replace(step, duration_ms=rec(result.latency_ms), profile=profile, outcome=outcome, original=original,
+                   output=output)
 
 
 def step_time_base(samples: list[tuple[float, int]], window_ms: float, duration_ms: float) -> list[tuple[float, int]]:

@@ -84,9 +84,10 @@ def replay_step(trace: Trace, step: Step, executor, placement: Placement) -> Ste
     try:
         proc = run(launch.argv, join=join, cwd=launch.cwd, env=launch.env or None,
                    timeout_s=launch.timeout_s, kill=placement.kill_step, clock_env=launch.clock_env,
-                   # only a step with a recorded outcome has an output to compare with: the others'
-                   # go to /dev/null as before, unread (gigabytes of it cost nothing there)
-                   output_head=OUTPUT_HEAD_BYTES if (step.recorded_outcome or step.outcome) else 0)
+                   # only a step with a recorded outcome or output has an output to compare with: the
+                   # others' go to /dev/null as before, unread (gigabytes of it cost nothing there)
+                   output_head=OUTPUT_HEAD_BYTES if (step.recorded_outcome or step.outcome
+                                                     or step.recorded_output is not None) else 0)
     except SpawnError as exc:
         error, proc = str(exc), None
     finally:

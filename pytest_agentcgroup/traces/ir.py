@@ -23,8 +23,9 @@ A trace file is JSON (one trace) or JSONL (one trace per line). Schema, version 
          "outcome": {"status": "ok", "exit_code": 0},          # profiled steps: how the run ended
          "original": {"duration_ms": {...}, "profile": {...}}, # profiled steps: the source's own figures
          "recorded_outcome": {"status": "failed", "exit_code": 1},  # how the step ended in the source run
-         "recorded_output": "Traceback (most recent call last): ..." # the head of what it printed there
-        }
+         "recorded_output": "Traceback (most recent call last): ...", # the head of what it printed there
+         "output": "Traceback (most recent call last): ..."   # profiled steps with a recorded_output:
+        }                                                        # the head of what it printed here
       ],
       "task": {"instance_id": "RDFLib__rdflib-1117", "path": "/testbed", ...}   # optional: task.py
     }
@@ -35,7 +36,8 @@ kernel's own per-cgroup peak where it has one). `outcome` says how a profiled st
 a step that failed or timed out is kept, with what was measured until then. `original` keeps the
 profile the trace had before it was profiled, for comparison. `recorded_outcome`/`recorded_output`:
 what the source recorded of the step's own run (exit code or timeout; its output's head), kept to compare
-(metrics/faithfulness.py). `task` names what the trace ran on (task.py).
+(metrics/faithfulness.py, metrics/source_faithfulness.py); `output`: the head of what a profiled step
+printed here, kept where the source recorded an output to compare it with. `task` names what the trace ran on (task.py).
 
 Every number a trace carries says where it came from (PROVENANCES): `recorded` was measured by the
 source itself, `derived` was computed from recorded data (e.g. a step's memory peak from the 1 Hz
@@ -155,6 +157,7 @@ class Step:
     original: Original | None = None
     recorded_outcome: Outcome | None = None
     recorded_output: str | None = None
+    output: str | None = None
 
     @property
     def command(self) -> str | None:
@@ -178,6 +181,8 @@ class Step:
             out["recorded_outcome"] = self.recorded_outcome.to_json()
         if self.recorded_output is not None:
             out["recorded_output"] = self.recorded_output
+        if self.output is not None:
+            out["output"] = self.output
         return out
 
 
@@ -265,11 +270,14 @@ def parse_step(raw: Any, index: int, where: dict) -> Step:
             profile=_profile(orig.get("profile"), "original.profile", where, index))
     recorded = (_outcome(raw["recorded_outcome"], where, index, "recorded_outcome")
                 if raw.get("recorded_outcome") is not None else None)
-    output = raw.get("recorded_output")
-    if output is not None and not isinstance(output, str):
-        raise TraceError(f"expected str, got {type(output).__name__}", field="recorded_output", step=index, **where)
+    texts = {}
+    for key in ("recorded_output", "output"):
+        text = raw.get(key)
+        if text is not None and not isinstance(text, str):
+            raise TraceError(f"expected str, got {type(text).__name__}", field=key, step=index, **where)
+        texts[key] = text
     return Step(step_id=step_id, tool=tool, args=args, native_tool=native, duration_ms=duration, profile=profile,
-                outcome=outcome, original=original, recorded_outcome=recorded, recorded_output=output)
+                outcome=outcome, original=original, recorded_outcome=recorded, **texts)
 
 
 def _profile(raw: Any, name: str, where: dict, step: int) -> Profile:
@@ -397,9 +405,10 @@ def check_trace(trace: Trace, *, file: str | None = None, record: int | None = N
             if oc is not None and oc.status not in OUTCOMES:
                 raise TraceError(f"status must be one of {', '.join(OUTCOMES)}, got {oc.status!r}",
                                  field=f"{name}.status", step=i, **where)
-        if st.recorded_output is not None and not isinstance(st.recorded_output, str):
-            raise TraceError(f"expected str, got {type(st.recorded_output).__name__}", field="recorded_output",
-                             step=i, **where)
+        for key in ("recorded_output", "output"):
+            text = getattr(st, key)
+            if text is not None and not isinstance(text, str):
+                raise TraceError(f"expected str, got {type(text).__name__}", field=key, step=i, **where)
     return trace
 
 

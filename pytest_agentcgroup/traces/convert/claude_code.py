@@ -9,7 +9,8 @@ sorted path order, trace_id `claude-code/<model>/<task>` (`<model>`: the parent 
 
 Every tool call becomes one step, in order (step_id = its index; TOOL_MAP, anything else `noop`),
 with duration_ms = end_timestamp - timestamp (`recorded`) and a profile derived from the container
-samples around it (claude_code_samples.py). Origin and licence are the dataset's only for a task its
+samples around it (claude_code_samples.py); a Bash or edit step's `recorded_outcome` is what its
+`result_preview` tells (claude_code_outcomes.py; None where it does not). Origin and licence are the dataset's only for a task its
 README lists (_from_dataset), else "unknown". Kept strings follow _common.check_str; malformed input
 raises TraceError naming the file, the record (tool-call index, or sample index) and the field.
 """
@@ -25,6 +26,7 @@ from typing import Any, Iterator
 from ..ir import Measure, Outcome, Profile, Step, Trace, TraceError
 from ._common import check_str, finish, id_part, short_path
 from .claude_code_edits import edit_args
+from .claude_code_outcomes import bash_outcome, edit_outcome
 from .claude_code_samples import (Samples, container_summary, derive_profile, load_json, parse_samples, read_samples,
                                   step_baseline)
 
@@ -220,6 +222,15 @@ def _args(native: str, tool: str, inp: dict, file: str, record: int, *, strict: 
     return args
 
 
+def recorded_outcome(tool: str, args: dict, preview) -> Outcome | None:
+    """How the call ended as its preview tells (claude_code_outcomes.py); a refused edit: failed."""
+    if tool == "bash":
+        return bash_outcome(args["command"], preview)
+    if tool == "edit":
+        return Outcome("failed") if args.get("refused") else edit_outcome(preview)
+    return None
+
+
 def _load_results(task: Path) -> dict | None:
     path = task / RESULTS
     if not path.is_file():
@@ -329,14 +340,12 @@ def convert_task(task: Path) -> Trace:
         tool = TOOL_MAP.get(native, "noop")
         preview = call.get("result_preview")
         try:
-            refused = False
             if isinstance(preview, str) and preview.startswith(_REJECTED):
                 # the agent runtime refused the call's arguments: nothing ran
                 tool, args = "noop", {"rejected": True, **_args(native, "noop", inp, file, i, strict=False)}
             elif tool == "edit" and isinstance(preview, str) and preview.startswith(_TOOL_ERROR):
                 # the runtime refused the edit (the file not read first, nothing to change, the text
                 # not found): the file stayed as it was, so a replay leaves it too (no op: not applied)
-                refused = True
                 args = {k: v for k, v in _args(native, tool, inp, file, i).items()
                         if k in ("path", "notebook_path", "bytes")}
                 args["refused"] = True
@@ -356,7 +365,7 @@ def convert_task(task: Path) -> Trace:
         baselines.append(step_baseline(samples, start) if samples is not None and profile.peak_mb else None)
         steps.append(Step(step_id=i, tool=tool, native_tool=native, args=args,
                           duration_ms=Measure(float(round((end - start) * 1000.0)), "recorded") if has_end else None,
-                          profile=profile, recorded_outcome=Outcome("failed") if refused else None))
+                          profile=profile, recorded_outcome=recorded_outcome(tool, args, preview)))
 
     model_dir = id_part(task.parent.name, "unknown")
     known = _from_dataset(task)
