@@ -42,8 +42,8 @@ def _git(args: list[str], what: str, cwd: Path | None = None) -> str:
         verb = next(a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] != "-c"))
         said = (done.stderr or done.stdout).strip()[-400:]
         why = f"{what}: git {verb} failed (exit {done.returncode}): {said}"
-        host = re.search(r"unable to access '([^']+)'|Could not resolve host: (\S+)", said)
         if UNREACHABLE.search(said):
+            host = re.search(r"unable to access '([^']+)'|Could not resolve host: (\S+)", said)
             raise RegistryUnreachable(why, next(g for g in host.groups() if g) if host else "the repository's host")
         raise WorkspaceError(why)
     return done.stdout
