@@ -13,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from pytest_agentcgroup.cgroups import CgroupUnavailable, detect
 from pytest_agentcgroup.cgroups.tree import PREFIX, live_run_roots
+from pytest_agentcgroup.workspaces.lock import RegistryUnreachable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,6 +93,16 @@ def cgroups_or_skip():
     if not os.access(host.unified, os.W_OK):
         pytest.skip(f"cannot create cgroups under {host.unified} (not root, not delegated)")
     return host
+
+
+@contextmanager
+def registry_or_skip():
+    """A workspace locked or built inside: the test skips, naming what it could not reach, when the
+    network failed (RegistryUnreachable); any other WorkspaceError fails it with its message."""
+    try:
+        yield
+    except RegistryUnreachable as exc:
+        pytest.skip(f"{exc.registry} unreachable: {exc}")
 
 
 def step_rec(trace_id: str = "t/a", config: str = "unlimited", step_id: int = 0, **fields) -> dict:

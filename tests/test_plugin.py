@@ -115,6 +115,39 @@ def test_a_broken_budget_fails_naming_trace_step_counter_and_budget(pytester, pr
     assert "Traceback" not in result.stdout.str()
 
 
+def test_a_trace_with_nothing_to_replay_fails_naming_it_and_where_profiles_come_from(pytester):
+    """A user's own trajectory converted and selected as it is (mini-swe-agent: no step carries a
+    profile), replayed under the emulate executor: nothing is replayed, so its test fails naming
+    the trace's file and the ways to profiles, whatever its budget says. A copy with one profiled
+    step is a partial replay and passes."""
+    from dataclasses import replace
+    from pytest_agentcgroup import cli
+    from pytest_agentcgroup.traces.ir import Measure, Profile, read_traces, write_trace
+    host = cgroups_or_skip()
+    src = Path(__file__).parent / "data" / "mini-swe-agent" / "django__django-16255.traj.json"
+    assert cli.main(["traces", "convert", str(src), "-o", str(pytester.path / "converted")]) == 0
+    (path,) = (pytester.path / "converted").rglob("*.json")
+    (mine,) = read_traces(path)
+    assert all(s.profile.provenance() == "none" for s in mine.steps)
+    one = replace(mine.steps[0], profile=Profile(peak_mb=Measure(8.0, "synthetic")))
+    write_trace(replace(mine, trace_id="mine/one-profiled", steps=(one, *mine.steps[1:])), path.with_name("one.json"))
+    assert cli.main(["traces", "select", str(pytester.path / "converted"), "-o", str(pytester.path / "mine")]) == 0
+    (pytester.path / "study.toml").write_text('traces = "mine"\n[arms.unlimited]\n[experiments.exp1]\nsubset = "full"\n'
+                                              '[experiments.exp1.budgets.unlimited]\noom_kills = 0\n')
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    result = run_study(pytester, "-rf")
+    result.assert_outcomes(passed=1, failed=1)
+    file = pytester.path / "mine" / "traces" / "mini-swe-agent_django__django-16255.json"
+    result.stdout.fnmatch_lines([
+        f"{file}: trace mini-swe-agent/django__django-16255 has nothing to replay under the emulate executor: none "
+        f"of its {len(mine.steps)} executed step(s) has a profile (profile_source none), so exp1 under arm unlimited "
+        "measured nothing. Give its steps profiles with `agentcgroup traces profile` in the task's workspace, or "
+        "run its real commands with --agentcgroup-executor sandbox",
+        "*FAILED test_exp1.py::test_exp1[[]unlimited:django__django-16255[]]*"])
+    assert "Traceback" not in result.stdout.str()
+    assert leaked(host) == []
+
+
 def test_bad_config_is_one_clear_message(pytester, project):
     (pytester.path / "study.toml").write_text((pytester.path / "study.toml").read_text().replace(
         "memory_max_mb = 128", "memory_max_mb = -5", 1))

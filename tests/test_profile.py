@@ -22,6 +22,7 @@ from pytest_agentcgroup.tools import recorded_here
 from pytest_agentcgroup.traces.corpus import Corpus
 from pytest_agentcgroup.traces import select
 from pytest_agentcgroup.traces.ir import Step, Trace, read_traces, write_trace
+from pytest_agentcgroup.workspaces.lock import RegistryUnreachable
 
 from helpers import EXP_MODULE, cgroups_or_skip
 
@@ -458,8 +459,12 @@ def _check_download(index, good, pin):
         recorded_here.download_sdist("p", "q-1.tar.gz", pin, index=index)
     with pytest.raises(SystemExit, match="lists no r-1.tar.gz"):
         recorded_here.download_sdist("p", "r-1.tar.gz", pin, index=index)
-    with pytest.raises(SystemExit, match="cannot download .* needs PyPI once"):
+    with pytest.raises(SystemExit, match="cannot download .* needs PyPI once") as info:
         recorded_here.download_sdist("absent", "p-1.tar.gz", pin, index=index)
+    assert info.value.__cause__ is None                             # the index answered (404): not the network
+    with pytest.raises(SystemExit, match="cannot download .* needs PyPI once") as info:
+        recorded_here.download_sdist("p", "p-1.tar.gz", pin, index="http://127.0.0.1:9")     # nothing listens
+    assert isinstance(info.value.__cause__, RegistryUnreachable)    # what the network test skips on
 
 
 def test_the_shipped_recorded_here_corpus():
@@ -494,8 +499,10 @@ def test_the_cli_profiles_a_recorded_here_command_trace_with_every_number_record
     ws = REPO / ".cache" / "recorded-here" / "workspace"
     try:
         recorded_here.build_workspace(ws)               # kept as it is when already complete
-    except SystemExit as exc:
-        pytest.skip(f"the recorded-here workspace is not built and cannot be: {exc}")
+    except SystemExit as exc:       # skipped only when the network failed, else the test fails with why
+        if not isinstance(exc.__cause__, RegistryUnreachable):
+            pytest.fail(f"the recorded-here workspace is not built and cannot be: {exc}", pytrace=False)
+        pytest.skip(f"{exc.__cause__.registry} unreachable: the recorded-here workspace cannot be built: {exc}")
     src = next(p for p in recorded_here.write_traces(tmp_path / "commands") if p.name == "search-and-read.json")
     done = subprocess.run([sys.executable, "-m", "pytest_agentcgroup.cli", "traces", "profile", str(src),
                            "-o", str(tmp_path / "out"), "--workspace", str(ws), "--json"],

@@ -21,6 +21,8 @@ from pytest_agentcgroup.traces.corpus import LOCK_FILE
 from pytest_agentcgroup.workspaces.lock import SCHEMA, LockFile, WorkspaceError
 from pytest_agentcgroup.workspaces.provide import provide
 
+from helpers import registry_or_skip
+
 PATH = "/workspace/acme__widget__1.0"
 TASK = Task(instance_id="acme__widget-7", repository="acme/widget", version="1.0", path=PATH)
 
@@ -189,12 +191,8 @@ def test_a_git_workspace_is_locked_at_the_commit_with_its_dependencies_held_to_i
     repo, first, _ = _repository(tmp_path)
     with pytest.raises(WorkspaceError, match="names no commit .* to check .* out at; give it \\(--commit\\)"):
         choose.lock(trace(), git=str(repo))
-    try:
+    with registry_or_skip():
         entry = choose.lock(trace(), git=f"file://{repo}", commit=first)
-    except WorkspaceError as exc:
-        if "pypi.org" not in str(exc):
-            raise
-        pytest.skip(f"PyPI unreachable: {exc}")
     assert (entry.provider, entry.repository, entry.commit, entry.version, entry.sdist) == (
         "git", f"file://{repo}", first, f"0+git.{first[:12]}", None)
     assert entry.chosen_by == f"the git checkout of file://{repo} at {first} (given, committed 2021-03-04)"
@@ -233,10 +231,8 @@ def test_a_module_the_trajectory_ran_is_added_only_where_nothing_else_gives_it()
     t = trace(bash(0, "cat > repro_issue.py <<'EOF'\nprint(1)\nEOF", ""),
               bash(1, "python -m repro_issue && python -m json.tool x.json && python -m nose", "ok\n"),
               bash(2, "python -m widget.cli && python -m tools_x", "ok\n"))
-    try:
+    with registry_or_skip():
         got = choose._runners(t, TASK, "widget", ["numpy"], {"tools_x/__init__.py": ""})
-    except WorkspaceError as exc:
-        pytest.skip(f"PyPI unreachable: {exc}")
     assert got == {"nose": 1}
 
 
@@ -416,13 +412,11 @@ def test_a_pypi_workspace_is_locked_built_and_replayed_without_network(tree, tmp
              Step(4, "bash", {"command": "for p in python /usr/bin/python3; do $p -c 'import sys; print(sys.version_info[:2])'; "
                                          "done; cut -d. -f1 /etc/debian_version"}, recorded_outcome=ok))
     t = Trace("t/more-itertools", {"format": "test"}, steps, task=task)
-    try:
+    with registry_or_skip():
         locked = choose.lock(t, version="10.5.0", python=python)
-    except WorkspaceError as exc:
-        pytest.skip(f"PyPI unreachable: {exc}")
+        seed = build(locked, tmp_path)
     assert (locked.project, locked.version, locked.env_path) == ("more-itertools", "10.5.0", "/opt/conda/envs/testbed")
     assert any(w["name"].lower() == "pytest" for w in locked.wheels) and len(locked.sdist["sha256"]) == 64
-    seed = build(locked, tmp_path)
     assert is_built(locked, tmp_path) and build(locked, tmp_path) == seed      # the second time: the cache
     ex = SandboxExecutor(step_timeout_s=120)
     ex.seed = seed
@@ -479,6 +473,84 @@ def test_a_downloaded_sdist_is_kept_under_its_sha256_and_checked_again_when_read
     (tmp_path / "a-file").write_text("")
     assert pypi.download_sdist("p", "p-1.tar.gz", sha, cache=tmp_path / "a-file" / "sdists") == data  # no cache: no error
     assert not list(tmp_path.rglob("*.part"))
+
+
+UNREACHABLE = "http://127.0.0.1:9"        # loopback, the discard port: nothing listens, the connection is refused
+
+
+def _as_the_network_tests_see_it(call):
+    """What registry_or_skip (the network tests' guard) makes of `call`: ("skipped", why) or
+    ("raised", the WorkspaceError)."""
+    try:
+        with registry_or_skip():
+            call()
+    except pytest.skip.Exception as exc:
+        return "skipped", exc.msg
+    except WorkspaceError as exc:
+        return "raised", exc
+    pytest.fail("the call raised nothing")
+
+
+def test_a_workspace_error_of_its_own_fails_the_test_and_is_never_taken_for_the_network(tmp_path):
+    """A loopback index that answers: the cached sdist (present, its bytes changed) and the index's
+    own file are not the pinned ones, and pip finds no such project there. Each is a WorkspaceError
+    that fails the test with its message; none is a skip."""
+    import functools
+    import hashlib
+    import http.server
+    import sys
+    import threading
+    from pytest_agentcgroup.workspaces import pypi
+    pin = hashlib.sha256(b"the pinned sdist").hexdigest()
+    (tmp_path / "index" / "simple" / "p").mkdir(parents=True)
+    (tmp_path / "index" / "simple" / "p" / "index.html").write_text('<a href="p-1.tar.gz">p-1.tar.gz</a>')
+    (tmp_path / "index" / "simple" / "p" / "p-1.tar.gz").write_bytes(b"another file")
+    cache = tmp_path / "sdists"
+    cache.mkdir()
+    (cache / f"{pin}-p-1.tar.gz").write_bytes(b"changed since")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "index")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        kind, exc = _as_the_network_tests_see_it(lambda: pypi.download_sdist("p", "p-1.tar.gz", pin, index=index, cache=cache))
+        assert (kind, type(exc)) == ("raised", WorkspaceError), exc
+        assert str(exc).endswith(f"p-1.tar.gz: sha256 {hashlib.sha256(b'another file').hexdigest()}, "
+                                 f"not the pinned {pin}; not used")
+        kind, exc = _as_the_network_tests_see_it(lambda: pypi.pip(
+            sys.executable, ["download", "--no-deps", "--retries", "1", "--index-url", index, "-d", str(tmp_path / "dl"),
+                             "nose"], what="fetching nose"))
+        assert (kind, type(exc)) == ("raised", WorkspaceError), exc
+        assert "fetching nose: pip failed" in str(exc) and "No matching distribution found for nose" in str(exc)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_index_or_repository_that_cannot_be_reached_is_the_network_and_skips_naming_it(tmp_path):
+    """Nothing listens on the loopback address: the index's page, its JSON API, pip and a git clone
+    each fail as RegistryUnreachable naming the address, which the network tests skip on."""
+    import sys
+    from pytest_agentcgroup.workspaces import pypi
+    from pytest_agentcgroup.workspaces.git import checkout
+    from pytest_agentcgroup.workspaces.lock import RegistryUnreachable
+    (tmp_path / "sdists").mkdir()
+    (tmp_path / "sdists" / f"{'a' * 64}-p-1.tar.gz").write_bytes(b"not the pinned one: it is downloaded again")
+    kind, why = _as_the_network_tests_see_it(
+        lambda: pypi.download_sdist("p", "p-1.tar.gz", "a" * 64, index=f"{UNREACHABLE}/simple", cache=tmp_path / "sdists"))
+    assert kind == "skipped" and why.startswith(f"{UNREACHABLE}/simple unreachable: cannot download p-1.tar.gz "
+                                                f"from {UNREACHABLE}/simple/p/ ("), why
+    with pytest.raises(RegistryUnreachable, match="locking a workspace needs PyPI") as info:
+        pypi.releases("p", index=f"{UNREACHABLE}/pypi")
+    assert info.value.registry == f"{UNREACHABLE}/pypi"
+    with pytest.raises(RegistryUnreachable, match="(?s)fetching nose: pip failed .*Connection refused") as info:
+        pypi.pip(sys.executable, ["download", "--no-deps", "--retries", "1", "--index-url", f"{UNREACHABLE}/simple",
+                                  "-d", str(tmp_path / "dl"), "nose"], what="fetching nose")
+    assert info.value.registry == f"{UNREACHABLE}/simple"
+    if shutil.which("git"):
+        with pytest.raises(RegistryUnreachable, match="git clone failed") as info:
+            checkout(f"{UNREACHABLE}/x.git", "d" * 40, tmp_path / "x")
+        assert info.value.registry == f"{UNREACHABLE}/x.git/"
 
 
 def test_only_the_files_asked_for_are_read_from_an_sdist():

@@ -217,6 +217,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
             pytest.fail(f"{case.experiment.name} under arm {case.arm.name}: {len(bad)} step(s) did not run "
                         f"as replayed ({executor_name} executor; records kept in {store.path}):\n  {lines}",
                         pytrace=False)
+        if executor_name == "emulate":
+            _replayed_a_profile(config, case, records)
         faithful.check(config, case, records, marker=marker)     # steps that ended otherwise than recorded
         return Outcome(case, records)
     return run
@@ -265,6 +267,21 @@ def _fits_host(config: pytest.Config, case: Case, trace: Trace) -> None:
     pytest.fail(f"{file}, step {index}{f' (step_id {step_id})' if step_id != index else ''}, field '{field_}': "
                 f"the step needs {mb:g} MiB, more than this host's memory (MemTotal {total:.0f} MiB in {MEMINFO}); "
                 f"trace {case.trace_id} is not replayed under arm {case.arm.name} (emulate executor)", pytrace=False)
+
+
+def _replayed_a_profile(config: pytest.Config, case: Case, records: list[dict]) -> None:
+    """Fail the test when no executed step had a profile to replay (emulate): the emulator ran
+    empty steps, and every budget would pass on nothing. Some unprofiled steps are a partial replay
+    (each record's profile_source says none), not a failure."""
+    ran = [r for r in records if r.get("executed")]
+    if any(r.get("profile_source") not in (None, "none") for r in ran):
+        return
+    file = config.stash[STATE].load_corpus(config).files.get(case.trace_id, case.trace_id)
+    pytest.fail(f"{file}: trace {case.trace_id} has nothing to replay under the emulate executor: none of its "
+                f"{len(ran)} executed step(s) has a profile (profile_source none), so {case.experiment.name} "
+                f"under arm {case.arm.name} measured nothing. Give its steps profiles with `agentcgroup traces "
+                f"profile` in the task's workspace, or run its real commands with --agentcgroup-executor sandbox",
+                pytrace=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..traces.ir import Step, Trace, write_trace
 from ..workspaces import pypi
-from ..workspaces.lock import WorkspaceError
+from ..workspaces.lock import RegistryUnreachable, WorkspaceError
 
 FAMILY = "recorded-here"
 SDIST = ("more-itertools==10.5.0", "5482bfef7849c25dc3c6dd53a6173ae4795da2a41a80faea6700d9f5846c5da6")
@@ -137,16 +137,18 @@ def build_workspace(dest: Path) -> Path:
 
 
 def download_sdist(project: str, filename: str, sha256: str, index: str = SIMPLE_INDEX) -> bytes:
-    """workspaces/pypi.py's download_sdist (the pinned file or one message), as this tool's exit."""
+    """workspaces/pypi.py's download_sdist (the pinned file or one message), as this tool's exit
+    (caused by the RegistryUnreachable, when the index could not be reached)."""
     try:
         return pypi.download_sdist(project, filename, sha256, index=index)
     except WorkspaceError as exc:
-        raise SystemExit(f"recorded_here: {exc}") from None
+        raise SystemExit(f"recorded_here: {exc}") from (exc if isinstance(exc, RegistryUnreachable) else None)
 
 
 def _pip(args: list[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"recorded_here: pip {args[0]} failed (needs PyPI or a configured index):\n"
-                         f"{done.stderr.strip()}")
+        why = f"recorded_here: pip {args[0]} failed (needs PyPI or a configured index):\n{done.stderr.strip()}"
+        cause = RegistryUnreachable(why, "the package index") if pypi.PIP_UNREACHABLE.search(done.stderr) else None
+        raise SystemExit(why) from cause

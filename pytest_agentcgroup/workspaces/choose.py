@@ -44,7 +44,7 @@ from packaging.version import InvalidVersion, Version
 from ..traces.ir import Trace
 from ..traces.task import Task, task_of
 from .git import checkout, committed, text_files
-from .lock import COMMIT, REPOSITORY, Locked, WorkspaceError, clean_abs, task_key
+from .lock import COMMIT, REPOSITORY, Locked, RegistryUnreachable, WorkspaceError, clean_abs, task_key
 from .requirements import requirement, requirements
 from .pypi import SIMPLE_INDEX, NoSuchProject, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
 from .build import cache_root, sdist_cache
@@ -248,6 +248,8 @@ def _cap(py: str, tmp: Path, caps: dict[str, str], new: list[tuple[str, str]], i
         items = _dry_run(py, tmp, {**caps, **dict(new)}, root)
         caps.update(dict(new))
         return items
+    except RegistryUnreachable:         # not a conflict: the lock cannot be made now
+        raise
     except WorkspaceError:
         if len(new) == 1:
             caps[new[0][0]] = ""
@@ -327,12 +329,16 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
             resolve([*reqs, *runners, *pytest_req], later[0] if later else None, interpreter, system)
             reqs = [*reqs, *runners]
             notes.append(f"the trajectory ran {ran}: added from PyPI")
+        except RegistryUnreachable:
+            raise
         except WorkspaceError as exc:
             notes.append(f"the trajectory ran {ran}: not added, as it does not resolve here: "
                          f"{str(exc).splitlines()[-1][:160]}")
     try:
         wheels, py_version, more = resolve([*reqs, *pytest_req], later[0] if later else None, interpreter, system)
         notes += more
+    except RegistryUnreachable:
+        raise
     except WorkspaceError as exc:
         if not banner:
             raise

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import subprocess
 from pathlib import Path
 
 from ..programs import require
-from .lock import WorkspaceError
+from .lock import RegistryUnreachable, WorkspaceError
 from .roots import PROXY_VARIABLES
 
 PROTOCOLS = "https:http:git:file"
 GIT_TIMEOUT_S = 1800
 #: the text files read to lock (requirements.py reads some of them; seen.py compares what was viewed)
 MAX_FILE_BYTES = 2 * 1024 * 1024
+#: what git (curl, ssh) says when the repository's host could not be reached at all
+UNREACHABLE = re.compile(r"Could not resolve host|Failed to connect to|Connection (?:refused|timed out)|"
+                         r"Network is unreachable|Operation timed out")
 
 
 def _git(args: list[str], what: str, cwd: Path | None = None) -> str:
@@ -36,8 +40,12 @@ def _git(args: list[str], what: str, cwd: Path | None = None) -> str:
         raise WorkspaceError(f"{what}: git could not run: {exc}") from None
     if done.returncode != 0:
         verb = next(a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] != "-c"))
-        raise WorkspaceError(f"{what}: git {verb} failed (exit {done.returncode}): "
-                             f"{(done.stderr or done.stdout).strip()[-400:]}")
+        said = (done.stderr or done.stdout).strip()[-400:]
+        why = f"{what}: git {verb} failed (exit {done.returncode}): {said}"
+        if UNREACHABLE.search(said):
+            host = re.search(r"unable to access '([^']+)'|Could not resolve host: (\S+)", said)
+            raise RegistryUnreachable(why, next(g for g in host.groups() if g) if host else "the repository's host")
+        raise WorkspaceError(why)
     return done.stdout
 
 

@@ -46,6 +46,16 @@ class WorkspaceError(RuntimeError):
     """A workspace that cannot be chosen, locked or built; the message says which and why."""
 
 
+class RegistryUnreachable(WorkspaceError):
+    """A workspace that cannot be locked or built because the network failed: `registry` (a package
+    index, a git repository's host) could not be reached. Any other WorkspaceError is the
+    workspace's own (a bad lock, a file that is not the pinned one, a conflict)."""
+
+    def __init__(self, message: str, registry: str = "the registry"):
+        super().__init__(message)
+        self.registry = registry
+
+
 @dataclass(frozen=True)
 class Locked:
     """One task's pinned PyPI workspace (the lock file's entry)."""

@@ -18,7 +18,7 @@ from ..traces.corpus import LOCK_FILE
 from ..traces.ir import Trace
 from ..traces.task import task_of
 from .build import build
-from .lock import LockFile, WorkspaceError, clean_abs, task_key
+from .lock import LockFile, RegistryUnreachable, WorkspaceError, clean_abs, task_key
 
 EMPTY = "empty"
 
@@ -59,8 +59,9 @@ def provide(trace: Trace, *, executor: str, directory: str | None, corpus: Path 
         try:
             seed = build(entry)
         except WorkspaceError as exc:
-            raise WorkspaceError(f"trace {trace.trace_id}: the workspace of task {key} locked in {lock_path} "
-                                 f"cannot be built: {exc}") from None
+            why = f"trace {trace.trace_id}: the workspace of task {key} locked in {lock_path} cannot be built: {exc}"
+            raise (RegistryUnreachable(why, exc.registry) if isinstance(exc, RegistryUnreachable)
+                   else WorkspaceError(why)) from None
         return Provided(seed, entry.describe(), f"{entry.chosen_by} (locked in {lock_path})")
     ways = [f"{option} DIR (your own working copy of it)",
             f"a workspace lock entry for {key or 'it'} in {lock_path or LOCK_FILE} "

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import ssl
 import subprocess
 import tarfile
 import urllib.error
@@ -19,12 +20,17 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
-from .lock import WorkspaceError
+from .lock import RegistryUnreachable, WorkspaceError
 from .roots import CERT_INSIDE, host_cert, run_in
 
 SIMPLE_INDEX = "https://pypi.org/simple"          # PEP 503: each file's link carries #sha256=
 JSON_INDEX = "https://pypi.org/pypi"              # the JSON API: releases, files, upload times
 PIP_TIMEOUT_S = 1800
+#: an HTTP answer that says the index behind it was not reached (a proxy's or gateway's), not that it refused
+GATEWAY_ERRORS = (502, 503, 504)
+#: what pip prints when it could not reach its index (urllib3's connection errors, after its retries)
+PIP_UNREACHABLE = re.compile(r"connection broken by|Failed to establish a new connection|Max retries exceeded|"
+                             r"Temporary failure in name resolution|Read timed out|ConnectTimeoutError")
 
 
 class NoSuchProject(WorkspaceError):
@@ -34,8 +40,8 @@ class NoSuchProject(WorkspaceError):
 def download_sdist(project: str, filename: str, sha256: str, index: str = SIMPLE_INDEX,
                    cache: Path | None = None) -> bytes:
     """The file `filename` of `project`, found on the simple index page and checked against `sha256`
-    (the link's own hash and the bytes'); no build, nothing else fetched. WorkspaceError with one
-    message when the index cannot be reached or the file is not there or not the pinned one.
+    (the link's own hash and the bytes'); no build, nothing else fetched. RegistryUnreachable when
+    the index cannot be reached, WorkspaceError when the file is not there or not the pinned one.
     `cache`: a directory keeping each file under its sha256, checked again when read."""
     kept = cache / f"{sha256}-{filename}" if cache is not None else None
     if kept is not None and kept.is_file():
@@ -73,8 +79,11 @@ def _download(project: str, filename: str, sha256: str, index: str) -> bytes:
         with urllib.request.urlopen(url, timeout=120) as r:
             data = r.read()
     except (urllib.error.URLError, OSError) as exc:
-        raise WorkspaceError(f"cannot download {filename} from {page_url} ({exc}); building the workspace "
-                             "needs PyPI once (an already built workspace is kept)") from None
+        why = (f"cannot download {filename} from {page_url} ({exc}); building the workspace "
+               "needs PyPI once (an already built workspace is kept)")
+        if _unreachable(exc):
+            raise RegistryUnreachable(why, index) from None
+        raise WorkspaceError(why) from None
     got = hashlib.sha256(data).hexdigest()
     if got != sha256:
         raise WorkspaceError(f"{url}: sha256 {got}, not the pinned {sha256}; not used")
@@ -92,13 +101,26 @@ def releases(project: str, index: str = JSON_INDEX) -> dict[str, list[dict]]:
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             raise NoSuchProject(f"PyPI has no project named {project!r} ({url})") from None
+        if _unreachable(exc):
+            raise RegistryUnreachable(f"cannot read {url}: {exc}", index) from None
         raise WorkspaceError(f"cannot read {url}: {exc}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise WorkspaceError(f"cannot read {url} ({exc}); locking a workspace needs PyPI") from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = f"cannot read {url} ({exc}); locking a workspace needs PyPI"
+        raise (RegistryUnreachable(why, index) if _unreachable(exc) else WorkspaceError(why)) from None
+    except ValueError as exc:
+        raise WorkspaceError(f"{url}: not JSON ({exc})") from None
     out = data.get("releases") if isinstance(data, dict) else None
     if not isinstance(out, dict):
         raise WorkspaceError(f"{url}: no releases in the answer")
     return {v: [f for f in files if isinstance(f, dict)] for v, files in out.items() if isinstance(files, list)}
+
+
+def _unreachable(exc: OSError) -> bool:
+    """Whether a urllib error says the index was not reached (no connection, no name, a timeout, a
+    gateway's error), rather than that it answered otherwise or its certificate was refused here."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in GATEWAY_ERRORS
+    return not isinstance(getattr(exc, "reason", exc), ssl.SSLCertVerificationError)
 
 
 def sdist_of(files: list[dict]) -> dict | None:
@@ -186,7 +208,8 @@ def _texts(items, out: dict[str, str], only: set[str] | None) -> dict[str, str]:
 def pip(python: str, args: list[str], *, what: str, root: Path | None = None,
         writable: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
     """`python -m pip ARGS` against PyPI (pip's own configuration and environment ignored, so a lock
-    made here resolves as it would elsewhere); WorkspaceError naming `what` and pip's last lines.
+    made here resolves as it would elsewhere); WorkspaceError naming `what` and pip's last lines,
+    RegistryUnreachable when those say pip could not reach its index.
     `root`: `python` is of that system root, run inside it with `writable` (roots.run_in)."""
     cert = host_cert()
     if cert and root is not None:
@@ -201,5 +224,9 @@ def pip(python: str, args: list[str], *, what: str, root: Path | None = None,
         raise WorkspaceError(f"{what}: pip could not run: {exc}") from None
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
-        raise WorkspaceError(f"{what}: pip failed (exit {done.returncode}):\n{tail}")
+        why = f"{what}: pip failed (exit {done.returncode}):\n{tail}"
+        if PIP_UNREACHABLE.search(tail):
+            index = args[args.index("--index-url") + 1] if "--index-url" in args[:-1] else "PyPI"
+            raise RegistryUnreachable(why, index)
+        raise WorkspaceError(why)
     return done
