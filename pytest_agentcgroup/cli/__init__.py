@@ -22,6 +22,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
     agentcgroup tools build-corpus SRC OUT | browser-record DATASETS OUT                 (tools.py)
     agentcgroup tools recorded-here workspace|traces DIR | webapp
+    agentcgroup exec --session DIR [--arm ARM] [--config F] [--timeout S] -- CMD...  |  --session DIR --end
+                     (live.py; exit: the command's, 137 stopped by the arm, 124 timeout, 125 not run)
 
 Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
 0 everything worked; 1 bad input (a file or record that did not convert or validate,
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",
                          description="Fetch, convert, validate, summarise and select agent traces.")
     # the groups' modules import `EXIT_*` from here: imported once this module has run
-    from . import fidelity, lock, machine, profile, report, subsets, tools, traces as trace_commands
+    from . import fidelity, live, lock, machine, profile, report, subsets, tools, traces as trace_commands
     trace_commands.add_parsers(tsub)
     subsets.add_parsers(tsub)
     profile.add_parser(tsub)
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parsers(sub)
     machine.add_parsers(sub)
     tools.add_parsers(sub)
+    live.add_parser(sub)
     return p
 
 

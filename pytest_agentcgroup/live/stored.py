@@ -1,0 +1,96 @@
+"""A live session kept in a directory, for `agentcgroup exec`: each invocation runs one call in it.
+
+    DIR/session.json    the session: arm, config, executor, workspace, its cgroup (cgroup.py describe())
+    DIR/trace.json      its trace so far (recorder.py), continued by every call
+
+The first call makes DIR and the session's cgroup; later calls reopen both (the arm is the one the
+session started with: another is refused, not silently mixed in). `end_stored` removes the cgroup,
+marks the trace ended and removes session.json, so DIR keeps the finished trace.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..cgroups.host import CgroupUnavailable, detect
+from ..traces.ir import TraceError
+from .cgroup import remove_session_cgroup, reopen_session_cgroup
+from .recorder import Recorder
+from .session import AgentSession, CallResult, SessionError
+
+STATE = "session.json"
+TRACE = "trace.json"
+SCHEMA = "agentcgroup-live-session/1"
+
+
+def _read_state(directory: Path) -> dict | None:
+    path = directory / STATE
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SessionError(f"{path}: not a session file ({exc})") from None
+    if not isinstance(state, dict) or state.get("schema") != SCHEMA:
+        raise SessionError(f"{path}: schema: expected {SCHEMA!r}")
+    for key in ("arm", "executor", "workspace", "cgroup"):
+        if key not in state:
+            raise SessionError(f"{path}: {key}: missing")
+    return state
+
+
+def run_stored(directory: str | Path, command: str, *, arm: str | None, config: str | Path | None,
+               executor: str, workspace: str | Path, timeout_s: float) -> CallResult:
+    """One call in the session kept at `directory` (made, with its cgroup, when there is none)."""
+    directory = Path(directory)
+    state = _read_state(directory)
+    if state is None:
+        if arm is None:
+            raise SessionError(f"{directory}: no session there yet: give --arm to start one")
+        if (directory / TRACE).exists():
+            raise SessionError(f"{directory / TRACE}: the trace of an ended session; start the new one in "
+                               "another directory (or move that trace away)")
+        directory.mkdir(parents=True, exist_ok=True)
+        session = AgentSession(arm, config, workspace=workspace, executor=executor,
+                               trace_out=directory / TRACE, keep_cgroup=True)
+        session.open()
+        state = {"schema": SCHEMA, "arm": session.arm.name, "config": str(Path(config).resolve()) if config else None,
+                 "executor": executor, "workspace": str(session.workspace), "cgroup": session.described_cgroup}
+        (directory / STATE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
+    else:
+        if arm is not None and arm != state["arm"]:
+            raise SessionError(f"{directory / STATE}: the session runs arm {state['arm']!r}, not {arm!r} "
+                               "(end it with --end to start one with another arm)")
+        try:
+            session = AgentSession(state["arm"], state.get("config"), workspace=state["workspace"],
+                                   executor=state["executor"], trace_out=directory / TRACE,
+                                   resume=state["cgroup"], keep_cgroup=True)
+        except TraceError as exc:
+            raise SessionError(str(exc)) from None
+        session.open()
+    try:
+        return session.run(command, timeout_s=timeout_s)
+    finally:
+        session.close()
+
+
+def end_stored(directory: str | Path) -> Path | None:
+    """End the session kept at `directory`: its cgroup removed, its trace marked ended. The trace's
+    path, or None when the session made no call."""
+    directory = Path(directory)
+    state = _read_state(directory)
+    if state is None:
+        raise SessionError(f"{directory}: no session to end (no {STATE})")
+    try:
+        cg, _ = reopen_session_cgroup(detect(), state["cgroup"], str(directory / STATE))
+    except CgroupUnavailable:        # already gone (a reboot): nothing to remove
+        cg = None
+    if cg is not None:
+        remove_session_cgroup(cg)
+    trace = directory / TRACE
+    if trace.exists():
+        recorder = Recorder(trace, arm=state["arm"], executor=state["executor"], workspace=state["workspace"],
+                            resume=True)
+        recorder.finish()
+    (directory / STATE).unlink()
+    return trace if trace.exists() else None
