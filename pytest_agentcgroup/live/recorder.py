@@ -6,6 +6,8 @@ head of its output (redacted), its duration and its profile — peak_mb and cpu_
 cgroup, and the memory curve sampled while it ran — all `recorded`: measured here, for this call.
 Environment values are never written. The file is replaced whole after every call (written beside
 it, then renamed), so it is a complete, valid trace at any moment the session has made a call.
+With `manifest`, the trace is also listed in a manifest.json beside it (subset SUBSET): its
+directory is then a corpus the plugin replays (`--agentcgroup-traces DIR --agentcgroup-subset live`).
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import threading
 from pathlib import Path
 
 from ..replay.replayer import OUTPUT_HEAD_CHARS
+from ..traces.corpus import update_manifest
 from ..traces.ir import Curve, Measure, Outcome, Profile, Step, Trace, TraceError, read_traces
 from .redact import redact
 
 MB = 1024 * 1024
 FORMAT = "agentcgroup-live"
+SUBSET = "live"
 
 
 def _now() -> str:
@@ -27,8 +31,9 @@ def _now() -> str:
 
 
 class Recorder:
-    def __init__(self, path: str | Path, *, arm: str, executor: str, workspace: str, resume: bool = False):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, *, arm: str, executor: str, workspace: str, resume: bool = False,
+                 manifest: bool = False):
+        self.path, self.manifest = Path(path), manifest
         self._lock = threading.Lock()
         self.steps: list[Step] = []
         started = _now()
@@ -67,6 +72,9 @@ class Recorder:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(trace.dumps() + "\n", encoding="utf-8")
         os.replace(tmp, self.path)
+        if self.manifest:
+            entry = {"trace_id": self.trace_id, "file": self.path.name, "steps": len(steps), "format": FORMAT}
+            update_manifest(self.path.parent, (), [entry], {SUBSET: [self.trace_id]}, merge=True)
 
 
 def call_step(result, curve: list[tuple[float, int]], secrets: list[str]) -> Step:

@@ -34,7 +34,7 @@ from ..arms import Arm, Rules
 from ..bpf.controller import missing_features, policy_for
 from ..cgroups.host import detect
 from ..cgroups.node import MB
-from ..cgroups.placement import ArmPlacement
+from ..cgroups.placement import ArmPlacement, apply_limits
 from ..cgroups.usage import UsageSampler
 from ..config import ConfigError, load
 from ..notes import background_note, stopped_note
@@ -123,13 +123,15 @@ class AgentSession:
     """One agent's session under an arm (module docstring). `executor`: "host" (the command as this
     process's user, in `workspace` or the call's cwd) or "sandbox" (replay/executors/sandbox.py).
     `trace_out`: where the session's trace is written after every call (None: not recorded).
-    `curve`: sample each call's memory every SAMPLE_PERIOD_S into the trace's curve.
+    `curve`: sample each call's memory every SAMPLE_PERIOD_S into the trace's curve; `manifest`:
+    list the trace in a manifest.json beside it, making its directory a corpus (recorder.py).
     `resume`: a session cgroup kept by an earlier process (cgroup.py describe(); the CLI's), with
     the trace at `trace_out` continued; `keep_cgroup`: leave the session's cgroup at exit."""
 
     def __init__(self, arm: str | Arm = "static-toolcall", config: str | Path | None = None, *,
                  workspace: str | Path = ".", executor: str = "host", trace_out: str | Path | None = None,
-                 curve: bool = True, resume: dict | None = None, keep_cgroup: bool = False):
+                 curve: bool = True, manifest: bool = False, resume: dict | None = None,
+                 keep_cgroup: bool = False):
         if executor not in EXECUTORS:
             raise SessionError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
         self.arm = load_arm(arm, config)
@@ -139,7 +141,7 @@ class AgentSession:
         self.executor_name, self.curve, self.keep_cgroup = executor, curve, keep_cgroup
         self.limit_mb, self.limit_why = limit_rule(self.arm)
         self.recorder = Recorder(trace_out, arm=self.arm.name, executor=executor, workspace=str(self.workspace),
-                                 resume=resume is not None) if trace_out is not None else None
+                                 resume=resume is not None, manifest=manifest) if trace_out is not None else None
         self._lock = threading.Lock()
         self._next_id = self.recorder.next_step_id if self.recorder else 0
         self.cgroup = self.policy = self.sandbox = None
@@ -160,6 +162,8 @@ class AgentSession:
         else:
             self.cgroup, self.controllers = make_session_cgroup(host)
         try:
+            if self.arm.scope == "trace":          # the session's limit, before any call shares it
+                apply_limits(self.arm, self.cgroup)
             if self.arm.policy is not None:
                 missing = missing_features(Rules.from_arm(self.arm))
                 if missing:
@@ -249,7 +253,7 @@ class AgentSession:
             error = str(exc)
         finally:
             try:
-                left = 0 if proc is None or proc.timed_out else len(cg.pids())
+                left = 0 if proc is None or proc.timed_out else _left_running(cg)
                 stall = _stall_ms(cg)
                 placement.kill_step()
                 with self._lock:
@@ -295,6 +299,15 @@ class AgentSession:
         """Values the trace must not carry: the call's own variables, and inherited ones named like secrets."""
         return [*(str(v) for v in (env or {}).values()),
                 *(v for k, v in os.environ.items() if SECRET_NAME.search(k))]
+
+
+def _left_running(cg, grace_s: float = 0.1) -> int:
+    """Processes still in the call's cgroup once its command has ended: what it left running. Those
+    on their way out (a sandbox's namespace init as its parent exits) get `grace_s` to go."""
+    deadline = time.monotonic() + grace_s
+    while cg.populated() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return len(cg.pids())
 
 
 def _stall_ms(cg) -> float | None:

@@ -1,11 +1,12 @@
 """A live session kept in a directory, for `agentcgroup exec`: each invocation runs one call in it.
 
-    DIR/session.json    the session: arm, config, executor, workspace, its cgroup (cgroup.py describe())
+    DIR/.session.json   the session: arm, config, executor, workspace, its cgroup (cgroup.py describe())
     DIR/trace.json      its trace so far (recorder.py), continued by every call
+    DIR/manifest.json   the trace listed in subset `live`: DIR is a corpus the plugin replays
 
 The first call makes DIR and the session's cgroup; later calls reopen both (the arm is the one the
 session started with: another is refused, not silently mixed in). `end_stored` removes the cgroup,
-marks the trace ended and removes session.json, so DIR keeps the finished trace.
+marks the trace ended and removes .session.json, so DIR keeps the finished trace.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .cgroup import remove_session_cgroup, reopen_session_cgroup
 from .recorder import Recorder
 from .session import AgentSession, CallResult, SessionError
 
-STATE = "session.json"
+STATE = ".session.json"              # a dot-file: DIR stays a corpus of one trace (manifest.json)
 TRACE = "trace.json"
 SCHEMA = "agentcgroup-live-session/1"
 
@@ -52,7 +53,7 @@ def run_stored(directory: str | Path, command: str, *, arm: str | None, config: 
                                "another directory (or move that trace away)")
         directory.mkdir(parents=True, exist_ok=True)
         session = AgentSession(arm, config, workspace=workspace, executor=executor,
-                               trace_out=directory / TRACE, keep_cgroup=True)
+                               trace_out=directory / TRACE, manifest=True, keep_cgroup=True)
         session.open()
         state = {"schema": SCHEMA, "arm": session.arm.name, "config": str(Path(config).resolve()) if config else None,
                  "executor": executor, "workspace": str(session.workspace), "cgroup": session.described_cgroup}
@@ -64,7 +65,7 @@ def run_stored(directory: str | Path, command: str, *, arm: str | None, config: 
         try:
             session = AgentSession(state["arm"], state.get("config"), workspace=state["workspace"],
                                    executor=state["executor"], trace_out=directory / TRACE,
-                                   resume=state["cgroup"], keep_cgroup=True)
+                                   manifest=True, resume=state["cgroup"], keep_cgroup=True)
         except TraceError as exc:
             raise SessionError(str(exc)) from None
         session.open()
@@ -90,7 +91,7 @@ def end_stored(directory: str | Path) -> Path | None:
     trace = directory / TRACE
     if trace.exists():
         recorder = Recorder(trace, arm=state["arm"], executor=state["executor"], workspace=state["workspace"],
-                            resume=True)
+                            resume=True, manifest=True)
         recorder.finish()
     (directory / STATE).unlink()
     return trace if trace.exists() else None
