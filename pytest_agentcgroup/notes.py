@@ -14,6 +14,7 @@ from __future__ import annotations
 
 CAUSES = ("memory", "policy", "timeout")
 UNAFFECTED = "the rest of the session is unaffected"
+STALL_SAID_MS = 100                  # a shorter stall is not what ran a call into its timeout
 
 
 def _mib(value: float) -> str:
@@ -22,12 +23,14 @@ def _mib(value: float) -> str:
 
 def stopped_note(cause: str, *, limit_mb: float | None = None, used_mb: float | None = None,
                  scope: str = "step", timeout_s: float | None = None, stall_ms: float | None = None,
-                 background: int = 0) -> str:
+                 held: int = 0, background: int = 0) -> str:
     """The note for a call stopped by `cause` (CAUSES): `memory` (killed at its memory limit, the
     kernel's OOM kill), `policy` (the arm's policy killed it after holding it at its soft limit),
     `timeout` (ran past its timeout). `limit_mb`: the limit it hit (None: not known to the caller);
     `used_mb`: its memory peak; `scope` "trace": the limit is the session's, shared by its calls;
-    `stall_ms`: time it was held at a memory limit, which counted against its timeout;
+    `stall_ms`: time it stalled on memory (PSI), which counted against its timeout (said from
+    STALL_SAID_MS on); `held`: times it was held at a soft limit (throttled, frozen: its wall time
+    went on, the kernel's stall count does not see a stopped task);
     `background`: processes it left running that were stopped with it."""
     if cause not in CAUSES:
         raise ValueError(f"unknown cause {cause!r}; expected one of {', '.join(CAUSES)}")
@@ -44,7 +47,8 @@ def stopped_note(cause: str, *, limit_mb: float | None = None, used_mb: float | 
         text = f"stopped: this tool call was held above {where} too long and killed{used}"
     else:
         after = f"its {timeout_s:g} s timeout" if timeout_s is not None else "its timeout"
-        stalled = f" ({stall_ms / 1000:.1f} s of it stalled at a memory limit)" if stall_ms else ""
+        stalled = (f" ({stall_ms / 1000:.1f} s of it stalled at a memory limit)" if stall_ms and stall_ms >= STALL_SAID_MS
+                   else f" (held at a memory limit {held} time{'s' if held != 1 else ''})" if held else "")
         text = f"stopped: this tool call ran past {after}{stalled} and was killed"
     return f"{text}; {UNAFFECTED}" + _background(background)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,7 @@ def test_the_note_says_what_stopped_the_call_and_at_which_limit():
     assert "unaffected" not in shared                # a shared limit may have stopped other calls too
     late = stopped_note("timeout", timeout_s=30, stall_ms=1500, background=2)
     assert "past its 30 s timeout (1.5 s of it stalled at a memory limit)" in late and "2 background processes" in late
+    assert "(held at a memory limit 2 times)" in stopped_note("timeout", timeout_s=1, stall_ms=3, held=2)
     assert background_note(0) is None and "1 background process " in background_note(1)
     with pytest.raises(ValueError, match="unknown cause 'oom'"):
         stopped_note("oom")
@@ -206,3 +208,23 @@ def test_a_recorded_session_replays_under_the_plugin(host, tmp_path):
                           capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                           timeout=300)
     assert "1 passed" in done.stdout, done.stdout[-3000:]
+
+
+def test_time_held_at_a_soft_limit_counts_against_the_timeout(host, tmp_path):
+    """The policy arm holds a low-priority call at its soft limit (5 s); the call's 1.5 s timeout is
+    wall-clock, so the hold runs it into its timeout: stopped, and said so."""
+    from pytest_agentcgroup.arms import Rules
+    from pytest_agentcgroup.bpf.controller import missing_features
+    arm = Arm("held", policy="agentcgroup", memory_high_mb=32, memory_max_mb=512,
+              rules={"priorities": {"default": "low"}, "hold_ms": 5000, "kill_after": 0})
+    missing = missing_features(Rules.from_arm(arm))
+    if missing:
+        pytest.skip(f"the policy arm cannot run here: {missing}")
+    with AgentSession(arm, workspace=tmp_path) as s:
+        r = s.run("python3 -c 'b = bytearray(100 << 20); print(len(b))'", timeout_s=1.5)
+        after = s.run("echo next")
+    assert r.timed_out and r.killed and r.kill_cause == "timeout" and r.throttles >= 1, r
+    assert 1400 <= r.duration_ms < 4000
+    assert re.match(r"stopped: this tool call ran past its 1.5 s timeout \(held at a memory limit \d+ times?\) and was "
+                    r"killed; the rest of the session is unaffected$", r.note), r.note
+    assert after.exit_code == 0 and after.output == "next\n"

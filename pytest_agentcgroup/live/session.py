@@ -267,6 +267,10 @@ class AgentSession:
         peak = c.get("peak_bytes")
         peak_mb = peak / MB if peak is not None else None
         oom, policy_kills = int(c.get("oom_kills", 0)), int(c.get("policy_kills", 0))
+        # held at a soft limit: the policy's throttles and freezes; v2 memory.high throttles too (v1's
+        # soft limit holds nothing: its events are crossings)
+        held = int(c.get("throttles", 0)) + int(c.get("freezes", 0)) + \
+            (int(c.get("high_events", 0)) if self.cgroup.host.mode == "v2" else 0)
         timed_out = bool(proc and proc.timed_out)
         cause = "timeout" if timed_out else "memory" if oom else "policy" if policy_kills else None
         if proc is None:
@@ -280,7 +284,7 @@ class AgentSession:
         elif cause == "policy":
             note = stopped_note("policy", limit_mb=self.arm.memory_high_mb, used_mb=peak_mb, background=left)
         elif cause == "timeout":
-            note = stopped_note("timeout", timeout_s=timeout_s, stall_ms=stall)
+            note = stopped_note("timeout", timeout_s=timeout_s, stall_ms=stall, held=held)
         else:
             note = background_note(left)
         if note:
