@@ -158,9 +158,13 @@ def test_under_the_sandbox_a_call_runs_as_nobody_without_network(host, tmp_path)
     (tmp_path / "seen.txt").write_text("from the workspace\n")
     with AgentSession(Arm("small", memory_max_mb=64), workspace=tmp_path, executor="sandbox") as s:
         r = s.run("id -u; cat seen.txt; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; echo x > made.txt")
+        s.run("mkdir sub && cd sub")
+        moved = s.run("pwd; cat ../made.txt")
         killed = s.run(HOG)
     assert r.exit_code == 0, r.output
     assert r.output.splitlines() == ["65534", "from the workspace", "lo"]
+    # the shell's directory and the workspace's files carry from call to call, as in an agent's shell
+    assert moved.output == f"{tmp_path}/sub\nx\n" and moved.cwd == f"{tmp_path}/sub"
     assert not (tmp_path / "made.txt").exists()       # its writes stay in the sandbox's workspace
     assert killed.killed and killed.kill_cause == "memory" and killed.note.startswith("stopped: ")
 

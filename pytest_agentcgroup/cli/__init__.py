@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "summarise them; report on results directories and compare two runs; check and clean this "
                 "machine's set-up; regenerate the shipped corpus.",
                 epilog="Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error; compare: 1 = differences "
-                       "beyond tolerance, 2 = usage error or unreadable input.")
+                       "beyond tolerance, 2 = usage error or unreadable input; exec: the command's own, 137 stopped "
+                       "by the arm, 124 past its timeout, 125 not run.")
     sub = p.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",

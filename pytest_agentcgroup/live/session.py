@@ -41,7 +41,7 @@ from ..notes import background_note, stopped_note
 from ..proc import SpawnError, run
 from ..profile.meter import SAMPLE_PERIOD_S
 from ..replay.executors import SandboxExecutor
-from ..replay.executors.base import DEFAULT_TIMEOUT_S, Seed
+from ..replay.executors.base import DEFAULT_TIMEOUT_S, Seed, StepRefused
 from ..traces.classify import step_kind
 from ..traces.ir import Step, Trace
 from .cgroup import describe, make_session_cgroup, remove_session_cgroup, reopen_session_cgroup
@@ -217,23 +217,30 @@ class AgentSession:
                                "set variables in the command instead")
         if not timeout_s or timeout_s <= 0:
             raise SessionError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
-        where = str(Path(cwd).resolve()) if cwd is not None else str(self.workspace)
         with self._lock:
             call_id, self._next_id = self._next_id, self._next_id + 1
-        args = {"command": command, "cwd": where, "timeout_ms": timeout_s * 1000.0}
-        step = Step(call_id, "bash", args=args, native_tool="live")
-        argv, run_cwd, run_env = self._launch(step, where, env)
+        try:
+            step, argv, run_cwd, run_env = self._launch(call_id, command, cwd, env, timeout_s)
+        except StepRefused as exc:
+            raise SessionError(str(exc)) from None
         result, curve = self._placed(step, argv, run_cwd, run_env, timeout_s)
         if self.recorder is not None:
             self.recorder.add(result, curve, secrets=self._secrets(env))
         return result
 
-    def _launch(self, step: Step, cwd: str, env: dict | None):
+    def _launch(self, call_id: int, command: str, cwd, env: dict | None, timeout_s: float):
+        """The call's step (its cwd: where it runs) and how to start it: on the host, /bin/sh in `cwd`
+        (default the workspace); in the sandbox, its launch (the shell's last directory unless `cwd`)."""
+        args = {"command": command, "timeout_ms": timeout_s * 1000.0}
         if self.sandbox is None:
-            return ["/bin/sh", "-c", step.command], cwd, {**os.environ, **(env or {})}
+            where = str(Path(cwd).resolve()) if cwd is not None else str(self.workspace)
+            step = Step(call_id, "bash", args={**args, "cwd": where}, native_tool="live")
+            return step, ["/bin/sh", "-c", command], where, {**os.environ, **(env or {})}
         with self._lock:                        # the sandbox keeps the shell's directory between calls
-            launch = self.sandbox.launch(step)
-        return launch.argv, launch.cwd, launch.env or None
+            launch = self.sandbox.launch(Step(call_id, "bash", args={**args, **({"cwd": str(cwd)} if cwd else {})}))
+            where = self.sandbox.cwd
+        return Step(call_id, "bash", args={**args, "cwd": where}, native_tool="live"), launch.argv, launch.cwd, \
+            launch.env or None
 
     def _placed(self, step: Step, argv, cwd, env, timeout_s: float) -> tuple[CallResult, list]:
         with self._lock:       # limits on the shared session cgroup, its counters: one call at a time
