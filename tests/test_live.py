@@ -232,3 +232,16 @@ def test_time_held_at_a_soft_limit_counts_against_the_timeout(host, tmp_path):
     assert re.match(r"stopped: this tool call ran past its 1.5 s timeout \(held at a memory limit \d+ times?\) and was "
                     r"killed; the rest of the session is unaffected$", r.note), r.note
     assert after.exit_code == 0 and after.output == "next\n"
+
+
+def test_exec_calls_at_once_share_the_session_and_its_trace(host, tmp_path):
+    session = tmp_path / "session"
+    assert agentcgroup("exec", "--session", str(session), "--", "true", cwd=tmp_path).returncode == 0   # default arm
+    procs = [subprocess.Popen([sys.executable, "-m", "pytest_agentcgroup.cli", "exec", "--session", str(session), "--",
+                               f"sleep 0.5; echo {i}"], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}) for i in range(3)]
+    outs = sorted(p.communicate(timeout=120)[0] for p in procs)
+    assert outs == ["0\n", "1\n", "2\n"] and all(p.returncode == 0 for p in procs)
+    assert agentcgroup("exec", "--session", str(session), "--end", cwd=tmp_path).returncode == 0
+    trace = next(read_traces(session / "trace.json"))
+    assert [s.step_id for s in trace.steps] == [0, 1, 2, 3] and trace.source["arm"] == "static-toolcall"

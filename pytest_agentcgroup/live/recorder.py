@@ -6,12 +6,16 @@ head of its output (redacted), its duration and its profile — peak_mb and cpu_
 cgroup, and the memory curve sampled while it ran — all `recorded`: measured here, for this call.
 Environment values are never written. The file is replaced whole after every call (written beside
 it, then renamed), so it is a complete, valid trace at any moment the session has made a call.
+With `shared` (several processes add calls to one file: `agentcgroup exec` calls at once), each
+write happens under a lock on the file and first takes in the steps the others wrote.
 With `manifest`, the trace is also listed in a manifest.json beside it (subset SUBSET): its
 directory is then a corpus the plugin replays (`--agentcgroup-traces DIR --agentcgroup-subset live`).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import os
 import threading
 from pathlib import Path
@@ -32,8 +36,8 @@ def _now() -> str:
 
 class Recorder:
     def __init__(self, path: str | Path, *, arm: str, executor: str, workspace: str, resume: bool = False,
-                 manifest: bool = False):
-        self.path, self.manifest = Path(path), manifest
+                 manifest: bool = False, shared: bool = False):
+        self.path, self.manifest, self.shared = Path(path), manifest, shared
         self._lock = threading.Lock()
         self.steps: list[Step] = []
         started = _now()
@@ -41,11 +45,30 @@ class Recorder:
         self.source = {"format": FORMAT, "recorded_by": "agentcgroup live session (live/)", "arm": arm,
                        "executor": executor, "workspace": workspace, "started_at": started}
         if resume and self.path.exists():
-            try:
-                trace = next(read_traces(self.path))
-            except (TraceError, StopIteration) as exc:
-                raise TraceError(f"cannot continue the session's trace: {exc}", file=str(self.path)) from None
+            trace = self._read()
             self.trace_id, self.source, self.steps = trace.trace_id, dict(trace.source), list(trace.steps)
+
+    def _read(self) -> Trace:
+        try:
+            return next(read_traces(self.path))
+        except (TraceError, StopIteration) as exc:
+            raise TraceError(f"cannot continue the session's trace: {exc}", file=str(self.path)) from None
+
+    @contextlib.contextmanager
+    def _file_locked(self):
+        """An exclusive flock on a lock file beside the trace (shared traces only)."""
+        if not self.shared:
+            yield
+            return
+        fd = os.open(self.path.with_name(f".{self.path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self.path.exists():          # what the other processes wrote meanwhile
+                mine = {s.step_id for s in self.steps}
+                self.steps += [s for s in self._read().steps if s.step_id not in mine]
+            yield
+        finally:
+            os.close(fd)
 
     @property
     def next_step_id(self) -> int:
@@ -54,13 +77,13 @@ class Recorder:
     def add(self, result, curve: list[tuple[float, int]], *, secrets: list[str]) -> None:
         """The call `result` (session.py CallResult) as a step, and the trace written again."""
         step = call_step(result, curve, secrets)
-        with self._lock:
-            self.steps.append(step)
+        with self._lock, self._file_locked():
+            self.steps = [s for s in self.steps if s.step_id != step.step_id] + [step]
             self.write()
 
     def finish(self) -> None:
         """The session has ended: said in the trace's source (when it made any call)."""
-        with self._lock:
+        with self._lock, self._file_locked():
             self.source["ended_at"] = _now()
             self.write()
 

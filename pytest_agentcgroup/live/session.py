@@ -126,12 +126,14 @@ class AgentSession:
     `curve`: sample each call's memory every SAMPLE_PERIOD_S into the trace's curve; `manifest`:
     list the trace in a manifest.json beside it, making its directory a corpus (recorder.py).
     `resume`: a session cgroup kept by an earlier process (cgroup.py describe(); the CLI's), with
-    the trace at `trace_out` continued; `keep_cgroup`: leave the session's cgroup at exit."""
+    the trace at `trace_out` continued (shared: other processes may add calls to it at once);
+    `keep_cgroup`: leave the session's cgroup at exit; `next_call_id`: the id (and cgroup `s<id>`)
+    of the next call, where the processes sharing a session hand them out (stored.py)."""
 
     def __init__(self, arm: str | Arm = "static-toolcall", config: str | Path | None = None, *,
                  workspace: str | Path = ".", executor: str = "host", trace_out: str | Path | None = None,
                  curve: bool = True, manifest: bool = False, resume: dict | None = None,
-                 keep_cgroup: bool = False):
+                 keep_cgroup: bool = False, next_call_id: int | None = None):
         if executor not in EXECUTORS:
             raise SessionError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
         self.arm = load_arm(arm, config)
@@ -141,9 +143,11 @@ class AgentSession:
         self.executor_name, self.curve, self.keep_cgroup = executor, curve, keep_cgroup
         self.limit_mb, self.limit_why = limit_rule(self.arm)
         self.recorder = Recorder(trace_out, arm=self.arm.name, executor=executor, workspace=str(self.workspace),
-                                 resume=resume is not None, manifest=manifest) if trace_out is not None else None
+                                 resume=resume is not None, manifest=manifest,
+                                 shared=resume is not None or keep_cgroup) if trace_out is not None else None
         self._lock = threading.Lock()
-        self._next_id = self.recorder.next_step_id if self.recorder else 0
+        self._next_id = next_call_id if next_call_id is not None else \
+            self.recorder.next_step_id if self.recorder else 0
         self.cgroup = self.policy = self.sandbox = None
         self.resume = resume
 
@@ -196,11 +200,10 @@ class AgentSession:
                 if policy is not None:
                     policy.close()
             finally:
-                if cg is not None:
-                    if self.keep_cgroup:
-                        cg.kill()              # nothing of a call outlives it, even between invocations
-                    else:
-                        remove_session_cgroup(cg)
+                # kept: it holds no process (each call's cgroup is killed and removed at its end),
+                # and other processes sharing the session may be running calls in it
+                if cg is not None and not self.keep_cgroup:
+                    remove_session_cgroup(cg)
 
     # -- one call --------------------------------------------------------------------------------
     def run(self, command: str, cwd: str | Path | None = None, env: dict | None = None,
