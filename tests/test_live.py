@@ -245,3 +245,21 @@ def test_exec_calls_at_once_share_the_session_and_its_trace(host, tmp_path):
     assert agentcgroup("exec", "--session", str(session), "--end", cwd=tmp_path).returncode == 0
     trace = next(read_traces(session / "trace.json"))
     assert [s.step_id for s in trace.steps] == [0, 1, 2, 3] and trace.source["arm"] == "static-toolcall"
+
+
+def test_a_session_that_cannot_start_leaves_no_cgroup(host, tmp_path):
+    before = set(session_cgroups(host))
+    with pytest.raises(SessionError, match="cannot put a workspace at /usr"):
+        AgentSession(Arm("small", memory_max_mb=64), workspace="/usr", executor="sandbox", keep_cgroup=True).open()
+    assert set(session_cgroups(host)) == before
+
+
+def test_a_session_whose_cgroup_is_gone_says_so(host, tmp_path):
+    session = tmp_path / "session"
+    assert agentcgroup("exec", "--session", str(session), "--", "true", cwd=tmp_path).returncode == 0
+    state = json.loads((session / ".session.json").read_text())
+    Path(state["cgroup"]["paths"]["unified"]).rmdir()                 # e.g. after a reboot
+    gone = agentcgroup("exec", "--session", str(session), "--", "true", cwd=tmp_path)
+    assert gone.returncode == 125 and "the session's cgroup is gone" in gone.stderr and "--end" in gone.stderr
+    assert agentcgroup("exec", "--session", str(session), "--end", cwd=tmp_path).returncode == 0
+    assert not any(Path(p).exists() for p in state["cgroup"]["paths"].values())

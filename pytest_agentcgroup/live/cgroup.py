@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..cgroups.delegate import Delegation
 from ..cgroups.host import CgroupHost, CgroupUnavailable, check_writable
-from ..cgroups.node import Cgroup
+from ..cgroups.node import Cgroup, remove_tree
 from ..cgroups.tree import CONTROLLERS, live_run_roots
 
 PREFIX = "agentcgroup-live-"
@@ -58,11 +58,12 @@ def reopen_session_cgroup(host: CgroupHost, described: dict, where: str) -> tupl
         paths = {str(k): Path(v) for k, v in described["paths"].items()}
         controllers = tuple(str(c) for c in described["controllers"])
     except (KeyError, TypeError, AttributeError):
-        raise CgroupUnavailable(f"{where}: cgroup: expected {{paths, controllers}}, got {json.dumps(described)[:200]}") from None
+        raise CgroupUnavailable(f"{where}: cgroup: expected {{paths, controllers}}, "
+                                f"got {json.dumps(described)[:200]}") from None
     missing = [str(p) for p in paths.values() if not p.name.startswith(PREFIX) or not p.is_dir()]
     if "unified" not in paths or missing:
-        raise CgroupUnavailable(f"{where}: the session's cgroup is gone or not a session's ({', '.join(missing) or 'no unified path'}); "
-                                "end the session (--end) and start a new one")
+        raise CgroupUnavailable(f"{where}: the session's cgroup is gone or not a session's "
+                                f"({', '.join(missing) or 'no unified path'}); end the session (--end) and start a new one")
     return Cgroup(host, paths, inner=True), controllers
 
 
@@ -77,3 +78,12 @@ def remove_session_cgroup(cg: Cgroup) -> None:
             others = [p for p in host.unified.iterdir() if p.name.startswith(PREFIX)]
             if not others and not live_run_roots(host.unified):
                 delegation.release()
+
+
+def remove_what_is_left(described: dict) -> None:
+    """The directories of a session cgroup that is partly gone (its unified one removed by hand, a
+    reboot's fresh hierarchies): whichever of them still exist, removed."""
+    paths = described.get("paths") if isinstance(described, dict) else None
+    for path in map(Path, (paths or {}).values() if isinstance(paths, dict) else ()):
+        if path.name.startswith(PREFIX) and path.is_dir():
+            remove_tree(path)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..arms import Arm, Rules
 from ..bpf.controller import missing_features, policy_for
+from ..bpf.loader import BPFUnavailable
 from ..cgroups.host import detect
 from ..cgroups.node import MB
 from ..cgroups.placement import ArmPlacement, apply_limits
@@ -41,7 +42,7 @@ from ..notes import background_note, stopped_note
 from ..proc import SpawnError, run
 from ..profile.meter import SAMPLE_PERIOD_S
 from ..replay.executors import SandboxExecutor
-from ..replay.executors.base import DEFAULT_TIMEOUT_S, Seed, StepRefused
+from ..replay.executors.base import DEFAULT_TIMEOUT_S, Seed, SeedFailed, StepRefused
 from ..traces.classify import step_kind
 from ..traces.ir import Step, Trace
 from .cgroup import describe, make_session_cgroup, remove_session_cgroup, reopen_session_cgroup
@@ -162,7 +163,7 @@ class AgentSession:
     def open(self) -> None:
         host = detect()
         if self.resume is not None:
-            self.cgroup, self.controllers = reopen_session_cgroup(host, self.resume, "session")
+            self.cgroup, self.controllers = reopen_session_cgroup(host, self.resume, "resume")
         else:
             self.cgroup, self.controllers = make_session_cgroup(host)
         try:
@@ -179,8 +180,14 @@ class AgentSession:
                 ws = str(self.workspace)
                 self.sandbox.seed = Seed(path=ws, source=self.workspace)
                 self.sandbox.start(Trace("live", {}, (Step(0, "noop", args={"cwd": ws}),)))
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            keep, self.keep_cgroup = self.keep_cgroup, self.keep_cgroup and self.resume is not None
+            try:
+                self.close()                   # a cgroup made here goes with a session that did not start
+            finally:
+                self.keep_cgroup = keep
+            if isinstance(exc, (SeedFailed, BPFUnavailable)):
+                raise SessionError(f"the session cannot start: {exc}") from None
             raise
 
     @property

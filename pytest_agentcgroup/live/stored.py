@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..cgroups.host import CgroupUnavailable, detect
 from ..traces.ir import TraceError
-from .cgroup import remove_session_cgroup, reopen_session_cgroup
+from .cgroup import remove_session_cgroup, remove_what_is_left, reopen_session_cgroup
 from .recorder import Recorder
 from .session import AgentSession, CallResult, SessionError
 
@@ -82,7 +82,10 @@ def run_stored(directory: str | Path, command: str, *, arm: str | None, config: 
                                        resume=state["cgroup"], keep_cgroup=True, next_call_id=state["next_call"])
             except TraceError as exc:
                 raise SessionError(str(exc)) from None
-            session.open()
+            try:
+                session.open()
+            except CgroupUnavailable as exc:
+                raise SessionError(f"{directory / STATE}: {exc}") from None
         try:
             state["next_call"] += 1
             _write_state(directory, state)
@@ -125,8 +128,9 @@ def _end(directory: Path) -> Path | None:
         raise SessionError(f"{directory}: no session to end (no {STATE})")
     try:
         cg, _ = reopen_session_cgroup(detect(), state["cgroup"], str(directory / STATE))
-    except CgroupUnavailable:        # already gone (a reboot): nothing to remove
+    except CgroupUnavailable:        # gone, or partly: what is left of it is removed
         cg = None
+        remove_what_is_left(state["cgroup"])
     if cg is not None:
         remove_session_cgroup(cg)
     trace = directory / TRACE
