@@ -34,11 +34,13 @@ MODULE_MAX_LINES = 450
 #: the tasks' workspaces (built outside the sandbox, handed to an executor) above replay,
 #: the experiments' studies (settings tables, claims, budgets) and the trace measurements (profile/:
 #: profiling, the emulator's fidelity run) above metrics, the experiment config above the studies
-#: (it validates their tables), and the pytest side (harness/), the corpus tools and the entry
-#: points (plugin.py, cli/) on top.
+#: (it validates their tables), the live runtime (live/: arms for agents people run, recording
+#: traces as they go) beside the reports, and the pytest side (harness/), the corpus tools and the
+#: entry points (plugin.py, cli/) on top. notes (what an agent is told of a stopped call) sits at
+#: the bottom: the live runtime and the replay's kill reasons word a stop with it.
 RANKS = {
     "errors": 0,
-    "proc": 1, "traces": 1, "programs": 1, "arms": 1,
+    "proc": 1, "traces": 1, "programs": 1, "arms": 1, "notes": 1,
     "engines": 2,
     "replay": 3,
     "tenants": 4, "workspaces": 4,
@@ -47,7 +49,7 @@ RANKS = {
     "metrics": 7,
     "studies": 8, "profile": 8,
     "config": 9,
-    "reports": 10,
+    "reports": 10, "live": 10,
     "harness": 11, "tools": 11,
     "plugin": 12, "cli": 12, "": 12,        # "": the package's own __init__ (its small data API)
 }
@@ -248,3 +250,9 @@ def test_the_package_finds_the_programs_in_the_checkouts_bpf():
     assert loader.programs_dir() == loader.BPF_DIR == BPF
     for name in _loaded_programs():
         assert loader.source_path(name) == BPF / f"{name}.bpf.c"
+
+
+def test_only_the_entry_points_and_the_pytest_side_import_live():
+    # the live runtime (live/) is a top of its own: cli/ and the pytest side use it, nothing else
+    users = {m for m, ts in GRAPH.items() if _room(m) != "live" and any(_room(t) == "live" for t in ts)}
+    assert {_room(m) for m in users} <= {"cli", "harness", "plugin"}, sorted(users)

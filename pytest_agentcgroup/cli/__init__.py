@@ -24,6 +24,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
     agentcgroup tools build-corpus SRC OUT | browser-record DATASETS OUT                 (tools.py)
     agentcgroup tools recorded-here workspace|traces DIR | recorded-outcomes DATASET CORPUS | webapp
+    agentcgroup exec --session DIR [--arm ARM] [--config F] [--timeout S] -- CMD...  |  --session DIR --end
+                     (live.py; exit: the command's, 137 stopped by the arm, 124 timeout, 125 not run)
 
 Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
 0 everything worked; 1 bad input (a file or record that did not convert or validate,
@@ -62,13 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
                 "summarise them; report on results directories and compare two runs; check and clean this "
                 "machine's set-up; regenerate the shipped corpus.",
                 epilog="Exit codes: 0 ok, 1 bad input (named on stderr), 2 usage error; compare: 1 = differences "
-                       "beyond tolerance, 2 = usage error or unreadable input.")
+                       "beyond tolerance, 2 = usage error or unreadable input; exec: the command's own, 137 stopped "
+                       "by the arm, 124 past its timeout, 125 not run.")
     sub = p.add_subparsers(dest="group", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",
                          description="Fetch, convert, validate, summarise and select agent traces.")
     # the groups' modules import `EXIT_*` from here: imported once this module has run
-    from . import faithfulness, fidelity, lock, machine, profile, report, subsets, tools, traces as trace_commands
+    from . import faithfulness, fidelity, live, lock, machine, profile, report, subsets, tools, traces as trace_commands
     trace_commands.add_parsers(tsub)
     subsets.add_parsers(tsub)
     profile.add_parser(tsub)
@@ -78,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parsers(sub)
     machine.add_parsers(sub)
     tools.add_parsers(sub)
+    live.add_parser(sub)
     return p
 
 

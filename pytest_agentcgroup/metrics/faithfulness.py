@@ -29,11 +29,13 @@ for stored traces (durations, output, unknown steps, verdicts) is metrics/source
 """
 from __future__ import annotations
 
+from ..notes import stopped_note
 from ..traces.ir import Step
 from .source_faithfulness import recorded_outcome as source_outcome
 
 REAL_EXECUTORS = ("sandbox", "docker")
 HEAD_CHARS = 200
+MIB = 1024 * 1024
 #: The share of compared steps that may diverge before a trace × arm fails (config `max_divergence`).
 #: 0.2: a faithful replay runs at least 80 % of its compared steps as the trajectory recorded them.
 DEFAULT_MAX_DIVERGENCE = 0.2
@@ -52,14 +54,16 @@ def first_line(text: str | None) -> str | None:
 
 
 def arm_kill(result) -> str | None:
-    """What the arm did to the step on purpose, if anything: an OOM kill or a policy kill. A timeout
-    is not the arm's: a step that hangs here (a download with no network) and ended as recorded
-    there diverged."""
+    """What the arm did to the step on purpose, if anything: an OOM kill or a policy kill, worded as
+    the live runtime tells an agent (notes.py). A timeout is not the arm's: a step that hangs here
+    (a download with no network) and ended as recorded there diverged."""
     c = result.counters
+    peak = c.get("peak_bytes")
+    used = peak / MIB if peak else None
     if c.get("oom_kills", 0) > 0:
-        return "OOM-killed under the arm's limit"
+        return stopped_note("memory", used_mb=used)
     if c.get("policy_kills", 0) > 0:
-        return "killed by the arm's policy"
+        return stopped_note("policy", used_mb=used)
     return None
 
 
