@@ -226,6 +226,16 @@ def test_a_python_version_names_the_debian_root_that_has_it_and_its_system_is_bo
                                   "--ro-bind", f"{root}/sbin", "/sbin"]       # no lib64 there: none bound
 
 
+def test_a_root_made_with_other_packages_is_made_again(tmp_path):
+    """A root holds git (a workspace may be a git checkout whose `git diff` the steps run): one whose
+    marker names other packages, made before git was one, is not taken as complete."""
+    assert "git" in roots.PACKAGES
+    (tmp_path / roots.MARKER).write_text("debian-bullseye")             # made with python3, python3-venv
+    assert not roots._complete(tmp_path, "debian-bullseye")
+    (tmp_path / roots.MARKER).write_text(f"debian-bullseye {' '.join(roots.PACKAGES)}")
+    assert roots._complete(tmp_path, "debian-bullseye") and not roots._complete(tmp_path, "debian-bookworm")
+
+
 @pytest.mark.network
 def test_a_module_the_trajectory_ran_is_added_only_where_nothing_else_gives_it():
     """nose (on PyPI, not the project's) is added; the standard library, the project, a script the
