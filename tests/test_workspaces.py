@@ -179,7 +179,7 @@ def test_a_git_workspace_is_the_repository_at_its_commit_with_its_history_and_th
     assert metadata.read_text() == f"Metadata-Version: 2.1\nName: widget\nVersion: 0+git.{first[:12]}\n"
     # the import of step 0 left its bytecode in the working copy, as it would have in the agent's
     assert results[0].output == "1\n" and results[1].output == f"{first}\n M widget/__init__.py\n?? widget/__pycache__/\n"
-    with pytest.raises(WorkspaceError, match=f"the git checkout of {repo} at {'d' * 40}: git checkout failed"):
+    with pytest.raises(WorkspaceError, match=f"the git checkout of {repo} at {'d' * 40}: the repository has no commit {'d' * 40}"):
         checkout(str(repo), "d" * 40, tmp_path / "other")
 
 
@@ -199,7 +199,7 @@ def test_a_git_workspace_is_locked_at_the_commit_with_its_dependencies_held_to_i
     pins = {w["name"].lower(): Version(w["version"]) for w in entry.wheels}
     assert pins["toolz"] <= Version("0.11.1") and pins["pytest"] < Version("6.3")      # as of March 2021
     assert cli.main(["traces", "lock", str(tmp_path), "--commit", first]) == 2
-    assert "--commit goes with --git" in capsys.readouterr().err
+    assert "--commit and --commits go with --git" in capsys.readouterr().err
     named = trace(task=Task(**{**TASK.to_json(), "commit": first}))
     with pytest.raises(WorkspaceError, match=f"names its commit {first}; --commit {'e' * 40} is another"):
         choose.lock(named, git=f"file://{repo}", commit="e" * 40)
@@ -222,6 +222,16 @@ def test_a_python_version_names_the_debian_root_that_has_it_and_its_system_is_bo
     assert system_binds(root) == ["--ro-bind", f"{root}/usr", "/usr", "--ro-bind", f"{root}/etc", "/etc",
                                   "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
                                   "--ro-bind", f"{root}/sbin", "/sbin"]       # no lib64 there: none bound
+
+
+def test_a_root_made_with_other_packages_is_made_again(tmp_path):
+    """A root holds git (a workspace may be a git checkout whose `git diff` the steps run): one whose
+    marker names other packages, made before git was one, is not taken as complete."""
+    assert "git" in roots.PACKAGES
+    (tmp_path / roots.MARKER).write_text("debian-bullseye")             # made with python3, python3-venv
+    assert not roots._complete(tmp_path, "debian-bullseye")
+    (tmp_path / roots.MARKER).write_text(f"debian-bullseye {' '.join(roots.PACKAGES)}")
+    assert roots._complete(tmp_path, "debian-bullseye") and not roots._complete(tmp_path, "debian-bookworm")
 
 
 @pytest.mark.network
@@ -578,3 +588,115 @@ def test_of_releases_that_agree_as_well_the_oldest_final_one_is_chosen(monkeypat
     t = trace(bash(0, "sed -n '1,2p' w/core.py", "def f():\n    return 1\n"), task=Task(instance_id="acme__widget-7", path=PATH))
     version, how = choose.choose_release(t, t.task, "widget", rels)
     assert version == "1.0" and "2 lines it saw are there" in how and "of 3 that tie, the oldest (final releases first)" in how
+
+
+def _commits(tmp_path, n):
+    """A real git repository of `n` commits, each changing widget/__init__.py: (its path, the commits)."""
+    repo = tmp_path / "public"
+    repo.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+           "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    run = lambda *a: subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout  # noqa: E731
+    run("init", "-q", "-b", "main")
+    (repo / "widget").mkdir()
+    commits = []
+    for i in range(n):
+        (repo / "widget" / "__init__.py").write_text(f"VALUE = {i}\n")
+        run("add", "-A")
+        run("commit", "-q", "-m", f"change {i}")
+        commits.append(run("rev-parse", "HEAD").strip())
+    return repo, commits
+
+
+def _blob(repo, commit, path):
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", f"{commit}:{path}"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_the_store_rebuild_command_keeps_only_the_commits_the_lock_names(tmp_path, capsys):
+    """`agentcgroup tools source-store` makes the corpus's store from a repository and the lock: one
+    tag per task at its commit, that commit's tree, nothing of the commit between them nor of their
+    history; a workspace checked out from it is that commit with its .git."""
+    from pytest_agentcgroup import cli
+    from pytest_agentcgroup.workspaces.git import checkout, has_commit, store_tags
+    repo, (first, between, last) = _commits(tmp_path, 3)
+    corpus = tmp_path / "corpus"
+    (corpus / "sources").mkdir(parents=True)
+    base = entry(provider="git", repository="sources/widget.git", sdist=None, wheels=[])
+    (corpus / LOCK_FILE).write_text(json.dumps({"schema": SCHEMA, "workspaces": {
+        "acme__widget-7": {**base, "commit": first, "version": f"0+git.{first[:12]}"},
+        "acme__widget-9": {**base, "commit": last, "version": f"0+git.{last[:12]}"}}}))
+    assert cli.main(["tools", "source-store", str(corpus / LOCK_FILE), "--from", str(repo)]) == 0
+    store = corpus / "sources" / "widget.git"
+    assert f"{store}: 2 task(s), 2 commit(s)" in capsys.readouterr().out
+    assert store_tags(store) == {"acme__widget-7": first, "acme__widget-9": last}
+    assert has_commit(store, first) and has_commit(store, last) and not has_commit(store, between)
+    held = subprocess.run(["git", f"--git-dir={store}", "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"],
+                          check=True, capture_output=True, text=True).stdout.split()
+    assert _blob(repo, between, "widget/__init__.py") not in held and _blob(repo, last, "widget/__init__.py") in held
+    assert sorted(p.name for p in store.iterdir()) == ["HEAD", "config", "objects", "packed-refs", "refs", "shallow"]
+    assert len(list((store / "objects" / "pack").glob("*.pack"))) == 1
+    # the lock reads the store back, and a workspace is its commit with its .git, history-less
+    e = LockFile.read(corpus / LOCK_FILE).entries["acme__widget-9"]
+    assert e.local_path == str(store.resolve()) and e.describe() == f"git sources/widget.git@{last[:12]}"
+    checkout(e.local_path, last, tmp_path / "work")
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path / "work"), *a], check=True, capture_output=True,  # noqa: E731
+                                    text=True).stdout
+    assert (tmp_path / "work" / "widget" / "__init__.py").read_text() == "VALUE = 2\n"
+    assert git("status", "--porcelain") == "" and git("log", "--format=%H").split() == [last] and git("tag") == ""
+    # a repository without a locked commit: one message, and the old store kept
+    assert cli.main(["tools", "source-store", str(corpus / LOCK_FILE), "--from", str(tmp_path / "work")]) == 1
+    assert "acme__widget-7" in capsys.readouterr().err and store_tags(store) == {"acme__widget-7": first,
+                                                                                "acme__widget-9": last}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_a_lock_entry_outside_the_corpus_or_at_a_commit_the_store_lacks_is_one_clear_error(tmp_path):
+    from pytest_agentcgroup.workspaces.git import build_store
+    repo, (first, second) = _commits(tmp_path, 2)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    build_store(str(repo), {"acme__widget-7": first}, corpus / "widget.git")
+    (tmp_path / "outside.git").mkdir()
+    (corpus / "link.git").symlink_to(tmp_path / "outside.git")
+    for named, why in [("../outside.git", "../outside.git leads outside the corpus"),
+                       ("link.git", "link.git leads outside the corpus"),
+                       ("sources/../../outside.git", "is not an https, http, git or file URL, or an absolute path, "
+                                                     "or a clean path relative to the lock"),
+                       ("-u.git", "or a clean path relative to the lock")]:
+        path = write_lock(corpus, provider="git", repository=named, commit=first, sdist=None, wheels=[])
+        with pytest.raises(WorkspaceError) as info:
+            LockFile.read(path)
+        assert str(info.value).startswith(f"{path}: workspaces.acme__widget-7.repository: ") and why in str(info.value)
+    # a commit the store lacks: the replay's message names the trace, the task, the lock and the commit
+    (tmp_path / "cache").mkdir()
+    write_lock(corpus, provider="git", repository="widget.git", commit=second, sdist=None, wheels=[])
+    with pytest.raises(WorkspaceError) as info:
+        provide(trace(), executor="sandbox", directory=None, corpus=corpus)
+    assert str(info.value) == (f"trace t/acme__widget-7: the workspace of task acme__widget-7 locked in {corpus / LOCK_FILE} "
+                               f"cannot be built: the git checkout of {(corpus / 'widget.git').resolve()} at {second}: "
+                               f"the repository has no commit {second}")
+
+
+def test_the_shipped_store_holds_exactly_the_locks_commits_and_the_blobs_their_trajectories_recorded():
+    """traces/sources/sympy.git: one tag per git entry of the shipped lock at its commit and no other,
+    each commit's tree holds every blob its trajectory's git diff names, within its size budget."""
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    from pytest_agentcgroup.traces.ir import read_traces
+    from pytest_agentcgroup.tools.source_store import stores_of
+    from pytest_agentcgroup.workspaces.git import blob_ids, store_tags
+    traces_dir = Path(__file__).resolve().parent.parent / "traces"
+    lock = LockFile.read(traces_dir / LOCK_FILE)
+    stores = stores_of(lock)
+    assert set(stores) == {(traces_dir / "sources" / "sympy.git").resolve()}
+    for store, tags in stores.items():
+        assert store_tags(store) == tags and len(tags) == 26
+        assert sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) <= 40 * 2**20
+        for key, commit in tags.items():
+            assert lock.entries[key].commit_from and lock.entries[key].system == "debian-bullseye"
+            recorded = seen.recorded_blobs(next(read_traces(traces_dir / "mini-swe-agent" / f"{key}.json")))
+            assert recorded, key
+            have = blob_ids(store, commit, sorted(recorded))
+            assert all((have[p] or "").startswith(b) for p, b in recorded.items()), (key, recorded, have)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from ..traces.corpus import LOCK_FILE
 from ..traces.ir import TraceError, read_traces
 from ..traces.task import task_of
 from ..workspaces.build import build, built_dir
-from ..workspaces.lock import SYSTEMS, LockFile, WorkspaceError, local_repository_refused, task_key
+from ..workspaces.lock import COMMIT, SYSTEMS, LockFile, WorkspaceError, local_repository_refused, task_key
 from . import EXIT_BAD_INPUT, EXIT_OK
 
 
@@ -41,6 +42,12 @@ def add_parser(tsub) -> argparse.ArgumentParser:
                         "out at the task's base commit, with its .git, instead of a PyPI sdist; its dependencies "
                         "are held to the commit's date")
     p.add_argument("--commit", metavar="SHA", help="with --git: the commit (40 hex digits) when the task names none")
+    p.add_argument("--commits", metavar="TSV", type=Path,
+                   help="with --git: each task's commit and where it was found, one task a line: KEY<TAB>COMMIT<TAB>"
+                        "WHERE ('#' starts a comment); the lock entry keeps WHERE as its commit_from")
+    p.add_argument("--require", metavar="SPEC", action="append", default=[],
+                   help="a requirement the task's specification adds to the environment (repeatable; "
+                        "mpmath==1.3.0: one pinned with == is kept as it is)")
     p.add_argument("--again", action="store_true", help="lock tasks the lock already has again")
     p.add_argument("--build", action="store_true", help="also build each locked workspace into the cache now")
     p.set_defaults(func=cmd_lock)
@@ -55,27 +62,51 @@ def _traces(paths: list[Path]):
             yield from read_traces(f)
 
 
+def read_commits(path: Path) -> dict[str, tuple[str, str]]:
+    """{task key: (commit, where it was found)} of a --commits file; WorkspaceError naming its line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkspaceError(f"--commits {path}: cannot read it: {exc}") from None
+    out = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3 or not COMMIT.fullmatch(parts[1]) or not parts[2].strip() or not parts[0].strip():
+            raise WorkspaceError(f"--commits {path}, line {n}: expected KEY<TAB>COMMIT (40 hex digits)<TAB>WHERE")
+        out[parts[0]] = (parts[1], parts[2].strip())
+    return out
+
+
 def cmd_lock(args) -> int:
     from ..workspaces.choose import lock     # packaging: only when locking (`agentcgroup` starts without it)
-    if args.commit and not args.git:
-        print("agentcgroup traces lock: --commit goes with --git (the repository to check out)", file=sys.stderr)
+    if (args.commit or args.commits) and not args.git:
+        print("agentcgroup traces lock: --commit and --commits go with --git (the repository to check out)", file=sys.stderr)
+        return 2
+    if args.commit and args.commits:
+        print("agentcgroup traces lock: --commit (one for every task) or --commits (one a task), not both", file=sys.stderr)
         return 2
     if args.git and args.version:
         print("agentcgroup traces lock: --version chooses a release; with --git the source is a commit", file=sys.stderr)
         return 2
     if args.git and "://" not in args.git:
-        args.git = str(Path(args.git).absolute())       # a local repository, named as the lock keeps it
+        args.git = str(Path(args.git).absolute())       # a local repository (the lock names it relative to itself)
     out = args.output or ((args.files[0] if args.files[0].is_dir() else args.files[0].parent) / LOCK_FILE)
     bad = 0
     try:
         lockfile = LockFile.read(out)
         traces = list(_traces(args.files))
+        commits = read_commits(args.commits) if args.commits else None
     except (WorkspaceError, TraceError) as exc:
         print(f"agentcgroup traces lock: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.git and (why := local_repository_refused(args.git, out.parent)) is not None:
         print(f"agentcgroup traces lock: --git {why}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    # a local repository inside the corpus is named relative to the lock: the corpus may move
+    named = (Path(args.git).resolve().relative_to(out.parent.resolve()).as_posix()
+             if args.git and "://" not in args.git else args.git)
     for trace in traces:
         task = task_of(trace)
         key = task_key(task) if task else None
@@ -84,8 +115,13 @@ def cmd_lock(args) -> int:
             continue
         try:
             if key not in lockfile.entries or args.again:
-                lockfile.entries[key] = lock(trace, project=args.project, version=args.version, python=args.python,
-                                             git=args.git, commit=args.commit)
+                commit, where = commits.get(key, (None, None)) if commits is not None else (args.commit, None)
+                if commits is not None and commit is None:
+                    raise WorkspaceError(f"--commits {args.commits} names no commit for task {key}")
+                entry = lock(trace, project=args.project, version=args.version, python=args.python, git=args.git,
+                             commit=commit, commit_from=where, require=tuple(args.require))
+                lockfile.entries[key] = dataclasses.replace(entry, repository=named, chosen_by=entry.chosen_by.replace(
+                    args.git, named)) if args.git else entry
                 lockfile.write()
             entry = lockfile.entries[key]
             print(f"{trace.trace_id}: {key} -> {entry.describe()}: {entry.chosen_by}")

@@ -1,7 +1,8 @@
 """`agentcgroup tools ...`: the corpus-building tools, run by hand to regenerate what traces/ ships
-(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py), what
-the sources record of each step's outcome and each profiled trace's verdict (tools/recorded_outcomes.py),
-and the shipped web app the browser traces replay against, served for a look at it (tenants/webapp.py)."""
+(tools/build_corpus.py, tools/real_corpus.py, tools/browser_record.py, tools/recorded_here.py,
+tools/source_store.py), what the sources record of each step's outcome and each profiled trace's
+verdict (tools/recorded_outcomes.py), and the shipped web app the browser traces replay against,
+served for a look at it (tenants/webapp.py)."""
 from __future__ import annotations
 
 import sys
@@ -87,6 +88,21 @@ def add_parsers(sub) -> None:
     o.add_argument("dataset", type=Path, help="the agentcgroup-claude-code dataset root")
     o.add_argument("corpus", type=Path, help="the trace corpus directory (e.g. traces/)")
     o.set_defaults(func=cmd_recorded_outcomes)
+    s = tsub.add_parser(
+        "source-store", help="rebuild the store of the tasks' source commits a lock checks out (traces/sources/)",
+        description="Rebuild each store of git commits the workspace lock LOCK names (entries of provider git "
+                    "whose repository is a path relative to the lock): a bare, shallow repository with one tag "
+                    "per task at its commit, holding those commits' trees and nothing else, each fetched from "
+                    "REPOSITORY (the public repository: a URL, or a local clone or mirror of it). The store is "
+                    "replaced whole once the new one is complete. Prints each store, its commits and its size.",
+        epilog="Example: agentcgroup tools source-store traces/workspaces.lock.json --from "
+               "https://github.com/sympy/sympy. Exit codes: 0 ok, 1 bad input or a commit the repository "
+               "lacks (named on stderr), 2 usage error.")
+    s.add_argument("lock", type=Path, help="the workspace lock (e.g. traces/workspaces.lock.json)")
+    s.add_argument("--from", dest="source", required=True, metavar="REPOSITORY",
+                   help="the repository the commits come from (URL, or a local clone or mirror)")
+    s.add_argument("--store", type=Path, help="rebuild this store only (default: every store the lock names)")
+    s.set_defaults(func=cmd_source_store)
 
     w = tsub.add_parser(
         "webapp", help="serve the web app the browser traces replay against, on loopback",
@@ -162,6 +178,20 @@ def cmd_recorded_outcomes(args) -> int:
         return EXIT_BAD_INPUT
     print(f"{counts['outcomes']} Claude Code trace(s) given recorded outcomes, {counts['verdicts']} profiled "
           f"trace(s) given a faithfulness verdict; {counts['written']} file(s) changed")
+    return EXIT_OK
+
+
+def cmd_source_store(args) -> int:
+    from ..tools.source_store import rebuild
+    from ..workspaces.lock import WorkspaceError
+    source = args.source if "://" in args.source else str(Path(args.source).absolute())
+    try:
+        built = rebuild(args.lock, source, args.store)
+    except WorkspaceError as exc:
+        print(f"agentcgroup tools source-store: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for path, tags, size in built:
+        print(f"{path}: {len(tags)} task(s), {len(set(tags.values()))} commit(s), {size / 2**20:.1f} MiB")
     return EXIT_OK
 
 

@@ -21,6 +21,9 @@ best, workspaces/choose.py; those of Python 3.9 first, as the lock keeps what it
 
     agentcgroup traces lock OUT/mini-swe-agent/sympy__sympy-1*.json OUT/openhands-rows --python 3.9 -o OUT/workspaces.lock.json
     agentcgroup traces lock OUT/mini-swe-agent -o OUT/workspaces.lock.json
+
+The tasks of `real` are then locked again as git checkouts of their base commits, from the store
+the corpus ships (traces/sources/README.md gives the command and where each commit came from).
 """
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ MARKER = "complete"
 def entry_key(entry: Locked) -> str:
     """The hash of what the build is made of: tasks locked to the same files at the same paths share
     one build, whatever their lock entries say of why (chosen_by, notes)."""
-    made_of = {k: v for k, v in entry.to_json().items() if k not in ("chosen_by", "notes")}
+    made_of = {k: v for k, v in entry.to_json().items() if k not in ("chosen_by", "notes", "commit_from")}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -100,7 +100,7 @@ def _build(entry: Locked, out: Path, index: str) -> Seed:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         if entry.provider == "git":
-            checkout(entry.repository, entry.commit, tmp / "src")
+            checkout(entry.local_path or entry.repository, entry.commit, tmp / "src")
         else:
             data = download_sdist(entry.project, entry.sdist["file"], entry.sdist["sha256"], index=index,
                                   cache=out.parent / "sdists")

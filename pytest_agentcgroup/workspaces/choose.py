@@ -43,13 +43,14 @@ from packaging.version import InvalidVersion, Version
 
 from ..traces.ir import Trace
 from ..traces.task import Task, task_of
-from .git import checkout, committed, text_files
+from .git import blob_ids, checkout, committed, text_files
 from .lock import COMMIT, REPOSITORY, Locked, RegistryUnreachable, WorkspaceError, clean_abs, task_key
 from .requirements import requirement, requirements
 from .pypi import SIMPLE_INDEX, NoSuchProject, download_sdist, pip, releases, sdist_files, sdist_of, uploaded
 from .build import cache_root, sdist_cache
 from .roots import ensure_root, run_in, system_for
-from .seen import outputs, absent, crlf_seen, edit_score, modules_run, named_version, paths_seen, pytest_lacked
+from .seen import (outputs, absent, crlf_seen, edit_score, modules_run, named_version, paths_seen, pytest_lacked,
+                   recorded_blobs)
 
 INTERPRETER = "/usr/bin/python3"      # the sandbox's own (its /usr is the host's, read-only)
 DEFAULT_ENV = "/opt/venv"             # where the environment is when the trace names no interpreter
@@ -295,11 +296,14 @@ _PATH_WORD = re.compile(r"[\w./-]+\.py\b|[\w.-]+/")
 
 def lock(trace: Trace, *, project: str | None = None, version: str | None = None,
          interpreter: str = INTERPRETER, python: str | None = None, git: str | None = None,
-         commit: str | None = None) -> Locked:
+         commit: str | None = None, commit_from: str | None = None, require: tuple[str, ...] = ()) -> Locked:
     """The lock entry of `trace`'s task (network: PyPI). WorkspaceError saying why there is none.
     `python` (X.Y): the environment is made of the Debian root whose python3 that is (roots.py).
     `git`: the source is that repository checked out at `commit` (default: the task's), not an
-    sdist; its era is the commit's date (git.py)."""
+    sdist; its era is the commit's date (git.py); `commit_from` says where the commit was found.
+    The commit's tree must hold the blobs the trajectory's recorded `git diff` names (seen.py).
+    `require`: requirements the task's specification adds (`mpmath==1.3.0`), resolved with the
+    others (one pinned with == is kept as it is)."""
     system = system_for(python) if python else None
     task = task_of(trace)
     key = task_key(task) if task else None
@@ -312,15 +316,21 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
         raise WorkspaceError(f"trace {trace.trace_id}: task {key} names no repository; say the project (--project)")
     if git is not None:
         source = _git_source(trace, task, key, git, commit)
+    elif commit_from is not None:
+        raise WorkspaceError("commit_from says where a git workspace's commit was found; this one is an sdist")
     else:
         source = _sdist_source(trace, task, project, version)
     files, later = source["files"], source["later"]
     reqs = requirements(lf(files), project)
+    given = {canonicalize_name(r.name) for r in map(requirement, require) if r}
+    reqs = [*(r for r in reqs if (q := requirement(r)) is None or canonicalize_name(q.name) not in given), *require]
+    notes_required = [f"the task's specification adds {', '.join(require)}"] if require else []
     eol = "lf" if crlf_seen(trace, task, files) and git is None else None     # a checkout stays as committed
     banner = next((m.group(1) for _, t in outputs(trace) if (m := re.search(r"\bpytest-(\d+(?:\.\d+)+)", t))), None)
     lacked = None if banner else pytest_lacked(trace)
     pytest_req = [] if lacked is not None else [f"pytest=={banner}" if banner else "pytest"]
     notes = [f"no pytest: the trajectory's environment had none (step {lacked})"] if lacked is not None else []
+    notes += notes_required
     runners = _runners(trace, task, project, reqs, files)
     ran = ", ".join(f"python -m {m} (step {n})" for m, n in runners.items())
     if runners:     # added where they resolve with the rest, as a wheel (a module name is not always its project's)
@@ -360,7 +370,7 @@ def lock(trace: Trace, *, project: str | None = None, version: str | None = None
                       f"the {source['what']}'s CRLF line ends are made LF, as the trajectory's editor saw its files",)
                       if eol else ()),
                   eol=eol, system=system, provider="git" if git is not None else "pypi",
-                  repository=git, commit=source.get("commit"))
+                  repository=git, commit=source.get("commit"), commit_from=commit_from if git is not None else None)
 
 
 def _sdist_source(trace: Trace, task: Task, project: str, version: str | None) -> dict:
@@ -394,6 +404,14 @@ def _git_source(trace: Trace, task: Task, key: str, repository: str, commit: str
     with tempfile.TemporaryDirectory(prefix="agentcgroup-git-") as tmp:
         checkout(repository, commit, Path(tmp) / "src")
         files, when = text_files(Path(tmp) / "src"), committed(Path(tmp) / "src")
+        recorded = recorded_blobs(trace)
+        have = blob_ids(Path(tmp) / "src", commit, sorted(recorded))
+    wrong = [f"{p} (recorded {b}, the commit has {(have[p] or 'no such file')[:10]})" for p, b in sorted(recorded.items())
+             if not (have[p] or "").startswith(b)]
+    if wrong:
+        raise WorkspaceError(f"trace {trace.trace_id}: {commit} is not the commit its git diff started from: "
+                             + "; ".join(wrong))
     origin = "given" if given else "the task's base commit"
+    held = f"; its tree holds the {len(recorded)} blob(s) the trajectory's git diff names" if recorded else ""
     return {"what": "checkout", "files": files, "later": [when], "version": f"0+git.{commit[:12]}",
-            "commit": commit, "how": f"the git checkout of {repository} at {commit} ({origin}, committed {when[:10]})"}
+            "commit": commit, "how": f"the git checkout of {repository} at {commit} ({origin}, committed {when[:10]}){held}"}

@@ -1,6 +1,11 @@
 """A git checkout as a workspace's source: the task's repository at its base commit, with its .git
-(the agent's `git diff`, `git status` and `git stash` see the history they saw), cloned once with
-network when the lock is made and when the workspace is built, never by a replay.
+(the agent's `git diff`, `git status` and `git stash` see that commit), fetched once (network, or a
+store the corpus ships) when the lock is made and when the workspace is built, never by a replay.
+The checkout holds that one commit (a shallow fetch of it, no tags): its files, nothing of the
+repository's other commits.
+
+A corpus may ship the commits its lock names as a store: a bare, shallow repository holding only
+those commits and their trees, one tag per task (build_store: `agentcgroup tools source-store`).
 
 Only the protocols a lock may name are spoken (GIT_ALLOW_PROTOCOL: https, http, git, file; never
 `ext::`, which runs a command), no credential is asked for, and the commit is checked after the
@@ -11,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -49,15 +55,98 @@ def _git(args: list[str], what: str, cwd: Path | None = None) -> str:
     return done.stdout
 
 
+def is_local(repository: str) -> bool:
+    return repository.startswith("/") or repository.startswith("file://")
+
+
 def checkout(repository: str, commit: str, dest: Path) -> None:
     """`dest`: a working copy of `repository` at `commit`, detached, its .git kept; WorkspaceError
-    naming what failed (the clone, a commit the repository does not have)."""
+    naming what failed (the fetch, a commit the repository does not have)."""
     what = f"the git checkout of {repository} at {commit}"
-    _git(["-c", "credential.helper=", "clone", "--quiet", "--no-local", "--no-checkout", "--", repository, str(dest)], what)
+    if is_local(repository) and not has_commit(repository.removeprefix("file://"), commit):
+        raise WorkspaceError(f"{what}: the repository has no commit {commit}")
+    dest.mkdir(parents=True, exist_ok=True)
+    _git(["init", "--quiet", str(dest)], what)
+    _git(["-c", "credential.helper=", "-c", "protocol.version=2", "fetch", "--quiet", "--no-tags", "--depth=1",
+          "--", repository, commit], what, cwd=dest)
     _git(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit, "--"], what, cwd=dest)
     head = _git(["rev-parse", "HEAD"], what, cwd=dest).strip()
     if head != commit:
         raise WorkspaceError(f"{what}: HEAD is {head}, not the locked commit")
+
+
+def _git_dir(repository: Path | str) -> str:
+    """--git-dir=… of a local repository: its .git, or the directory itself (a bare one)."""
+    path = Path(repository)
+    return f"--git-dir={path / '.git' if (path / '.git').exists() else path}"
+
+
+def has_commit(repository: Path | str, commit: str) -> bool:
+    """The local repository (a working copy or a bare one) holds `commit` as a commit."""
+    try:
+        _git([_git_dir(repository), "cat-file", "-e", f"{commit}^{{commit}}"], f"reading {repository}")
+    except WorkspaceError:
+        return False
+    return True
+
+
+def blob_ids(repository: Path | str, commit: str, paths: list[str]) -> dict[str, str | None]:
+    """{path: the blob id of `path` in `commit`'s tree, or None where the tree has no such file}."""
+    out = {}
+    for path in paths:
+        try:
+            out[path] = _git([_git_dir(repository), "rev-parse", "--verify", "--quiet", f"{commit}:{path}"],
+                             f"reading {path} at {commit}").strip() or None
+        except WorkspaceError:
+            out[path] = None
+    return out
+
+
+def store_tags(store: Path) -> dict[str, str]:
+    """{tag: the commit it names} of a store (build_store)."""
+    text = _git([_git_dir(store), "for-each-ref", "--format=%(refname:strip=2) %(objectname)", "refs/tags"],
+                f"reading the store {store}")
+    return dict(line.split(" ", 1) for line in text.splitlines() if line.strip())
+
+
+KEEP = ".keep"
+#: what git init leaves in a bare repository that a store does without (samples, a description)
+_NOT_KEPT = ("hooks", "description", "info", "branches", "logs", "FETCH_HEAD")
+
+
+def build_store(source: str, tags: dict[str, str], dest: Path) -> int:
+    """Make `dest` a bare, shallow repository holding exactly the commits `tags` names ({tag:
+    commit}), each fetched from `source` (a URL or a local repository) with its tree and no
+    history, in one pack; its size in bytes. `dest` is replaced whole once the new store is
+    complete. WorkspaceError naming a commit `source` lacks."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    what = f"the store {dest} from {source}"
+    try:
+        _git(["init", "--quiet", "--bare", str(tmp)], what)
+        for tag, commit in sorted(tags.items()):
+            _git(["-c", "credential.helper=", "-c", "protocol.version=2", "fetch", "--quiet", "--no-tags", "--depth=1",
+                  "--", source, f"{commit}:refs/tags/{tag}"], f"{what}: {tag} ({commit})", cwd=tmp)
+        _git(["repack", "-a", "-d", "-f", "-q", "--no-write-bitmap-index"], what, cwd=tmp)
+        _git(["pack-refs", "--all"], what, cwd=tmp)
+        _git(["prune", "--expire=now"], what, cwd=tmp)
+        for name in _NOT_KEPT:
+            target = tmp / name
+            shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        # git knows a repository by its refs/ directory, and a checkout of the corpus keeps no empty
+        # one: a file keeps it (a name git reads as no ref)
+        shutil.rmtree(tmp / "refs")
+        (tmp / "refs").mkdir()
+        (tmp / "refs" / KEEP).write_text("")
+        if store_tags(tmp) != tags:
+            raise WorkspaceError(f"{what}: the store's tags are not the ones asked for")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
 
 
 def committed(dest: Path) -> str:

@@ -19,8 +19,10 @@ and builds what it pins (build.py).
          "notes": ["the trajectory ran Python 3.9.20; this environment has 3.11.2", ...],
          "eol": "lf"}}}                             # optional: the sdist's CRLF text made LF (choose.py)
 
-A git workspace (provider "git", git.py) names `repository` (a URL or a local path) and `commit`
-(40 hex digits) instead of `sdist`; its version is `0+git.<commit[:12]>`.
+A git workspace (provider "git", git.py) names `repository` (a URL, or a local repository: a path
+relative to the lock's directory, as a corpus names the store it ships, or an absolute one inside
+it) and `commit` (40 hex digits) instead of `sdist`, and may say where the commit was found
+(`commit_from`); its version is `0+git.<commit[:12]>`.
 
 A lock that is not one (bad JSON, a missing key, a hash that is not 64 hex digits, a path that is
 not clean and absolute) is a WorkspaceError naming the file, the task and the field.
@@ -75,12 +77,15 @@ class Locked:
     system: str | None = None
     repository: str | None = None      # provider git: the repository and the commit it is checked out at
     commit: str | None = None
+    commit_from: str | None = None     # provider git: where the commit was found (public data)
+    #: provider git, a repository relative to the lock: its absolute path (not written to the lock)
+    local_path: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict:
         out = asdict(self)
-        del out["key"]
+        del out["key"], out["local_path"]
         out["wheels"], out["notes"] = list(self.wheels), list(self.notes)
-        for k in ("eol", "system", "repository", "commit", "sdist"):
+        for k in ("eol", "system", "repository", "commit", "commit_from", "sdist"):
             if out[k] is None:
                 del out[k]
         return out
@@ -109,6 +114,8 @@ SYSTEMS = {"debian-bullseye": ("bullseye", "3.9")}
 #: what a git lock entry may name as its repository (git.py clones it): a URL of the protocols
 #: git.py allows, or an absolute path (a local clone); and its commit
 REPOSITORY = re.compile(r"(?:(?:https?|git|file)://[^\s]+|/[^\s]*)")
+#: a local repository named relative to the lock's directory (a store the corpus ships)
+RELATIVE = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.+/-]*")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -130,9 +137,25 @@ def local_repository_refused(repository: str, corpus: Path | None) -> str | None
             f"(https, http, git) or one the corpus holds")
 
 
+def relative_repository(repository: str, corpus: Path | None) -> tuple[str | None, str | None]:
+    """(the absolute path, None) of a repository named relative to the lock's directory `corpus`,
+    or (None, why it may not be named so)."""
+    if not RELATIVE.fullmatch(repository) or os.path.normpath(repository) != repository:
+        return None, (f"{repository!r} is not an https, http, git or file URL, or an absolute path, or a clean path "
+                      f"relative to the lock")
+    if corpus is None:
+        return None, f"{repository} is relative to a lock's directory, and this entry has none"
+    top = Path(corpus).resolve()
+    path = (top / repository).resolve()
+    if not path.is_relative_to(top):
+        return None, f"{repository} leads outside the corpus ({corpus})"
+    return str(path), None
+
+
 def parse_entry(key: str, raw, where: str, corpus: Path | None = None) -> Locked:
     def bad(field_: str, why: str):
         return WorkspaceError(f"{where}: workspaces.{key}.{field_}: {why}")
+    local_path = None
     if not isinstance(raw, dict):
         raise bad("", "expected an object")
     provider = raw.get("provider", "pypi")
@@ -151,17 +174,24 @@ def parse_entry(key: str, raw, where: str, corpus: Path | None = None) -> Locked
         raise bad("interpreter", f"{raw['interpreter']!r} is not a system python (/usr/bin or /usr/local/bin, python3[.N])")
     if provider == "git":
         # the host runs git on it: a URL of the protocols git.py speaks, or a local path; never ext::
-        if not isinstance(raw.get("repository"), str) or not REPOSITORY.fullmatch(raw["repository"]):
-            raise bad("repository", f"{raw.get('repository')!r} is not an https, http, git or file URL, or an absolute path")
-        if (why := local_repository_refused(raw["repository"], corpus)) is not None:
-            raise bad("repository", why)
+        if not isinstance(raw.get("repository"), str):
+            raise bad("repository", f"{raw.get('repository')!r} is not an https, http, git or file URL, or a path")
+        if REPOSITORY.fullmatch(raw["repository"]):
+            if (why := local_repository_refused(raw["repository"], corpus)) is not None:
+                raise bad("repository", why)
+        else:
+            local_path, why = relative_repository(raw["repository"], corpus)
+            if why is not None:
+                raise bad("repository", why)
+        if raw.get("commit_from") is not None and (not isinstance(raw["commit_from"], str) or not raw["commit_from"].strip()):
+            raise bad("commit_from", "expected a non-empty string: where the commit was found")
         if raw.get("eol") is not None:
             raise bad("eol", "a git workspace keeps its files as committed (its .git would see them changed)")
         if not isinstance(raw.get("commit"), str) or not COMMIT.fullmatch(raw["commit"]):
             raise bad("commit", "expected the commit's 40 lowercase hex digits")
         if raw.get("sdist") is not None:
             raise bad("sdist", "a git workspace has no sdist")
-    elif raw.get("repository") is not None or raw.get("commit") is not None:
+    elif raw.get("repository") is not None or raw.get("commit") is not None or raw.get("commit_from") is not None:
         raise bad("repository", "a pypi workspace has no repository or commit")
     pins = ([("sdist", raw.get("sdist"))] if provider == "pypi" else []) + \
         [(f"wheels[{i}]", w) for i, w in enumerate(raw.get("wheels") or [])]
@@ -192,7 +222,8 @@ def parse_entry(key: str, raw, where: str, corpus: Path | None = None) -> Locked
                   path=raw["path"], env_path=raw["env_path"], interpreter=raw["interpreter"],
                   interpreter_version=raw["interpreter_version"], sdist=dict(raw["sdist"]) if provider == "pypi" else None,
                   wheels=tuple(dict(w) for w in raw.get("wheels") or []), notes=tuple(notes), eol=raw.get("eol"),
-                  system=raw.get("system"), provider=provider, repository=raw.get("repository"), commit=raw.get("commit"))
+                  system=raw.get("system"), provider=provider, repository=raw.get("repository"), commit=raw.get("commit"),
+                  commit_from=raw.get("commit_from"), local_path=local_path)
 
 
 @dataclass

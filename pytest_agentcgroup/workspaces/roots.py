@@ -3,8 +3,9 @@ Debian root whose python3 is that version (SYSTEMS), made once into the cache wi
 and used read-only, and a program run inside it to make the environment (bwrap, with network).
 
     <cache>/workspaces/roots/debian-bullseye/
-        root/      a minbase bullseye root with python3 and python3-venv (pruned as an image is)
-        complete   the system's name: written last, so a half-made root is made again
+        root/      a minbase bullseye root with python3, python3-venv and git (pruned as an image is)
+        complete   the system's name and its packages: written last, so a half-made root, or one
+                   made with other packages, is made again
 
 A replay binds the root's /usr and /etc (and its /bin, /lib links) where the sandbox binds the
 host's (base.Seed.system); the docker executor imports the same directory as its image. Debian's
@@ -24,7 +25,8 @@ from ..programs import require
 from ..replay.executors.sandbox import system_binds
 from .lock import SYSTEMS, WorkspaceError
 
-PACKAGES = ("python3", "python3-venv")
+#: git: a workspace may be a git checkout, and the agent's `git diff`, `git status` run in the root
+PACKAGES = ("python3", "python3-venv", "git")
 MARKER = "complete"
 #: where the host's CA bundle (pip's --cert) is seen inside the root: its own /etc is read-only
 CERT_INSIDE = "/tmp/.agentcgroup-ca.pem"
@@ -57,9 +59,13 @@ def ensure_root(system: str, cache: Path) -> Path:
 
 def _complete(top: Path, system: str) -> bool:
     try:
-        return (top / MARKER).read_text() == system
+        return (top / MARKER).read_text() == _marker(system)
     except OSError:
         return False
+
+
+def _marker(system: str) -> str:
+    return f"{system} {' '.join(PACKAGES)}"
 
 
 def _make(system: str, top: Path) -> None:
@@ -78,7 +84,7 @@ def _make(system: str, top: Path) -> None:
         prune_for_image(tmp / "root")
         (tmp / "root" / "etc" / "resolv.conf").unlink(missing_ok=True)     # the host's, copied in
         (tmp / "root" / "etc" / "resolv.conf").write_text("")              # a place to bind it (run_in)
-        (tmp / MARKER).write_text(system)
+        (tmp / MARKER).write_text(_marker(system))
         for name in ("root", MARKER):
             if (top / name).is_dir():
                 shutil.rmtree(top / name)

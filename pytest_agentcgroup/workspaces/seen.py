@@ -28,6 +28,21 @@ def outputs(trace: Trace) -> list[tuple[int, str]]:
     return [(s.step_id, s.recorded_output) for s in trace.steps if s.recorded_output]
 
 
+_DIFF_INDEX = re.compile(r"(?m)^diff --git a/(\S+) b/\S+\n(?:(?!diff --git ).*\n)*?index ([0-9a-f]{7,40})\.\.[0-9a-f]{7,40}")
+
+
+def recorded_blobs(trace: Trace) -> dict[str, str]:
+    """{path: blob id prefix} of the files a recorded `git diff` shows changed: its `index A..B`
+    line names A, the file's blob at the commit the agent started from (the first diff of a path
+    counts; a file the agent added, index 0000000, names none)."""
+    out: dict[str, str] = {}
+    for _, text in outputs(trace):
+        for m in _DIFF_INDEX.finditer(text):
+            if m.group(1) not in out and m.group(2).strip("0"):
+                out[m.group(1)] = m.group(2)
+    return out
+
+
 def _failed(step) -> bool:
     return step.recorded_outcome is not None and step.recorded_outcome.status != "ok"
 
