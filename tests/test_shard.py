@@ -5,6 +5,7 @@ verdicts, and `agentcgroup compare` finds no regression between them. Bad shard 
 that are not one run's shards are refused with one message."""
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -157,3 +158,21 @@ def test_runs_that_are_not_one_runs_shards_are_refused(tmp_path, capsys, second,
     assert err.startswith(f"agentcgroup merge: ") and err.count("\n") == 1
     assert message in err if message else f"{one} and {two} ran from different corpora (manifest sha256) (m vs x)" in err
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_partial_merge_says_which_shards_are_missing_and_checks_what_it_can(tmp_path, capsys):
+    config = write_study(tmp_path)
+    config.write_text(config.read_text().replace('subset = "smoke"', f'subset = "smoke"\nclaims = {CLAIMS}'))
+    digest = hashlib.sha256(config.read_bytes()).hexdigest()
+    one = _shard_run(tmp_path, 1, [step_rec(config="unlimited"), step_rec(config="static-high")],
+                     config_sha256=digest)
+    assert main(["merge", str(one), "-o", str(tmp_path / "merged")]) == 2          # not without --partial
+    assert "shard(s) 2/2 missing" in capsys.readouterr().err
+    assert main(["merge", str(one), "-o", str(tmp_path / "merged"), "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "partial: shard(s) 2 missing" in out
+    assert ("exp1: claim static-toolcall.oom_kills > unlimited.oom_kills: not checked: arm static-toolcall is in "
+            "none of the merged runs (shard(s) 2/2 missing)") in out
+    merged = (tmp_path / "merged" / "latest").resolve()
+    assert json.loads((merged / "run.json").read_text())["missing_shards"] == ["2/2"]
+    assert _records(merged) == _records(one)

@@ -204,8 +204,12 @@ def merge(runs: list[str | Path], out: str | Path, *, config: str | Path | None 
     records = [r for s in shards for r in s.records]
     arms, figures = _arms(shards)
     verdicts, lines = [], []
+    absent = "is in none of the merged runs" + (f" (shard(s) {', '.join(f'{k}/{shards[0].n}' for k in missing)} "
+                                                 "missing)" if missing else "")
     for name, of in arms.items():
         exp = conf.experiments.get(name)
+        for arm in exp.arms if exp is not None else ():
+            of.setdefault(arm, absent)
         mine = kinds.session_claims(exp, of, figures.get(name, {}), records) if exp is not None else []
         verdicts += mine
         lines += [f"{name}: {v}" for v in mine]
