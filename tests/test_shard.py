@@ -130,6 +130,13 @@ def test_merged_shards_equal_the_unsharded_run(pytester, study, capsys):
     gated.stdout.fnmatch_lines(["*baseline: *; 4 trace x arm compared, 0 regression(s), 0 new, 0 missing*"])
     assert gated.ret == 0
 
+    # and the results page names the shards it was merged from
+    assert main(["report", "--markdown", str(pytester.path / "merged"), "-o", str(pytester.path / "page")]) == 0
+    capsys.readouterr()
+    page = (pytester.path / "page" / "results.md").read_text()
+    merged_from = next(line for line in page.splitlines() if line.startswith("- **merged from**: shard 1/2: "))
+    assert "shard 2/2: " in merged_from and shards[2].name.replace("_", "\\_") in merged_from
+
     # the same shard twice, or a shard merged with the unsharded run: refused
     assert main(["merge", str(shards[1]), str(shards[1]), "-o", str(pytester.path / "m2")]) == 2
     assert f"shard 1/2 given twice: {shards[1]} and {shards[1]}" in capsys.readouterr().err
