@@ -183,3 +183,8 @@ def test_a_partial_merge_says_which_shards_are_missing_and_checks_what_it_can(tm
     merged = (tmp_path / "merged" / "latest").resolve()
     assert json.loads((merged / "run.json").read_text())["missing_shards"] == ["2/2"]
     assert _records(merged) == _records(one)
+    # a shard whose session failed: named, and the merged run's exit status is its
+    (one / "complete.json").write_text(json.dumps({"finished": "2026-12-02T00:00:00+00:00", "exitstatus": 1}))
+    assert main(["merge", str(one), "-o", str(tmp_path / "merged"), "--partial"]) == 0
+    assert f"shard 1/2 ({one}) ended with pytest exit status 1: its failures are the shard's" in capsys.readouterr().out
+    assert json.loads((tmp_path / "merged" / "latest" / "complete.json").read_text())["exitstatus"] == 1

@@ -47,6 +47,8 @@ def cmd_merge(args) -> int:
     print(f"merged run: {merged.run} ({merged.tests} tests, {merged.records} step records)")
     if merged.missing:
         print(f"partial: shard(s) {', '.join(map(str, merged.missing))} missing")
+    for line in merged.failed_shards:
+        print(f"{line}: its failures are the shard's, not re-checked here (the merged run's exit status is it)")
     for line in merged.lines:
         print(line)
     print(summary(merged) + ("; a refuted or unmeasured claim fails the merge (exit 1)" if merged.claims_failed else ""))

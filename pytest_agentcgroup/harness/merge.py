@@ -58,6 +58,7 @@ class Merged:
     missing: list[int] = field(default_factory=list)       # shards not given (partial)
     lines: list[str] = field(default_factory=list)         # "<experiment>: <verdict>" per claim
     verdicts: list = field(default_factory=list)
+    failed_shards: list[str] = field(default_factory=list)   # a shard's session failed (a test, a budget)
 
     @property
     def claims_failed(self) -> bool:
@@ -234,6 +235,8 @@ def merge(runs: list[str | Path], out: str | Path, *, config: str | Path | None 
     finally:
         store.release(fd)
     merged = Merged(run, len({store.record_key(r) for r in records}), len(records), missing, lines, verdicts)
+    merged.failed_shards = [f"shard {s.k}/{s.n} ({s.path}) ended with pytest exit status {s.complete['exitstatus']}"
+                            for s in shards if (s.complete or {}).get("exitstatus")]
     return merged
 
 
