@@ -43,6 +43,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     collect.generate_tests(metafunc)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    collect.select_shard(config, items)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield

@@ -18,6 +18,7 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup report DIR... [-o OUT] [--markdown [--title T]] [--config TOML] [--trace ID]...
                        [--default AXIS=VALUE]...  |  report --publish FILE                (report.py)
     agentcgroup compare A B [--tol RULES]... [--only-worse] [--all] [--json]     (rules: docs/gate.md, "Tolerances")
+    agentcgroup merge RUN... -o OUT [--config TOML] [--partial]      (the shards of one run; merge.py)
     agentcgroup images clean [--image NAME]...                                           (machine.py)
     agentcgroup emulator clean
     agentcgroup bpf features
@@ -27,7 +28,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup exec --session DIR [--arm ARM] [--config F] [--timeout S] -- CMD...  |  --session DIR --end
                      (live.py; exit: the command's, 137 stopped by the arm, 124 timeout, 125 not run)
 
-Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input):
+Exit codes (`compare` differs: 1 = differences beyond tolerance, 2 = usage or unreadable input;
+`merge` likewise: 1 = a claim refuted or not measured, 2 = usage or runs that cannot be merged):
 0 everything worked; 1 bad input (a file or record that did not convert or validate,
 named on stderr, or nothing to do); 2 usage error (unknown option, missing argument, unknown format).
 
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",
                          description="Fetch, convert, validate, summarise and select agent traces.")
     # the groups' modules import `EXIT_*` from here: imported once this module has run
-    from . import faithfulness, fidelity, live, lock, machine, profile, report, subsets, tools, traces as trace_commands
+    from . import faithfulness, fidelity, live, lock, machine, merge, profile, report, subsets, tools, traces as trace_commands
     trace_commands.add_parsers(tsub)
     subsets.add_parsers(tsub)
     profile.add_parser(tsub)
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     faithfulness.add_parser(tsub)
     lock.add_parser(tsub)
     report.add_parsers(sub)
+    merge.add_parser(sub)
     machine.add_parsers(sub)
     tools.add_parsers(sub)
     live.add_parser(sub)

@@ -2,12 +2,15 @@
 ablations, sizes), each with a stable, readable id; a test using `agentcgroup_arm` one test per arm.
 An experiment the config does not have, or whose arms the selection leaves out, is one skipped test
 saying so (never a collection error: `-k exp1` with a config holding only exp1 runs).
+`--agentcgroup-shard K/N` then keeps the tests of shard K: a test's shard is a hash of its node id
+(`shard_of`), so each test is in exactly one of the N shards whatever else a run selects.
 
 May import: config, traces/, arms, metrics (store: a case's results key), studies (kinds) and the
 harness's settings and state.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -18,7 +21,7 @@ from ..arms import Arm
 from ..metrics.store import run_key
 from ..studies import kinds
 from ..traces.ir import TraceError
-from .settings import setting
+from .settings import setting, shard
 from .state import STATE
 
 
@@ -147,3 +150,22 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
     families = Counter(short_id(t) for t in corpus.files)
     cases = [replace(c, full_id=True) if families[short_id(c.trace_id)] > 1 else c for c in cases]
     metafunc.parametrize("agentcgroup_case", cases, ids=[str(c) for c in cases], scope="function")
+
+
+def shard_of(nodeid: str, n: int) -> int:
+    """The shard (1..n) of a test: the first 32 bits of its node id's sha256, modulo n. Not
+    Python's hash() (salted per process) nor the collection order (which a selection changes)."""
+    return int(hashlib.sha256(nodeid.encode("utf-8")).hexdigest()[:8], 16) % n + 1
+
+
+def select_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """plugin.py's pytest_collection_modifyitems: with --agentcgroup-shard K/N, every test of
+    another shard is deselected (reported as deselected, as `-k` does)."""
+    chosen = shard(config)
+    if chosen is None:
+        return
+    k, n = chosen
+    keep = [item for item in items if shard_of(item.nodeid, n) == k]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if shard_of(item.nodeid, n) != k])
+        items[:] = keep

@@ -40,6 +40,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -64,6 +65,8 @@ class ControllerSettings:
     rules: list = field(default_factory=list)
     save_baseline: str | None = None
     config: str | None = None                  # the experiment config file, for run.json
+    shard: str | None = None                   # "K/N" of --agentcgroup-shard
+    corpus: Callable[[], dict] | None = None   # the corpus replayed, for run.json (session._corpus)
 
 
 class MetricsController:
@@ -103,6 +106,11 @@ class MetricsController:
         `begin` is false), else a new run's path. Nothing is made for a new run."""
         if self.run is None:
             found, self.claim, live = store.resume_run(self.s.out) if self.s.resume else (None, None, None)
+            if found is not None and store.read_run_file(found).get("shard") != self.s.shard:
+                self.notes.append(f"resume: {found} is not shard {self.s.shard or '(none)'}'s run; this session "
+                                  "wrote a new run")          # another shard's tests: not ours to continue
+                store.release(self.claim)
+                found, self.claim = None, None
             self.continues = found is not None
             self.run = found if found is not None else store.new_run(self.s.out)
             if live is not None:
@@ -155,7 +163,8 @@ class MetricsController:
             return str(path.relative_to(inv.dir)) if path.is_relative_to(inv.dir) else str(path)
         return {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "run": shown(self.run),
                 "pytest_args": list(inv.args), "cwd": str(inv.dir), "config": shown(cfg), "config_sha256": digest,
-                "checkout": environment.checkout_commit(), "host": environment.host()}
+                "checkout": environment.checkout_commit(), "host": environment.host(),
+                "corpus": self.s.corpus() if self.s.corpus else None, **({"shard": self.s.shard} if self.s.shard else {})}
 
     def reserve_run(self) -> Path:
         """xdist, before the workers start: choose the run and make a new run's directory (and
@@ -258,7 +267,8 @@ class MetricsController:
         if self.distributed:
             records, self.summaries = merge_workers(run, keep=self.earlier)
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            store.mark_finished(run, int(session.exitstatus), environment.merge_run_trees(self.run_trees))
+            store.mark_finished(run, int(session.exitstatus), environment.merge_run_trees(self.run_trees),
+                                claims=self._claims_inputs())
         store.point_latest(run)
         store.release(self.claim)              # written: a later resume may take it (if unfinished)
         self.claim = None
@@ -277,20 +287,14 @@ class MetricsController:
 
     def check_claims(self, records: list[dict], experiments, session=None) -> None:
         """The claims of each experiment that had a test in this session and whose claims compare
-        arms at the end of the session: one test report each (see the module's docstring)."""
+        arms at the end of the session: one test report each (see the module's docstring). A
+        sharded run checks none: it holds only part of the tests (`agentcgroup merge` checks them)."""
+        unchecked = f"sharded run (shard {self.s.shard}), checked by `agentcgroup merge`" if self.s.shard else None
         for name, arms in self.arms_seen.items():
             exp = experiments.experiments.get(name)
-            if exp is None or not exp.claims or (name in kinds.KINDS and not kinds.per_arm_test(name)):
+            if exp is None:
                 continue
-            why = {a: w for a, w in arms.items() if w != "ran"}
-            if kinds.per_arm_test(name):
-                figures = self.figures.get(name, {})
-                why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
-                            if w == "ran" and a not in figures})
-                verdicts = kinds.session_verdicts_from_figures(exp, figures, why)
-            else:           # an arm with records has no `why`: only one without them is named
-                why.update({a: "ran, but wrote no step records" for a, w in arms.items() if w == "ran"})
-                verdicts = kinds.session_verdicts(exp, records, why)
+            verdicts = kinds.session_claims(exp, arms, self.figures.get(name, {}), records, unchecked=unchecked)
             if not verdicts:
                 continue
             self.verdicts += verdicts
@@ -298,6 +302,11 @@ class MetricsController:
             if session is not None:
                 session.testscollected += 1          # the terminal's progress counts it: [100%], not [133%]
             self._report_claims(name, verdicts)
+
+    def _claims_inputs(self) -> dict | None:
+        """complete.json of a sharded run: what `agentcgroup merge` checks the claims with besides
+        the records (each arm's outcome or skip reason, exp3's figures)."""
+        return {"arms": self.arms_seen, "figures": self.figures} if self.s.shard else None
 
     def claims_unchecked(self, why: str) -> None:
         """The claims could not be checked at all (the config did not load again): said at the end,

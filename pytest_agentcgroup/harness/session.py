@@ -5,22 +5,24 @@ first experiment test needs it (a worker writes its own file in the run director
 chose); a worker's reports carry its benchmark entries; at the end the store is closed and the
 controller merges, marks and gates the run.
 
-May import: config, metrics/, reports.table and the harness's settings, state, collect and controller.
+May import: config, traces.corpus (its manifest's name), metrics/, reports.table and the harness's settings, state, collect and controller.
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
 from .. import config as cfgmod
+from ..traces.corpus import MANIFEST
 from ..metrics import benchjson, faithfulness, gate
 from ..metrics.store import METRICS_FILE, ResultsStore, read_records
 from ..reports.table import format_summary
 from .collect import case_of
 from .controller import (REPORT_CASE, REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, WORKEROUTPUT_RUN_TREE,
                          ControllerSettings, MetricsController)
-from .settings import check_numbers, setting
+from .settings import check_numbers, setting, shard
 from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
 
 
@@ -28,6 +30,7 @@ def configure(config: pytest.Config) -> None:
     """plugin.py's pytest_configure: the session state, and on the controller its MetricsController."""
     config.stash[STATE] = State()
     check_numbers(config)                      # --agentcgroup-time-scale 0: a usage error now, not per test
+    sharded = shard(config)                    # --agentcgroup-shard 3/2 too
     if hasattr(config, "workerinput"):         # an xdist worker: the controller does the rest
         return
     try:
@@ -36,13 +39,31 @@ def configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--agentcgroup-gate-rules: {exc}") from None
     controller = MetricsController(config, ControllerSettings(
         out=Path(setting(config, "out")), resume=setting(config, "resume"), baseline=setting(config, "baseline"),
-        rules=rules, save_baseline=setting(config, "save_baseline"), config=setting(config, "config")))
+        rules=rules, save_baseline=setting(config, "save_baseline"), config=setting(config, "config"),
+        shard="/".join(map(str, sharded)) if sharded else None, corpus=lambda: _corpus(config)))
     config.stash[CONTROLLER] = controller
     config.pluginmanager.register(controller, "agentcgroup-controller")
     if config.getoption("dist", "no") != "no" and not setting(config, "isolate"):
         config.issue_config_time_warning(pytest.PytestWarning(
             "agentcgroup: xdist workers share CPUs and memory, so latency measured by one includes the "
             "others' load; use --agentcgroup-isolate for a disjoint cpuset and memory share per worker"), stacklevel=2)
+
+
+def _corpus(config: pytest.Config) -> dict:
+    """run.json's corpus: the trace directory and its manifest's sha256 (the shards that
+    `agentcgroup merge` joins must have replayed one corpus). Empty when the config does not load."""
+    root = setting(config, "traces")
+    if root is None:
+        try:
+            root = str(config.stash[STATE].experiments.traces if config.stash[STATE].experiments is not None
+                       else cfgmod.load(setting(config, "config")).traces)
+        except cfgmod.ConfigError:
+            return {}
+    try:
+        digest = hashlib.sha256((Path(root) / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"traces": root, "manifest_sha256": digest}
 
 
 def results_store(config: pytest.Config) -> ResultsStore:
@@ -125,7 +146,13 @@ def _experiments(session: pytest.Session, state: State) -> cfgmod.Config:
 def terminal_summary(terminalreporter, config: pytest.Config) -> None:
     """plugin.py's pytest_terminal_summary: the run's summary table and where its results are."""
     state = config.stash.get(STATE, None)
-    if state is None or not state.summaries:
+    if state is None:
+        return
+    sharded = setting(config, "shard")
+    if sharded:
+        terminalreporter.write_line(f"agentcgroup: shard {sharded.strip()} (--agentcgroup-shard): the other shards' tests "
+                                    "are deselected; `agentcgroup merge` joins the shards' runs into one")
+    if not state.summaries:
         return
     terminalreporter.write_sep("=", "agentcgroup summary")
     for line in format_summary(state.summaries).splitlines():

@@ -18,11 +18,13 @@ Settings (each is a command-line option, an ini key and, where it makes sense, a
     --agentcgroup-baseline PATH    agentcgroup_baseline     none: the regression gate's baseline
     --agentcgroup-gate-rules R     agentcgroup_gate_rules   metrics/gate.py DEFAULT_RULES
     --agentcgroup-save-baseline P  agentcgroup_save_baseline  none: write this run's baseline to P
+    --agentcgroup-shard K/N        agentcgroup_shard        none: run only shard K of N (by a hash of each test id)
 
 May import: config (the experiment model), metrics.gate (its default rules) and pytest.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,9 @@ SETTINGS = {
                  "a regression fails the run", None, str, None),
     "gate_rules": ("regression gate rules, METRIC=TOLERANCE comma-separated (docs/gate.md, 'Tolerances')", gate.DEFAULT_RULES, str, None),
     "save_baseline": ("write this run's results as a baseline file", None, str, None),
+    "shard": ("run only shard K of N (K/N, 1 <= K <= N): each test is in one shard, chosen by a hash of its id, "
+              "whatever else is selected; claims comparing arms are checked by `agentcgroup merge` of the N "
+              "shards' runs", None, str, None),
 }
 _PATH_SETTINGS = ("config", "out", "traces", "baseline", "save_baseline", "workspace")
 #: settings that are a number of the config file: the file's rule for that key (config.NUMBERS)
@@ -112,6 +117,19 @@ def check_numbers(config: pytest.Config) -> None:
     starts (UsageError naming the option); those of the config file are checked when it is loaded."""
     for name in NUMBER_SETTINGS:
         setting(config, name)
+
+
+def shard(config: pytest.Config) -> tuple[int, int] | None:
+    """(K, N) of --agentcgroup-shard K/N (ini agentcgroup_shard), None when the run is not
+    sharded; a value that is not K/N with 1 <= K <= N is a UsageError naming the option."""
+    value = setting(config, "shard")
+    if value is None or not value.strip():
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value)
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise pytest.UsageError(f"--agentcgroup-shard (ini agentcgroup_shard): expected K/N, shard K of N with "
+                                f"1 <= K <= N (e.g. 1/4), got {value!r}")
+    return int(m[1]), int(m[2])
 
 
 def _boolean(value) -> bool:

@@ -193,16 +193,27 @@ def point_latest(run: Path) -> None:
     os.replace(tmp, link)
 
 
-def mark_finished(run: Path, exitstatus: int, run_tree: dict | None = None) -> None:
-    """`run_tree`: the run's cgroup controllers and those left out with why (harness/environment.py merge_run_trees)."""
+def mark_finished(run: Path, exitstatus: int, run_tree: dict | None = None, *, claims: dict | None = None) -> None:
+    """`run_tree`: the run's cgroup controllers and those left out with why (harness/environment.py
+    merge_run_trees); `claims`: a sharded run's inputs to the claims, or a merged run's verdicts."""
     _write_atomic(run / COMPLETE_FILE, json.dumps({
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "exitstatus": exitstatus,
-        **({"run_tree": run_tree} if run_tree is not None else {})}) + "\n")
+        **({"run_tree": run_tree} if run_tree is not None else {}),
+        **({"claims": claims} if claims is not None else {})}) + "\n")
 
 
 def write_run_file(run: Path, facts: dict) -> None:
     """RUN/run.json := `facts` (the controller's: started, command, config, checkout, host)."""
     _write_atomic(run / RUN_FILE, json.dumps(facts, indent=1) + "\n")
+
+
+def read_run_file(run: Path) -> dict:
+    """RUN/run.json, or {} when the run has none or it does not read as a JSON object."""
+    try:
+        facts = json.loads((run / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return facts if isinstance(facts, dict) else {}
 
 
 def run_key(experiment: str | None, arm: str, trace_id: str, seed: int = 0, params: dict | None = None) -> tuple:

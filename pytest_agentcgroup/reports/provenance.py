@@ -98,7 +98,12 @@ def facts(rf: RunFiles, shown_as: str | None = None) -> list[tuple[str, str]]:
     run, done = rf.run, rf.complete
     out = [("run directory", shown_as or str(rf.path))]
     if run is not None and run.get("run"):
-        out.append(("written as", f"{run['run']}, by pytest started in {run.get('cwd')}"))
+        out.append(("written as", f"{run['run']}, by " + ("agentcgroup merge of the shards below" if run.get("merged_from")
+                                                           else f"pytest started in {run.get('cwd')}")))
+    if run is not None and isinstance(run.get("merged_from"), list):      # harness/merge.py: a sharded run joined
+        out.append(("merged from", "; ".join(f"shard {m.get('shard')}: {m.get('run')} (started {m.get('started')})"
+                                             for m in run["merged_from"] if isinstance(m, dict))
+                    + (f"; missing: shard(s) {', '.join(run['missing_shards'])}" if run.get("missing_shards") else "")))
     out.append(("started", str(run.get("started")) + " (UTC)" if run is not None and run.get("started") else
                 f"{_started_from_name(rf.path.name)}; " + NOT_RECORDED))
     if done is None:

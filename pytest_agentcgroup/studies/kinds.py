@@ -116,6 +116,30 @@ def runnable_arms(experiment, defined: dict) -> list[str]:
 
 # -- claims comparing arms that separate tests measured, at the end of the session ---------------
 
+def session_claims(experiment, arms: dict[str, str], figures: dict[str, dict], records: list[dict], *,
+                   unchecked: str | None = None) -> list[claimlang.Verdict]:
+    """The verdicts of the experiment's claims checked at the end of a session (the controller's),
+    or of the merged runs of a sharded one (`agentcgroup merge`): [] for an experiment whose
+    claims its tests check. `arms`: arm -> "ran" or why it did not (its skip reason); `figures`:
+    what a one-test-per-arm experiment's tests published (arm -> metric -> value); `records`: the
+    run's step records. `unchecked`: why none is checked here, each claim then says so."""
+    name = experiment.name
+    if not experiment.claims or (name in KINDS and not per_arm_test(name)):
+        return []
+    if unchecked is not None:
+        mine = claimlang.expand(experiment.claims, list(experiment.arms))
+        return [claimlang.Verdict(c, claimlang.NOT_CHECKED, f"not checked: {unchecked}")
+                for c in mine if not per_arm_test(name) or len(c.arms) > 1]
+    why = {a: w for a, w in arms.items() if w != "ran"}
+    if per_arm_test(name):
+        why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
+                    if w == "ran" and a not in figures})
+        return session_verdicts_from_figures(experiment, figures, why)
+    # an arm with records has no `why`: only one without them is named
+    why.update({a: "ran, but wrote no step records" for a, w in arms.items() if w == "ran"})
+    return session_verdicts(experiment, records, why)
+
+
 def session_verdicts_from_figures(experiment, figures: dict[str, dict],
                                   why_absent: dict[str, str]) -> list[claimlang.Verdict]:
     """The claims of a one-test-per-arm experiment (exp3) that compare arms, against the figures
