@@ -104,7 +104,7 @@ def test_builder_regenerates_shipped_corpus(tmp_path):
     built = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     shipped = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()
                      and not any(p.is_relative_to(ROOT / d) for d in ("playwright", "recorded-here", "mini-swe-agent", "openhands-rows",
-                                                                  "claude-code-recorded"))
+                                                                  "claude-code-recorded", "sources"))
                      and p.name != "workspaces.lock.json")
     assert built == shipped
     for rel in built:

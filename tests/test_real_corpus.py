@@ -33,7 +33,10 @@ def test_the_shipped_real_families_name_their_origin_and_pin_a_workspace_for_eve
         trace = corpus.load(tid)
         task = task_of(trace)
         entry = lock.entries[task.instance_id]
-        assert len(entry.sdist["sha256"]) == 64 and all(len(w["sha256"]) == 64 for w in entry.wheels)
+        if entry.provider == "git":           # the task's own commit, from the store the corpus ships
+            assert len(entry.commit) == 40 and entry.commit_from and all(len(w["sha256"]) == 64 for w in entry.wheels)
+        else:
+            assert len(entry.sdist["sha256"]) == 64 and all(len(w["sha256"]) == 64 for w in entry.wheels)
         if tid.startswith(f"{real_corpus.ROWS}/"):
             assert trace.source["licence"] == "CC-BY-4.0"
             assert trace.source["origin"].startswith(f"{real_corpus.ROWS_ORIGIN}:{real_corpus.ROWS_PATH}#row")
@@ -43,8 +46,10 @@ def test_the_shipped_real_families_name_their_origin_and_pin_a_workspace_for_eve
         assert trace.source["licence"] == "MIT" and (tid in real) == (n >= real_corpus.SYMPY_FROM)
         assert trace.source["origin"] == f"{real_corpus.ORIGIN}:{trace.source['path']}"
         assert task.path == "/testbed" and task.instance_id == tid.split("/", 1)[1] and entry.project == "sympy"
-        # the earlier sympy releases ran on Python 3.9 and install on it only
-        assert entry.system == (None if n >= real_corpus.SYMPY_FROM else "debian-bullseye"), tid
+        # the earlier sympy releases ran on Python 3.9 and install on it only; the real subset's tasks
+        # are checked out at their base commits with SWE-bench's environment for sympy (Python 3.9)
+        assert entry.system == "debian-bullseye" if (n < real_corpus.SYMPY_FROM or entry.provider == "git") \
+            else entry.system is None, tid
     readme = (ROOT / "mini-swe-agent" / "README.md").read_text(encoding="utf-8")
     n = sum(t.startswith(f"{real_corpus.FAMILY}/") for t in family)
     assert real_corpus.ORIGIN in readme and "MIT" in readme and f"{n} trajectories" in readme
