@@ -68,7 +68,8 @@ def test_converted_traces_replay_in_exp1_under_every_arm(pytester, converted_stu
     cgroups_or_skip()
     traces = converted_study
     assert {t.source["format"] for t in traces} == {"openhands-rows", "swe-agent-traj", "claude-code"}
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
+    # -rN: no short summary, whose lines repeat each message only where CI=true stops their truncation
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rN", "--agentcgroup-config", "study.toml",
                                            "--agentcgroup-out", "out", timeout=600)
     unprofiled = [t for t in traces if all(s.profile.provenance() == "none" for s in t.steps)]
     assert [t.source["format"] for t in unprofiled] == ["openhands-rows", "swe-agent-traj"]
