@@ -36,12 +36,14 @@ def _now() -> str:
 
 class Recorder:
     def __init__(self, path: str | Path, *, arm: str, executor: str, workspace: str, resume: bool = False,
-                 manifest: bool = False, shared: bool = False):
+                 manifest: bool = False, shared: bool = False, trace_id: str | None = None):
         self.path, self.manifest, self.shared = Path(path), manifest, shared
+        self.path.parent.mkdir(parents=True, exist_ok=True)     # before the first call, not after it ran
         self._lock = threading.Lock()
         self.steps: list[Step] = []
         started = _now()
-        self.trace_id = f"live/{arm}/{started.replace(':', '').replace('+0000', 'Z')}-{os.getpid()}"
+        # `trace_id`: the caller's, where one process runs several sessions at once (a corpus needs them apart)
+        self.trace_id = trace_id or f"live/{arm}/{started.replace(':', '').replace('+0000', 'Z')}-{os.getpid()}"
         self.source = {"format": FORMAT, "recorded_by": "agentcgroup live session (live/)", "arm": arm,
                        "executor": executor, "workspace": workspace, "started_at": started}
         if resume and self.path.exists():

@@ -129,12 +129,13 @@ class AgentSession:
     `resume`: a session cgroup kept by an earlier process (cgroup.py describe(); the CLI's), with
     the trace at `trace_out` continued (shared: other processes may add calls to it at once);
     `keep_cgroup`: leave the session's cgroup at exit; `next_call_id`: the id (and cgroup `s<id>`)
-    of the next call, where the processes sharing a session hand them out (stored.py)."""
+    of the next call, where the processes sharing a session hand them out (stored.py); `trace_id`:
+    the trace's id (default: live/<arm>/<start time>-<pid>)."""
 
     def __init__(self, arm: str | Arm = "static-toolcall", config: str | Path | None = None, *,
                  workspace: str | Path = ".", executor: str = "host", trace_out: str | Path | None = None,
                  curve: bool = True, manifest: bool = False, resume: dict | None = None,
-                 keep_cgroup: bool = False, next_call_id: int | None = None):
+                 keep_cgroup: bool = False, next_call_id: int | None = None, trace_id: str | None = None):
         if executor not in EXECUTORS:
             raise SessionError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
         self.arm = load_arm(arm, config)
@@ -145,7 +146,8 @@ class AgentSession:
         self.limit_mb, self.limit_why = limit_rule(self.arm)
         self.recorder = Recorder(trace_out, arm=self.arm.name, executor=executor, workspace=str(self.workspace),
                                  resume=resume is not None, manifest=manifest,
-                                 shared=resume is not None or keep_cgroup) if trace_out is not None else None
+                                 shared=resume is not None or keep_cgroup, trace_id=trace_id) \
+            if trace_out is not None else None
         self._lock = threading.Lock()
         self._next_id = next_call_id if next_call_id is not None else \
             self.recorder.next_step_id if self.recorder else 0
