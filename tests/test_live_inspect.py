@@ -6,6 +6,7 @@ whose note is in the model's next input, and the trace written, accepted by `age
 validate`."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -50,6 +51,7 @@ print(next(m.text for m in log.samples[0].messages if m.role == "tool"))
 """
 
 
+@pytest.mark.slow
 def test_a_task_names_the_sandbox_and_inspect_finds_it_by_its_entry_point(host, tmp_path):
     """Nothing of this package imported first: Inspect loads it through the entry point that installing
     the package registers (pyproject.toml); a config string is the arm's name."""
@@ -86,19 +88,19 @@ def scripted(*commands):
         output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
     inputs = []
 
-    def generate(input, tools, tool_choice, config):
+    def generate(input, tools, tool_choice, config):      # each sample's turn n gets output n
         inputs.append(list(input))
-        return outputs[len(inputs) - 1]
+        return outputs[sum(m.role == "assistant" for m in input)]
     return get_model("mockllm/model", custom_outputs=generate), inputs
 
 
-def run_task(tmp_path, workspace, model, arm: str) -> tuple[object, Path]:
+def run_task(tmp_path, workspace, model, arm: str, samples: int = 1) -> tuple[object, Path]:
     from pytest_agentcgroup.live.inspect_sandbox import AgentCgroupSandboxConfig   # the config type, not the registration
     arms = tmp_path / "arms.toml"
     arms.write_text("[arms.small]\nmemory_max_mb = 64\n")
     traces = tmp_path / "traces"
     config = AgentCgroupSandboxConfig(arm=arm, config=str(arms), workspace=str(workspace), trace_dir=str(traces))
-    task = Task(dataset=[Sample(input="fix add in calc.py")], solver=basic_agent(tools=[bash(timeout=60)]),
+    task = Task(dataset=[Sample(input="fix add in calc.py", id=i) for i in range(samples)], solver=basic_agent(tools=[bash(timeout=60)]),
                 sandbox=SandboxEnvironmentSpec("agentcgroup", config), message_limit=20)
     log, = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), display="none")
     assert log.status == "success", log.error
@@ -114,11 +116,25 @@ def validate(trace: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+def test_a_bad_sandbox_config_is_one_message(tmp_path):
+    from pytest_agentcgroup.live import SessionError
+    from pytest_agentcgroup.live.inspect_sandbox import _config
+    bad = tmp_path / "sandbox.toml"
+    bad.write_text('arm = "small"\nimage = "python"\n')
+    with pytest.raises(SessionError,
+                       match=f"{bad}: not an agentcgroup sandbox config: image: Extra inputs are not permitted$"):
+        _config(str(bad))
+    good = tmp_path / "good.toml"
+    good.write_text('arm = "small"\nconfig = "arms.toml"\n')
+    assert _config(str(good)).config == str(tmp_path / "arms.toml") and _config("/task/dir/static-env").arm == "static-env"
+
+
 def test_a_task_with_sandbox_agentcgroup_runs_each_command_in_its_own_cgroup(host, workspace, tmp_path):
     model, inputs = scripted("sed -i 's/a - b/a + b/' calc.py && git diff --stat && cat /proc/self/cgroup",
                              "python3 -c 'b = bytearray(20 << 20); print(\"ok\")'")
-    log, traces = run_task(tmp_path, workspace, model, "small")
+    log, traces = run_task(tmp_path, workspace, model, "small", samples=2)
     first, second = tool_results(log.samples[0].messages)
+    assert tool_results(log.samples[1].messages)[1] == second
     assert "1 file changed" in first, first
     leaves = [re.search(r"/(agentcgroup-live-[0-9a-f]+)/s(\d+)$", line) for line in first.splitlines()
               if line.startswith("0::")]
@@ -126,14 +142,18 @@ def test_a_task_with_sandbox_agentcgroup_runs_each_command_in_its_own_cgroup(hos
     session, call_id = leaves[0].group(1), int(leaves[0].group(2))
     assert not (host.unified / session).exists()                       # removed at the sample's end
     assert second.strip() == "ok" and workspace.joinpath("calc.py").read_text().endswith("a - b\n")   # a copy was edited
-    trace_file, = [p for p in traces.glob("*.json") if p.name != "manifest.json"]
-    trace = next(read_traces(trace_file))
-    # Inspect's own probe (who runs the commands) is a call too: the bash calls are the last two
-    fix, alloc = trace.steps[-2:]
-    assert fix.step_id == call_id and fix.args["command"].startswith("bash --login -c ")
-    assert all(s.recorded_outcome.status == "ok" for s in trace.steps)
-    assert 15 <= alloc.profile.peak_mb.value <= 64 and alloc.profile.peak_mb.provenance == "recorded"
-    assert trace.trace_id.startswith("live/small/inspect/") and validate(trace_file).returncode == 0
+    # two samples (Inspect runs them at once), a session and a trace each, both in the directory's manifest
+    files = sorted(p for p in traces.glob("*.json") if p.name != "manifest.json")
+    ids = {next(read_traces(p)).trace_id: p for p in files}
+    assert len(ids) == 2 and sorted(json.loads((traces / "manifest.json").read_text())["subsets"]["live"]) == sorted(ids)
+    for trace_id, trace_file in ids.items():
+        trace = next(read_traces(trace_file))
+        # Inspect's own probe (who runs the commands) is a call too: the bash calls are the last two
+        fix, alloc = trace.steps[-2:]
+        assert fix.step_id == call_id and fix.args["command"].startswith("bash --login -c ")
+        assert all(s.recorded_outcome.status == "ok" for s in trace.steps)
+        assert 15 <= alloc.profile.peak_mb.value <= 64 and alloc.profile.peak_mb.provenance == "recorded"
+        assert trace_id.startswith("live/small/inspect/") and validate(trace_file).returncode == 0
 
 
 def test_a_command_killed_at_its_limit_is_in_the_models_next_input_with_the_note(host, workspace, tmp_path):

@@ -76,6 +76,16 @@ def validate(trace: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+def test_a_bad_environment_section_is_one_message(tmp_path):
+    from pytest_agentcgroup.live import SessionError
+    with pytest.raises(SessionError, match="environment: unknown field image; expected some of environment_class, arm"):
+        get_environment({"environment_class": ENVIRONMENT_CLASS, "image": "python:3.11"})
+    with pytest.raises(SessionError, match="no arm 'nope'; arms: .*static-toolcall"):
+        get_environment({"environment_class": ENVIRONMENT_CLASS, "arm": "nope", "cwd": str(tmp_path)})
+    with pytest.raises(SessionError, match="environment.env: the sandbox executor runs actions in its own"):
+        get_environment({"environment_class": ENVIRONMENT_CLASS, "executor": "sandbox", "env": {"PAGER": "cat"}})
+
+
 def test_the_config_names_the_environment_and_each_action_runs_in_its_own_cgroup(host, workspace, arms, tmp_path):
     trace = tmp_path / "run" / "trace.json"
     env = get_environment({"environment_class": ENVIRONMENT_CLASS, "arm": "small", "config": str(arms),

@@ -75,8 +75,11 @@ def _config(config: SandboxEnvironmentConfigType | None) -> AgentCgroupSandboxCo
                 if isinstance(fields.get(key), str):
                     fields[key] = str(base / fields[key])
             return AgentCgroupSandboxConfig(**fields)
-        except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        except (OSError, tomllib.TOMLDecodeError) as exc:
             raise SessionError(f"{path}: not an agentcgroup sandbox config: {exc}") from None
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise SessionError(f"{path}: not an agentcgroup sandbox config: {why}") from None
     if isinstance(config, AgentCgroupSandboxConfig):
         return config
     raise SessionError(f"sandbox {NAME!r}: config: expected an arm's name or an AgentCgroupSandboxConfig, "

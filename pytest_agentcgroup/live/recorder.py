@@ -8,7 +8,8 @@ Environment values are never written. The file is replaced whole after every cal
 it, then renamed), so it is a complete, valid trace at any moment the session has made a call.
 With `shared` (several processes add calls to one file: `agentcgroup exec` calls at once), each
 write happens under a lock on the file and first takes in the steps the others wrote.
-With `manifest`, the trace is also listed in a manifest.json beside it (subset SUBSET): its
+With `manifest`, the trace is also listed in a manifest.json beside it (subset SUBSET; sessions
+sharing a directory update it under a lock on .manifest.lock there): its
 directory is then a corpus the plugin replays (`--agentcgroup-traces DIR --agentcgroup-subset live`).
 """
 from __future__ import annotations
@@ -99,7 +100,14 @@ class Recorder:
         os.replace(tmp, self.path)
         if self.manifest:
             entry = {"trace_id": self.trace_id, "file": self.path.name, "steps": len(steps), "format": FORMAT}
-            update_manifest(self.path.parent, (), [entry], {SUBSET: [self.trace_id]}, merge=True)
+            # one manifest for the directory's sessions (Inspect's samples at once): read, merged, replaced
+            # by one writer at a time, threads of this process included (flock holds per open file)
+            fd = os.open(self.path.parent / ".manifest.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                update_manifest(self.path.parent, (), [entry], {SUBSET: [self.trace_id]}, merge=True)
+            finally:
+                os.close(fd)
 
 
 def call_step(result, curve: list[tuple[float, int]], secrets: list[str]) -> Step:
