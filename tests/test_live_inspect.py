@@ -151,7 +151,7 @@ def test_a_task_with_sandbox_agentcgroup_runs_each_command_in_its_own_cgroup(hos
         # Inspect's own probe (who runs the commands) is a call too: the bash calls are the last two
         fix, alloc = trace.steps[-2:]
         assert fix.step_id == call_id and fix.args["command"].startswith("bash --login -c ")
-        assert all(s.recorded_outcome.status == "ok" for s in trace.steps)
+        assert all(s.recorded_outcome.status == "ok" for s in trace.steps) and "ended_at" in trace.source
         assert 15 <= alloc.profile.peak_mb.value <= 64 and alloc.profile.peak_mb.provenance == "recorded"
         assert trace_id.startswith("live/small/inspect/") and validate(trace_file).returncode == 0
 

@@ -108,8 +108,9 @@ def test_the_config_names_the_environment_and_each_action_runs_in_its_own_cgroup
     measured = second["agentcgroup"]
     assert second["returncode"] == 0 and measured["call_id"] == 1 and not measured["killed"]
     assert 15 <= measured["peak_mb"] <= 64 and measured["limit_mb"] == 64 and measured["note"] is None
-    steps = next(read_traces(trace)).steps
-    assert [s.recorded_outcome.status for s in steps] == ["ok", "ok", "ok"]
+    recorded = next(read_traces(trace))
+    steps = recorded.steps
+    assert [s.recorded_outcome.status for s in steps] == ["ok", "ok", "ok"] and "ended_at" in recorded.source
     assert steps[1].profile.peak_mb.value == pytest.approx(measured["peak_mb"], abs=0.01)
     assert validate(trace).returncode == 0
 

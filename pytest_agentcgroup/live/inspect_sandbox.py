@@ -137,6 +137,8 @@ class AgentCgroupSandboxEnvironment(SandboxEnvironment):
     def close(self) -> None:
         try:
             self.session.close()
+            if self.session.recorder is not None:
+                self.session.recorder.finish()          # the trace's source says when the sample ended
         finally:
             shutil.rmtree(self.private, ignore_errors=True)
 

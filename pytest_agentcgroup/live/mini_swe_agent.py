@@ -76,11 +76,11 @@ class AgentCgroupEnvironment:
         self.session = AgentSession(c.arm, c.config, workspace=c.cwd or os.getcwd(), executor=c.executor,
                                     trace_out=c.trace_out, curve=c.curve, manifest=c.manifest)
         self.session.open()
-        # mini-swe-agent never closes its environment: the session's cgroup goes at collection or exit
-        self._closer = weakref.finalize(self, self.session.close)
+        # mini-swe-agent never closes its environment: the session ends at collection or exit
+        self._closer = weakref.finalize(self, _end, self.session)
 
     def close(self) -> None:
-        """End the session: its cgroup removed (its trace is already written)."""
+        """End the session: its cgroup removed, its trace (written after every action) marked ended."""
         self._closer()
 
     def execute(self, action: dict, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
@@ -118,3 +118,11 @@ class AgentCgroupEnvironment:
                                           "arm": self.session.arm.name,
                                           "trace_id": recorder.trace_id if recorder else None}
         return out
+
+
+def _end(session: AgentSession) -> None:
+    try:
+        session.close()
+    finally:
+        if session.recorder is not None:
+            session.recorder.finish()
