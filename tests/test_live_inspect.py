@@ -95,12 +95,14 @@ def scripted(*commands):
 
 
 def run_task(tmp_path, workspace, model, arm: str, samples: int = 1) -> tuple[object, Path]:
-    from pytest_agentcgroup.live.inspect_sandbox import AgentCgroupSandboxConfig   # the config type, not the registration
+    # importing the config's type registers the sandbox too; the entry-point test runs without it
+    from pytest_agentcgroup.live.inspect_sandbox import AgentCgroupSandboxConfig
     arms = tmp_path / "arms.toml"
     arms.write_text("[arms.small]\nmemory_max_mb = 64\n")
     traces = tmp_path / "traces"
     config = AgentCgroupSandboxConfig(arm=arm, config=str(arms), workspace=str(workspace), trace_dir=str(traces))
-    task = Task(dataset=[Sample(input="fix add in calc.py", id=i) for i in range(samples)], solver=basic_agent(tools=[bash(timeout=60)]),
+    task = Task(dataset=[Sample(input="fix add in calc.py", id=i) for i in range(samples)],
+                solver=basic_agent(tools=[bash(timeout=60)]),
                 sandbox=SandboxEnvironmentSpec("agentcgroup", config), message_limit=20)
     log, = inspect_eval(task, model=model, log_dir=str(tmp_path / "logs"), display="none")
     assert log.status == "success", log.error
@@ -126,7 +128,8 @@ def test_a_bad_sandbox_config_is_one_message(tmp_path):
         _config(str(bad))
     good = tmp_path / "good.toml"
     good.write_text('arm = "small"\nconfig = "arms.toml"\n')
-    assert _config(str(good)).config == str(tmp_path / "arms.toml") and _config("/task/dir/static-env").arm == "static-env"
+    assert _config(str(good)).config == str(tmp_path / "arms.toml")
+    assert _config("/task/dir/static-env").arm == "static-env"       # Inspect made the arm's name a path
 
 
 def test_a_task_with_sandbox_agentcgroup_runs_each_command_in_its_own_cgroup(host, workspace, tmp_path):
@@ -141,11 +144,13 @@ def test_a_task_with_sandbox_agentcgroup_runs_each_command_in_its_own_cgroup(hos
     assert len(leaves) == 1 and leaves[0], first                       # the call's own cgroup, under the session's
     session, call_id = leaves[0].group(1), int(leaves[0].group(2))
     assert not (host.unified / session).exists()                       # removed at the sample's end
-    assert second.strip() == "ok" and workspace.joinpath("calc.py").read_text().endswith("a - b\n")   # a copy was edited
+    assert second.strip() == "ok"
+    assert workspace.joinpath("calc.py").read_text().endswith("a - b\n")     # each sample edited a copy
     # two samples (Inspect runs them at once), a session and a trace each, both in the directory's manifest
     files = sorted(p for p in traces.glob("*.json") if p.name != "manifest.json")
     ids = {next(read_traces(p)).trace_id: p for p in files}
-    assert len(ids) == 2 and sorted(json.loads((traces / "manifest.json").read_text())["subsets"]["live"]) == sorted(ids)
+    listed = json.loads((traces / "manifest.json").read_text())["subsets"]["live"]
+    assert len(ids) == 2 and sorted(listed) == sorted(ids)
     for trace_id, trace_file in ids.items():
         trace = next(read_traces(trace_file))
         # Inspect's own probe (who runs the commands) is a call too: the bash calls are the last two
@@ -167,3 +172,31 @@ def test_a_command_killed_at_its_limit_is_in_the_models_next_input_with_the_note
     assert "209715200" not in told[0].text and hog.recorded_outcome.status == "oom"
     assert "still here" in [m for m in inputs[2] if m.role == "tool"][-1].text and after.recorded_outcome.status == "ok"
     assert validate(trace_file).returncode == 0, validate(trace_file).stderr
+
+
+def test_exec_past_its_timeout_raises_timeout_error_with_the_note_and_input_reaches_stdin(host, tmp_path):
+    """Inspect's contract for exec, without the agent loop: a timeout raises TimeoutError (the note its
+    message), `input` is the command's stdin, a relative cwd is the sample's directory."""
+    import anyio
+    from pytest_agentcgroup.live.inspect_sandbox import AgentCgroupSandboxConfig, AgentCgroupSandboxEnvironment
+
+    async def sample():
+        config = AgentCgroupSandboxConfig(arm="static-toolcall", trace_dir=str(tmp_path / "traces"))
+        envs = await AgentCgroupSandboxEnvironment.sample_init("t", config, {})
+        env = envs["default"]
+        try:
+            await env.write_file("sub/in.txt", "from a file\n")
+            read = await env.exec(["sh", "-c", "cat in.txt; cat"], input="from stdin\n", cwd="sub")
+            with pytest.raises(TimeoutError) as late:
+                await env.exec(["sleep", "5"], timeout=1)
+            failed = await env.exec(["sh", "-c", "echo out; echo err >&2; exit 3"])
+            return read, late.value, failed, env.directory
+        finally:
+            await AgentCgroupSandboxEnvironment.sample_cleanup("t", config, envs, False)
+    read, late, failed, directory = anyio.run(sample)
+    assert read.success and read.stdout == "from a file\nfrom stdin\n" and read.stderr == ""
+    assert str(late) == stopped_note("timeout", timeout_s=1)
+    assert (failed.success, failed.returncode, failed.stdout) == (False, 3, "out\nerr\n")
+    assert not directory.exists()                                     # the sample's directory went with it
+    trace = next(read_traces(next(p for p in (tmp_path / "traces").glob("*.json") if p.name != "manifest.json")))
+    assert [s.recorded_outcome.status for s in trace.steps] == ["ok", "timeout", "failed"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ from pytest_agentcgroup.notes import stopped_note
 from pytest_agentcgroup.traces.ir import read_traces
 
 os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")      # mini-swe-agent prints a banner on import otherwise
-minisweagent = pytest.importorskip("minisweagent", reason="mini-swe-agent not installed (pip install -e '.[minisweagent]')")
+minisweagent = pytest.importorskip("minisweagent",
+                                   reason="mini-swe-agent not installed (pip install -e '.[minisweagent]')")
 
 from minisweagent.agents.default import DefaultAgent                      # noqa: E402
 from minisweagent.environments import get_environment                     # noqa: E402
@@ -164,3 +166,22 @@ def test_mini_runs_a_session_under_the_arm_from_its_config(host, workspace, arms
     assert validate(trace).returncode == 0
     session = Path(saved["info"]["agentcgroup"]["session_cgroup"])
     assert session.name.startswith("agentcgroup-live-") and not session.exists(), "the session's cgroup outlived mini"
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_under_the_sandbox_executor_actions_run_as_nobody_in_a_copy_of_the_workspace(host, workspace, arms):
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox drops to nobody only when started as root")
+    env = get_environment({"environment_class": ENVIRONMENT_CLASS, "arm": "small", "config": str(arms),
+                           "executor": "sandbox", "cwd": str(workspace)})
+    model = RecordingModel(outputs=actions("id -u; sed -i 's/a - b/a + b/' calc.py && cat calc.py", HOG, SUBMIT))
+    try:
+        done = DefaultAgent(model, env, **AGENT).run("fix add")
+    finally:
+        env.close()
+    first, killed = model.inputs[1][-1], model.inputs[2][-1]
+    assert done["exit_status"] == "Submitted"
+    assert first["extra"]["raw_output"] == "65534\ndef add(a, b):\n    return a + b\n"
+    assert workspace.joinpath("calc.py").read_text().endswith("a - b\n")       # the sandbox's writes stay in it
+    assert killed["extra"]["agentcgroup"]["kill_cause"] == "memory"
+    assert "stopped: this tool call was killed" in killed["content"]

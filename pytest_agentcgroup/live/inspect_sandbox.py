@@ -146,7 +146,8 @@ class AgentCgroupSandboxEnvironment(SandboxEnvironment):
                    env: dict[str, str] | None = None, user: str | None = None, timeout: int | None = None,
                    timeout_retry: bool = True, concurrency: bool = True) -> ExecResult[str]:
         if user is not None and not _is_current_user(user):
-            raise SandboxUserUnsupportedError(f"sandbox {NAME!r} runs commands as this process's user only, not {user!r}")
+            raise SandboxUserUnsupportedError(
+                f"sandbox {NAME!r} runs commands as this process's user only, not {user!r}")
         command = shlex.join(cmd)
         stdin = None
         if input is not None:           # the command reads it from a file of the sample's private directory

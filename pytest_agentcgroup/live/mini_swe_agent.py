@@ -41,7 +41,7 @@ RESULT_FIELDS = ("call_id", "exit_code", "duration_ms", "cpu_ms", "peak_mb", "oo
 class AgentCgroupEnvironmentConfig:
     """The `environment:` section of a mini-swe-agent config (besides `environment_class`)."""
     arm: str = "static-toolcall"    # an arm of `config`
-    config: str | None = None       # the TOML the arm is read from (default: the checkout's experiments/agentcgroup.toml)
+    config: str | None = None       # the TOML of the arm (default: the checkout's experiments/agentcgroup.toml)
     executor: str = "host"          # host | sandbox (session.py EXECUTORS)
     cwd: str = ""                   # where actions run, and the session's workspace (default: the current directory)
     env: dict[str, str] = dataclasses.field(default_factory=dict)   # set for every action (host executor)
