@@ -122,6 +122,10 @@ def test_shipped_recorded_subsets_follow_the_rule():
     taken = [dict(e, **sweep.breadth_keys(t)) for e in recorded
              if not rule.left_out(t := sweep.read_trace(ROOT / "traces", data, e["trace_id"]))]
     assert data["subsets"]["paper-recorded"] == sweep.paper_subset(taken)
+    # breadth: every agent and every repository that has a faithful trace is in paper-recorded
+    paper = [e for e in taken if e["trace_id"] in data["subsets"]["paper-recorded"]]
+    for key in ("agent", "repository"):
+        assert {e[key] for e in paper} == {e[key] for e in taken}, key
     smoke = data["subsets"]["recorded-smoke"]
     assert smoke == sweep.smoke_subset(taken) and len(smoke) == sweep.SMOKE_SIZE
     twins = sweep.derived_twins(ROOT / "traces", data, smoke)
