@@ -32,7 +32,10 @@ def test_a_recorded_copy_and_its_original_get_ids_with_their_family():
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "pytest", "experiments/test_exp1_domain_mismatch.py", "--collect-only",
                           "-q", "-p", "no:cacheprovider", "--agentcgroup-arms", "unlimited", "--agentcgroup-subset",
-                          "recorded-smoke-1hz,claude-code-recorded/haiku/xonsh__xonsh-3255,smoke"],
+                          ",".join(["claude-code/haiku/xonsh__xonsh-3255", "claude-code/local/xonsh__xonsh-3255",
+                                   "claude-code/local/numba__numba-5721", "claude-code/local/AI4S2S__lilio-49",
+                                   "claude-code/local/Azure__azure-cli-2844",
+                                   "claude-code-recorded/haiku/xonsh__xonsh-3255", "smoke"])],
                          cwd=root, capture_output=True, text=True, timeout=120)
     ids = [line.split("[", 1)[1].rstrip("]") for line in out.stdout.splitlines() if "::test_exp1[" in line]
     assert "unlimited:claude-code-recorded/haiku/xonsh__xonsh-3255" in ids, out.stdout + out.stderr

@@ -136,6 +136,8 @@ SHIPPED = ["mini-swe-agent/sympy__sympy-20154.json", "claude-code-recorded/haiku
 def _count_by_reading(path: Path) -> dict:
     """The counts of one trace, read straight from its JSON (not through the rule's module)."""
     d = json.loads(path.read_text())
+    (trace,) = read_traces(path)
+    parsed = {x.step_id: x for x in trace.steps}
     compared = faithful = unknown = 0
     for s in d["steps"]:
         if s.get("outcome") is None:
@@ -156,6 +158,9 @@ def _count_by_reading(path: Path) -> dict:
         orig = ((s.get("original") or {}).get("duration_ms") or {}).get("value")
         if orig is not None and s["duration_ms"]["value"] > 3 * orig + 1000:
             bad = True
+        elif orig is None and s.get("recorded_output") is not None and s.get("output") is not None:
+            # the output comparison itself is the rule's (its own tests above); the counting is read here
+            bad = bad or not rule.output_agrees(parsed[s["step_id"]], s["recorded_output"], s["output"])[0]
         if bad:
             compared += 1
         elif rec is None:

@@ -7,8 +7,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup traces stats FILE_OR_DIR... [--json]
     agentcgroup traces characterize FILE_OR_DIR... [--json]
     agentcgroup traces fetch [-n N] [--repo R] [--revision REV] [--source FILE] [--cache DIR] [-o OUT] [--json]
-    agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--json]                  (subsets.py)
-    agentcgroup traces sweep CORPUS [-n N] [--write-manifest]
+    agentcgroup traces select FILE_OR_DIR... -o OUT [--seed S] [--include-unfaithful] [--json]   (subsets.py)
+    agentcgroup traces sweep CORPUS [-n N] [--from SUBSET] [--smoke NAME] [--include-unfaithful] [--write-manifest]
     agentcgroup traces profile TRACES... -o DIR [--executor sandbox|docker] [--workspace DIR] [--image IMG]
                                [--step-timeout S]                                        (profile.py)
     agentcgroup traces fidelity RECORDED... [--repeat N] [--json OUT]   (exit 3: fidelity goals missed; fidelity.py)

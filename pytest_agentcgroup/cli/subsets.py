@@ -1,12 +1,15 @@
 """`agentcgroup traces select` and `agentcgroup traces sweep`: the corpus's subsets, drawn seeded and
 stratified (traces/select.py) or, for the paper subset, spread over memory peaks with the limits
-Experiment 1 sweeps (traces/sweep.py)."""
+Experiment 1 sweeps (traces/sweep.py). Both take only the traces an experiment may (a trace replayed
+here only when its stored faithfulness verdict passes, metrics/source_faithfulness.py `left_out`)
+unless --include-unfaithful, and say how many they left out and why."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
+from ..metrics import source_faithfulness as faithfulness
 from ..traces import sweep
 from ..traces.corpus import MANIFEST
 from ..traces.select import DEFAULT_SIZES, PAPER_MIN, build, coverage, load
@@ -32,6 +35,7 @@ def add_parsers(tsub) -> None:
                    help=f"paper size, {PAPER_MIN}-100 (default 100; fewer when the input is smaller)")
     s.add_argument("--subsets", default="smoke,dev,paper,full",
                    help="subsets to write (comma-separated; traces outside them are not written)")
+    _add_include_unfaithful(s)
     s.add_argument("--json", action="store_true", help="print a machine-readable report on stdout")
     s.set_defaults(func=cmd_select)
 
@@ -48,10 +52,45 @@ def add_parsers(tsub) -> None:
     w.add_argument("--name", help="the paper subset's name in the manifest (default paper, or paper-SUBSET "
                                   "with --from SUBSET)")
     w.add_argument("--smoke", metavar="NAME",
-                   help=f"also draw a smoke subset NAME: the {sweep.SMOKE_SIZE} traces with the largest peaks among "
-                        f"those with a derived twin in `full`, and NAME{sweep.TWINS_SUFFIX}, their twins")
+                   help=f"also draw a smoke subset NAME of {sweep.SMOKE_SIZE} traces: each agent's largest-peak trace, "
+                        f"then the largest peaks left; and NAME{sweep.TWINS_SUFFIX}, their derived twins in `full` "
+                        "where they exist")
+    _add_include_unfaithful(w)
     w.add_argument("--write-manifest", action="store_true", help="write the subset(s) into the manifest")
     w.set_defaults(func=cmd_sweep)
+
+
+def _add_include_unfaithful(p) -> None:
+    p.add_argument("--include-unfaithful", action="store_true",
+                   help="also take traces replayed here whose stored faithfulness verdict is fail or unverified "
+                        "(default: left out, and counted)")
+
+
+def take_faithful(traces, include_unfaithful: bool) -> tuple[list, dict[str, list[str]]]:
+    """(the traces an experiment may take, {why: [trace ids left out]}): all of them with
+    `include_unfaithful`."""
+    if include_unfaithful:
+        return list(traces), {}
+    kept, left = [], {why: [] for why in faithfulness.LEFT_OUT}
+    for t in traces:
+        why = faithfulness.left_out(t)
+        (left[why].append(t.trace_id) if why else kept.append(t))
+    return kept, {k: v for k, v in left.items() if v}
+
+
+def skipped_line(left: dict[str, list[str]], of: int, where: str, include_unfaithful: bool = False) -> str:
+    """One line: how many traces were left out of `of` and why."""
+    n = sum(map(len, left.values()))
+    if include_unfaithful:
+        return f"took all {of} traces of {where} (--include-unfaithful: whatever their faithfulness verdict)"
+    if not n:
+        return f"took all {of} traces of {where}: none replayed here without a passing faithfulness verdict"
+    why = {"unfaithful": "unfaithful (stored verdict fail)",
+           "unverified": "unverified (replayed here; no passing verdict: too few compared steps, more unknown "
+                         "than compared, or none stored by this rule)"}
+    return (f"skipped {n} of {of} traces of {where}: "
+            + ", ".join(f"{len(left[k])} {why[k]}" for k in faithfulness.LEFT_OUT if left.get(k))
+            + " (--include-unfaithful takes them)")
 
 
 def cmd_select(args) -> int:
@@ -73,11 +112,18 @@ def cmd_select(args) -> int:
     if not traces:
         print("agentcgroup traces select: no IR traces found", file=sys.stderr)
         return 1
+    given = len(traces)
+    traces, left = take_faithful(traces, args.include_unfaithful)
+    said = skipped_line(left, given, "the input", args.include_unfaithful)
+    if not traces:
+        print(f"agentcgroup traces select: {said}: none left", file=sys.stderr)
+        return 1
     manifest = build(traces, args.output, seed=args.seed,
                      sizes={"smoke": args.smoke, "dev": args.dev, "paper": args.paper}, write=names)
     cov = coverage(manifest)
     if args.json:
         json.dump({"output": str(args.output), "seed": args.seed, "traces": len(traces), "subsets": cov,
+                   "skipped": left,
                    "errors": errors + [f"{p}: no such file or directory" for p in missing]}, sys.stdout, indent=1)
         print()
     else:
@@ -86,6 +132,7 @@ def cmd_select(args) -> int:
                   + ", ".join(f"{k} {v}" for k, v in sorted(c["categories"].items()))
                   + "; lengths " + ", ".join(f"{k} {v}" for k, v in sorted(c["lengths"].items()))
                   + f"; bursty {c['bursty']}")
+        print(said)
         print(f"wrote {len(manifest['traces'])} trace(s) and {MANIFEST} to {args.output}")
     return 1 if errors or missing else 0
 
@@ -105,35 +152,43 @@ def cmd_sweep(args) -> int:
         return 2
     try:
         data, entries = sweep.manifest_entries(args.traces, args.source)
-        twins = sweep.derived_twins(args.traces, data, [e["trace_id"] for e in entries]) if args.smoke else {}
+        traces = {e["trace_id"]: sweep.read_trace(args.traces, data, e["trace_id"]) for e in entries}
     except sweep.NoSubset as exc:
         print(f"{manifest}: no subset {exc} (--from)", file=sys.stderr)
         return 2
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, StopIteration) as exc:
         print(f"{manifest}: cannot read the {args.source} subset's entries: {exc}", file=sys.stderr)
         return 1
+    faithful, left = take_faithful(traces.values(), args.include_unfaithful)
+    said = skipped_line(left, len(entries), args.source, args.include_unfaithful)
+    taken = {t.trace_id for t in faithful}
+    entries = [dict(e, **sweep.breadth_keys(traces[e["trace_id"]])) for e in entries if e["trace_id"] in taken]
     if not entries:
-        print(f"{manifest}: the {args.source} subset is empty: no trace peaks to sweep", file=sys.stderr)
+        print(f"{manifest}: no trace of {args.source} to sweep: {said}", file=sys.stderr)
+        return 1
+    try:
+        twins = sweep.derived_twins(args.traces, data, [e["trace_id"] for e in entries]) if args.smoke else {}
+    except (OSError, ValueError, KeyError, StopIteration) as exc:
+        print(f"{manifest}: cannot read the full subset's entries: {exc}", file=sys.stderr)
         return 1
     ids = sweep.paper_subset(entries, args.n)
     peaks = {e["trace_id"]: float(e.get("peak_mb") or 0.0) for e in entries}
     limits = sweep.sweep_limits([peaks[t] for t in ids])
     written = {name: ids}
     if args.smoke:
-        smoke = sweep.smoke_subset(entries, twins)
-        if not smoke:
-            print(f"{manifest}: no trace of {args.source} has a derived twin in full: no {args.smoke} subset",
-                  file=sys.stderr)
-            return 1
+        smoke = sweep.smoke_subset(entries)
         written[args.smoke] = smoke
-        written[args.smoke + sweep.TWINS_SUFFIX] = [twins[t] for t in smoke]
+        written[args.smoke + sweep.TWINS_SUFFIX] = [twins[t] for t in smoke if t in twins]
     if args.write_manifest:
         data["subsets"].update(written)
         manifest.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"# {name} subset: {len(ids)} of {len(entries)} traces of {args.source}; trace peaks (MiB, from "
+    by_id = {e["trace_id"]: e for e in entries}
+    print(f"# {said}")
+    print(f"# {name} subset: {len(ids)} of the {len(entries)} traces of {args.source} taken; trace peaks (MiB, from "
           f"the traces' step peaks): {', '.join(f'{k} {v}' for k, v in limits.items())}")
+    print(f"#   {sweep.breadth([by_id[t] for t in ids])}")
     for name in list(written)[1:]:
-        print(f"# {name}: {', '.join(written[name])}")
+        print(f"# {name}: {', '.join(written[name]) or '(none)'}")
     print(sweep.matrix_toml(limits))
     return 0
 

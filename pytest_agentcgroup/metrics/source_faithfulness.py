@@ -36,6 +36,11 @@ otherwise. A check of a replay against this machine's own earlier run (the profi
 is reproducibility, not faithfulness: metrics/faithfulness.py names it so where it prints one.
 
 `RULE_VERSION` names this rule in what is stored (`source.faithfulness`, `stored`).
+
+What experiments take (`left_out`, used by `traces sweep` and `traces select`): a trace whose
+profile was measured here by replaying its commands (`source.profiled`) only when its stored
+verdict, by this rule's version, is pass; a trace not replayed here (its profile is its source's
+own: derived from 1 Hz samples, or synthetic) has no replay to judge and is taken as it is.
 """
 from __future__ import annotations
 
@@ -53,6 +58,8 @@ MIN_COMPARED = 5
 OUTPUT_KEPT = 1000
 RULES = ("exit", "duration", "output")
 VERDICTS = ("pass", "fail", "unverified")
+#: why `left_out` leaves a trace out of an experiment's subsets
+LEFT_OUT = ("unfaithful", "unverified")
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT"
 #: tools the agent runtime performs itself: judged by applied (ok) or refused (failed)
 RUNTIME_TOOLS = ("edit", "read", "search", "browser")
@@ -94,6 +101,19 @@ class TraceVerdict:
                 "compared": self.compared, "faithful": self.faithful, "unknown": self.unknown,
                 **{f"unfaithful_{r}": self.by_rule[r] for r in RULES}, "work_unchecked": self.unchecked,
                 "verdict": self.verdict, **({"why": self.why} if self.why else {})}
+
+
+def left_out(trace: Trace) -> str | None:
+    """Why an experiment's subset leaves `trace` out (module docstring): "unfaithful" (profiled here,
+    stored verdict fail), "unverified" (profiled here, stored verdict unverified, missing, or by
+    another rule version); None when it is taken."""
+    src = trace.source if isinstance(trace.source, dict) else {}
+    if "profiled" not in src:
+        return None
+    stored = src.get("faithfulness")
+    if not isinstance(stored, dict) or stored.get("rule") != RULE_VERSION:
+        return "unverified"
+    return {"pass": None, "fail": "unfaithful"}.get(stored.get("verdict"), "unverified")
 
 
 def recorded_outcome(step: Step) -> Outcome | None:

@@ -282,7 +282,8 @@ trajectories on SWE-rebench, subsets `real`, `real-diverging` and `recorded`; CC
 `claude-code-recorded/` (the Claude Code runs above whose task has a workspace, their commands
 profiled here step by step, subset `recorded`; GPL-2.0 as their source). From `recorded`,
 `agentcgroup traces sweep traces --from recorded --smoke recorded-smoke` draws `paper-recorded`,
-`recorded-smoke` and `recorded-smoke-1hz` (the same five runs from `claude-code/`).
+`recorded-smoke` and `recorded-smoke-1hz` (those runs' twins from `claude-code/`, where they
+exist) from the traces whose stored faithfulness verdict passes.
 
 ## Regenerate
 

@@ -18,12 +18,18 @@ static-high's, agentcgroup's and bpf-soft's memory_high_mb (their ceiling stays)
     agentcgroup traces sweep traces --write-manifest   # (re)write subsets.paper
 
 The recorded corpus gets the same, drawn from subset `recorded` instead of `full`, and a smoke
-subset: the SMOKE_SIZE traces with the largest peaks among those that have a derived twin (the
-trace of `full` made from the same source run, its profiles derived from 1 Hz samples), and beside
-it the twins, so that a run of both compares the two profiles of the same runs:
+subset of SMOKE_SIZE traces: each agent's (source format's) largest-peak trace first, agents in the
+order of those peaks, then the largest peaks left (ties by trace id), so the smoke run keeps more
+than one agent; beside it their derived twins where they exist (the trace of `full` made from the
+same source run, its profiles derived from 1 Hz samples), so that a run of both compares the two
+profiles of the same runs:
 
     agentcgroup traces sweep traces --from recorded --name paper-recorded --smoke recorded-smoke --write-manifest
     # writes subsets.paper-recorded, subsets.recorded-smoke and subsets.recorded-smoke-1hz
+
+Both draw only from the traces an experiment may take (metrics/source_faithfulness.py `left_out`:
+a trace replayed here only when its stored faithfulness verdict passes); `traces sweep` says how
+many it left out and why, and `--include-unfaithful` takes them all.
 """
 from __future__ import annotations
 
@@ -116,18 +122,41 @@ def manifest_entries(root: Path, subset: str = "full") -> tuple[dict, list[dict]
     return data, [e for e in data["traces"] if e["trace_id"] in chosen]
 
 
+def read_trace(root: Path, data: dict, trace_id: str):
+    """The trace `trace_id` from the file the manifest `data` lists it in (ValueError when absent)."""
+    from .ir import read_traces
+    path = root / next(e["file"] for e in data["traces"] if e["trace_id"] == trace_id)
+    trace = next((t for t in read_traces(path) if t.trace_id == trace_id), None)
+    if trace is None:
+        raise ValueError(f"{path}: has no trace {trace_id!r}, which the manifest lists there")
+    return trace
+
+
+def breadth_keys(trace) -> dict:
+    """What a subset's breadth counts of a trace: its agent (the source format) and its task's
+    repository (owner/name; None when the trace names no task)."""
+    from .task import task_of
+    task = task_of(trace)
+    src = trace.source if isinstance(trace.source, dict) else {}
+    return {"agent": src.get("format") or trace.trace_id.split("/", 1)[0],
+            "repository": task.repository if task is not None else None}
+
+
+def breadth(entries: list[dict]) -> str:
+    """`12 traces, 3 agents, 5 repositories` of entries carrying `breadth_keys`."""
+    agents = {e.get("agent") for e in entries}
+    repos = {e.get("repository") for e in entries if e.get("repository")}
+    return f"{len(entries)} traces, {len(agents)} agent(s), {len(repos)} repositories"
+
+
 def derived_twins(root: Path, data: dict, ids: list[str]) -> dict[str, str]:
     """Trace id of `ids` -> the trace of subset `full` made from the same source run (same source
     dataset and path) whose profiles were not recorded here (no `source.profiled`): the 1 Hz
     original of a profiled copy. Ids without one are left out."""
-    from .ir import read_traces
     files = {e["trace_id"]: root / e["file"] for e in data["traces"]}
 
     def source(tid):
-        trace = next((t for t in read_traces(files[tid]) if t.trace_id == tid), None)
-        if trace is None:
-            raise ValueError(f"{files[tid]}: has no trace {tid!r}, which the manifest lists there")
-        return trace.source
+        return read_trace(root, data, tid).source
 
     def run_of(src):
         return (src.get("dataset"), src.get("path")) if src.get("dataset") and src.get("path") else None
@@ -141,8 +170,13 @@ def derived_twins(root: Path, data: dict, ids: list[str]) -> dict[str, str]:
             if run_of(src := source(tid)) in originals and originals[run_of(src)] != tid}
 
 
-def smoke_subset(entries: list[dict], twins: dict[str, str], n: int = SMOKE_SIZE) -> list[str]:
-    """The n traces of `entries` with a derived twin and the largest peaks (ties by trace id):
-    the ones a per-step limit can bind, on the runs both corpora have."""
-    with_twin = [e for e in entries if e["trace_id"] in twins]
-    return [e["trace_id"] for e in sorted(with_twin, key=lambda e: (-float(e.get("peak_mb") or 0.0), e["trace_id"]))[:n]]
+def smoke_subset(entries: list[dict], n: int = SMOKE_SIZE) -> list[str]:
+    """n trace ids of `entries` (trace_id, peak_mb, agent): each agent's largest-peak trace first,
+    agents by that peak, then the largest peaks left; ties by trace id."""
+    by_peak = sorted(entries, key=lambda e: (-float(e.get("peak_mb") or 0.0), e["trace_id"]))
+    firsts: dict = {}
+    for e in by_peak:
+        firsts.setdefault(e.get("agent"), e["trace_id"])
+    chosen = list(firsts.values())[:n]
+    chosen += [e["trace_id"] for e in by_peak if e["trace_id"] not in chosen][:n - len(chosen)]
+    return chosen
