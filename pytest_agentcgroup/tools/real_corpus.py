@@ -163,11 +163,13 @@ Python 3.9, a Debian bullseye root's, as SWE-bench's images ran them on 3.9.
   names its file.
 - **Licence**: MIT (the repository's `LICENSE.md`, Copyright (c) 2025 Kilian A. Lieret and Carlos E.
   Jimenez). The tasks are SWE-bench Verified's (MIT); sympy itself is BSD-3-Clause.
-- **Workspaces**: `traces/workspaces.lock.json` pins each task's sympy sdist and its wheels by
-  sha256 (`agentcgroup traces lock`, docs/workspaces.md); the release is the one whose files agree
-  best with what the trajectory's shell showed of them (`chosen_by` in the lock gives every
-  candidate's figures). The first replay builds them into the cache from PyPI (and Debian, for
-  the bullseye root); later ones need no network.
+- **Workspaces**: `traces/workspaces.lock.json` pins each task's source and its wheels by
+  sha256 (`agentcgroup traces lock`, docs/workspaces.md). The `real` tasks (sympy 1.7 on) are
+  sympy's repository at the task's base commit, with its `.git`, from the shipped store
+  `traces/sources/sympy.git` (its README says where each commit came from); the earlier tasks are
+  the sympy sdist whose files agree best with what the trajectory's shell showed of them
+  (`chosen_by` in the lock gives every candidate's figures). The first replay builds them into the
+  cache from the store, PyPI (and Debian, for the bullseye root); later ones need no network.
 - **Recorded**: each step's command, exit code and the head of its output (1,000 characters), as
   the trajectory has them (it has no durations or resource use). This tool writes them so (and
   takes them out of the subset `recorded`); the shipped ones were then profiled here, in their
