@@ -5,7 +5,9 @@ reaches the controller on its test reports, and only the controller writes the r
 * a serial run and a `-n 2` run write the same files, the same records (less what a clock or the
   kernel's timing decides), summaries, run tree and machines; every record names its host;
 * a worker that sees the results directory read-only (its own mount namespace: a write there fails
-  even as root) still gives the controller every record: it never writes there.
+  even as root) still gives the controller every record: it never writes there;
+* a worker that dies mid-run loses none of the tests it finished: their records went with their
+  reports.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EXP_MODULE, cgroups_or_skip, leaked, run_study, write_study
+from helpers import EXP_MODULE, KILLED_ON_PURPOSE, cgroups_or_skip, leaked, run_study, write_study
 
 import xdist  # noqa: E402,F401  (the `test` extra installs it: missing is a broken set-up, not a skip)
 
@@ -130,4 +132,40 @@ def test_a_worker_never_writes_under_the_run_directory(pytester, project):
     complete = json.loads((run / "complete.json").read_text())
     assert complete["exitstatus"] == 0 and list(complete["hosts"]) == [platform.node()]
     assert {"memory", "pids"} <= set(complete["run_tree"]["controllers"])
+    assert leaked(host) == []
+
+
+# Runs after the study's tests (file order, one worker): notes its worker's run roots as killed on
+# purpose (helpers.killed_on_purpose: no neighbour counts them as a leak), then kills the worker.
+WORKER_DIES = """
+import os, signal
+
+def test_the_worker_dies(agentcgroup_tree):
+    host = agentcgroup_tree.host
+    names = [p.name for d in (host.unified, *host.v1.values()) for p in d.iterdir()
+             if p.name.startswith(f"agentcgroup-{{os.getpid()}}-")]
+    with open({killed!r}, "a") as f:
+        f.writelines(n + "\\n" for n in names)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_loses_none_of_the_tests_it_finished(pytester, project):
+    host = cgroups_or_skip()
+    out = pytester.path / "out"
+    _read_only_mounts_or_skip(out)
+    worker = pytester.path / "read-only-worker"
+    worker.write_text(READ_ONLY_WORKER.format(out=out, python=sys.executable))
+    worker.chmod(0o755)
+    pytester.makepyfile(test_zz_dies=WORKER_DIES.format(killed=str(KILLED_ON_PURPOSE)))
+    result = run_study(pytester, "--dist", "load", "--tx", f"popen//python={worker}", "-p", "no:randomly")
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(["*crashed while running*test_the_worker_dies*"])
+    run = _run(pytester)
+    records = _records(run)
+    assert Counter(r["config"] for r in records) == Counter(
+        {"unlimited": 4, "static-env": 4, "static-toolcall": 4, "static-high": 4})
+    complete = json.loads((run / "complete.json").read_text())
+    assert complete["exitstatus"] == 1 and list(complete["hosts"]) == [platform.node()]
     assert leaked(host) == []
