@@ -72,7 +72,7 @@ def _corpus(config: pytest.Config) -> dict:
 
 class WorkerStore:
     """An xdist worker's side of the run's store: the records its tests write, kept to travel on
-    its test reports (`sent`), never written to a file; `complete`/`restart` answer as the run's
+    its test reports (`unsent`), never written to a file; `complete`/`restart` answer as the run's
     store would, from the steps the continued run holds (WORKERINPUT_DONE)."""
 
     def __init__(self, workerinput: dict):
