@@ -203,7 +203,7 @@ def test_report_of_a_real_run(pytester):
 
 @pytest.mark.slow
 def test_a_real_xdist_run_is_read_whole(pytester):
-    """Under `-n 2` each worker writes its own gw*/metrics.jsonl; the report reads them all."""
+    """Under `-n 2` the workers' records reach the controller's one metrics.jsonl; the report reads them all."""
     cgroups_or_skip()
     write_study(pytester.path)
     pytester.makepyfile(test_exp1=EXP_MODULE)

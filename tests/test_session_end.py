@@ -4,8 +4,8 @@
   the run merged and marked, the error still reported);
 * an xdist worker is known by its `workerinput`, not by an environment variable a serial pytest
   inherits from the xdist worker that started it;
-* under xdist the controller makes the run directory once, before the workers start, so two
-  sessions cannot both take the same run number;
+* under xdist the controller alone makes the run directory, when a worker's report first carries
+  records; two sessions never take the same run number, and its workers are only told its name;
 * a session that runs no experiment test (`-k` selecting nothing) neither leaves a run nor
   rewrites the unfinished run a resume would continue.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cgroups_or_skip, leaked, run_study, step_rec
-from pytest_agentcgroup.harness.controller import WORKERINPUT_RUN, ControllerSettings, MetricsController
+from pytest_agentcgroup.harness.controller import WORKERINPUT_DONE, ControllerSettings, MetricsController
 from pytest_agentcgroup.metrics import store
 
 FAILING_CLOSE = '''
@@ -70,16 +70,24 @@ def _controller(out: Path, *, resume: bool = False) -> MetricsController:
     return MetricsController(config, ControllerSettings(out=out, resume=resume))
 
 
-def test_two_parallel_sessions_get_distinct_run_directories_made_before_the_workers_start(tmp_path):
+def test_two_parallel_sessions_get_distinct_run_directories_and_their_workers_make_none(tmp_path):
     first, second = _controller(tmp_path / "out"), _controller(tmp_path / "out")
     nodes = [types.SimpleNamespace(workerinput={}) for _ in range(4)]
     for node in nodes[:2]:
         first.pytest_configure_node(node)
     for node in nodes[2:]:
         second.pytest_configure_node(node)
-    runs = {n.workerinput[WORKERINPUT_RUN] for n in nodes}
-    assert len(runs) == 2, runs                     # one per session, shared by its workers
-    assert all(Path(r).is_dir() for r in runs)      # made by the controller, not by a first worker
+    assert not (tmp_path / "out").exists() or not store.runs(tmp_path / "out")    # nothing made before a record
+    assert all(n.workerinput[WORKERINPUT_DONE] == [] for n in nodes)              # a new run: nothing done yet
+    # both sessions chose the same next number; the first to open its store takes it, the other the next
+    first.take([step_rec("t/a", step_id=0)])
+    second.take([step_rec("t/a", step_id=0)])
+    assert first.run != second.run and first.run.is_dir() and second.run.is_dir()
+    assert [r.name[:4] for r in store.runs(tmp_path / "out")] == ["0001", "0002"]
+    for controller in (first, second):
+        assert [r["step_id"] for r in store.read_records(controller.run / store.METRICS_FILE)] == [0]
+        controller.store.close()
+        store.release(controller.claim)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,8 @@ def test_merged_shards_equal_the_unsharded_run(pytester, study, capsys):
     assert "--agentcgroup-shard" not in facts["pytest_args"]
     done = json.loads((merged / "complete.json").read_text())
     assert done["exitstatus"] == 0 and [v["state"] for v in done["claims"]["verdicts"]] == ["holds", "holds"]
+    # the machines that measured: one here, named by the xdist shard's workers and by the serial shard alike
+    assert list(done["hosts"]) == [platform.node()] == sorted({r["host"] for r in _records(merged)})
     summary = {s["config"]: s for s in json.loads((merged / "summary.json").read_text())}
     whole_summary = {s["config"]: s for s in json.loads((whole_run / "summary.json").read_text())}
     for key in ("oom_kills", "executed_steps", "total_steps", "unstarted_steps", "timeouts"):

@@ -2,17 +2,19 @@
 what happens once per session, after every test has run, whichever process ran it.
 
 * results: the run directory (metrics/store.py: `results/NNNN_<time>/`, or on resume the unfinished run
-  it continues) is chosen and made once, here, with its run.json (start, pytest arguments, config,
-  the checkout's commit, the machine). Serially it is made when the first experiment test
-  asks for its store (`open_run`), so a session without experiments leaves the results directory as
-  it was. Under xdist the workers need the path when they start, before anyone knows whether a test
-  will run: the controller makes the new run's directory then (`reserve_run`: two sessions cannot
-  take the same number) and hands it to every worker (`workerinput`); when no experiment test ran
-  it removes it again. A resume consolidates the unfinished run it continues (store.begin_session)
-  only once a worker has collected tests to run, before any is scheduled
-  (`pytest_xdist_node_collection_finished`): `-k` selecting nothing leaves that run as it was. At
-  the end the workers' `RUN/<worker>/metrics.jsonl` are merged into `RUN/metrics.jsonl` +
-  `RUN/summary.json`, the run is marked finished (not after Ctrl-C) and `results/latest` points at it.
+  it continues) is chosen once, here, and made with its run.json (start, pytest arguments, config,
+  the checkout's commit, the machine) when the first experiment test asks for the run's store
+  (`open_store`): serially this process's test, under xdist the first report of a worker that
+  carries step records. A session without experiments leaves the results directory as it was.
+  Only this process writes the run: an xdist worker, on this machine or another (an execnet
+  gateway), never sees it. A worker's step records travel on its test reports (REPORT_RECORDS,
+  the records each phase of a test wrote: a worker that dies keeps every test it finished) and are
+  appended to RUN/metrics.jsonl as they arrive, as a serial run appends its own; its run tree
+  (REPORT_RUN_TREE) and its machine (REPORT_HOST) travel the same way. A resume tells the workers
+  which steps the continued run holds (WORKERINPUT_DONE) and consolidates that run when its
+  store is opened; a test redone drops its earlier lines with its first new record. At the end
+  summary.json is written, the run is marked finished (not after Ctrl-C) with the run tree and
+  the machines that measured, and `results/latest` points at it.
 * benchmark JSON: under xdist pytest-benchmark records nothing, so the entries that workers put on
   their test reports (benchjson.REPORT_ATTR) are written here in its schema. Serially
   pytest-benchmark writes the file and the hooks below add to it: params as test ids, and the
@@ -21,9 +23,9 @@ what happens once per session, after every test has run, whichever process ran i
   `--agentcgroup-save-baseline`.
 * claims comparing arms that separate tests measure (studies/kinds.py): checked here once every
   test has run (`check_claims`, after the run loop, before the session finishes), for trace x arm
-  experiments (exp1, exp4) on the run's records (a resumed run's earlier ones included, the xdist
-  workers' files read), for exp3 on the figures each arm's test put on its report (FIGURES, a user
-  property: it travels from xdist workers too). Each experiment's claims are one more test report,
+  experiments (exp1, exp4) on the run's records (a resumed run's earlier ones included), for exp3
+  on the figures each arm's test put on its report (FIGURES, a user property: it travels from
+  xdist workers too). Each experiment's claims are one more test report,
   `<its module>::claims[<experiment>]`: failed when a claim is refuted or not measured (with every
   claim, its values and verdict), skipped when one is not checked, else passed; the terminal's
   counts, `-rA`, JUnit XML and the exit status take it like any test. They are printed in the
@@ -45,16 +47,17 @@ from typing import Callable
 import pytest
 
 from ..metrics import benchjson, gate, store
-from ..metrics.store import begin_session, merge_workers, worker_dirs
+from ..metrics.store import ResultsStore, begin_session, record_key
 from ..studies import claims, kinds
 from . import environment
 
-WORKERINPUT_RUN = "agentcgroup_run"           # the run directory, chosen by the controller
-WORKERINPUT_CONTINUES = "agentcgroup_continues"
-REPORT_EXPERIMENT = "agentcgroup_experiment"  # a worker's report of an experiment test carries it
+WORKERINPUT_RUN = "agentcgroup_run"           # the run directory chosen (named in a worker's messages only)
+WORKERINPUT_DONE = "agentcgroup_done"         # resume: [[test key], [step ids]] the continued run holds
+REPORT_RECORDS = "agentcgroup_records"        # a worker's report: the step records written since its last one
+REPORT_RUN_TREE = "agentcgroup_run_tree"      # a worker's report: its run tree, when it changed
+REPORT_HOST = "agentcgroup_host"              # a worker's first report with records: its machine
 REPORT_CASE = "agentcgroup_case"              # every experiment test's report: (experiment, arm)
 FIGURES = "agentcgroup_figures"               # a user property: the claim figures one arm's test measured
-WORKEROUTPUT_RUN_TREE = "agentcgroup_run_tree"  # a worker's run tree: its controllers, those refused
 
 
 @dataclass
@@ -73,12 +76,14 @@ class MetricsController:
     def __init__(self, config: pytest.Config, settings: ControllerSettings):
         self.config, self.s = config, settings
         self.entries: list[dict] = []          # benchmark entries from worker reports
-        self.earlier: list[dict] = []          # resume: what the continued run held before
         self.run: Path | None = None           # the run directory, once chosen
         self.continues = False                 # the run is an unfinished earlier one (resume)
         self.begun = False                     # a resumed run was consolidated (begin_session)
-        self.opened = False                    # serial: an experiment asked for the run
-        self.reserved: list[Path] = []         # xdist: directories made before any test ran
+        self.opened = False                    # an experiment asked for the run: it is made
+        self.store: ResultsStore | None = None  # the run's metrics.jsonl, written by this process only
+        self.redone: set[tuple] = set()        # tests whose records came in this session (xdist)
+        self.done: list | None = None          # WORKERINPUT_DONE, once
+        self.hosts: dict[str, dict] = {}       # hostname -> the machine (environment.machine) that measured
         self.summaries: list[dict] = []
         self.gate_lines: list[str] = []
         self.json_written: Path | None = None
@@ -93,8 +98,9 @@ class MetricsController:
         self.claims_failed = False
         self.claims_error: str | None = None             # why the claims could not be checked at all
         # {"controllers", "refused"} of each run tree (this process's: fixtures.agentcgroup_tree;
-        # the workers': pytest_testnodedown), for machine_info and complete.json
+        # each worker's, the last its reports carried), for machine_info and complete.json
         self.run_trees: list[dict] = []
+        self.worker_trees: dict[str, dict] = {}
 
     @property
     def distributed(self) -> bool:
@@ -123,7 +129,7 @@ class MetricsController:
 
     def _begin(self) -> None:
         if self.continues and not self.begun:
-            self.earlier = begin_session(self.run)
+            begin_session(self.run)          # a run a killed older version's workers left files in
             self.begun = True
 
     def _resolve_baseline(self) -> None:
@@ -166,21 +172,9 @@ class MetricsController:
                 "checkout": environment.checkout_commit(), "host": environment.host(),
                 "corpus": self.s.corpus() if self.s.corpus else None, **({"shard": self.s.shard} if self.s.shard else {})}
 
-    def reserve_run(self) -> Path:
-        """xdist, before the workers start: choose the run and make a new run's directory (and
-        the results directory, if missing), remembering what was made so that `finish` can remove
-        it when no experiment test ran. A resumed run is not consolidated yet."""
-        if self.run is None:
-            self.choose_run(begin=False)
-            if not self.continues:
-                out = Path(self.s.out)
-                missing = [d for d in (out, *out.parents) if not d.exists()]
-                self.reserved = [self._make_new_run(), *missing]
-        return self.run
-
     def open_run(self) -> tuple[Path, bool]:
-        """Serial: the first experiment test is about to write; make its run directory and point
-        `latest` at it. Returns (run, continues)."""
+        """The first experiment test is about to write (serial: this process's; xdist: a worker's
+        report with records): make its run directory and point `latest` at it. Returns (run, continues)."""
         run = self.choose_run()
         if not self.opened:
             if self.continues:
@@ -191,24 +185,28 @@ class MetricsController:
             self.opened = True
         return run, self.continues
 
+    def open_store(self) -> ResultsStore:
+        """The run's results store, made with the run (open_run) on first use; this process is its
+        only writer."""
+        if self.store is None:
+            run, continues = self.open_run()
+            self.store = ResultsStore(run, resume=continues)
+        return self.store
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        """xdist: every worker gets the one run directory chosen and made here."""
-        node.workerinput[WORKERINPUT_RUN] = str(self.reserve_run())
-        node.workerinput[WORKERINPUT_CONTINUES] = self.continues
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
-        """xdist: a worker will run tests (the controller schedules them after this hook): a
-        resumed run is consolidated now, before any of them reads it."""
-        if ids:
-            self._begin()
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_testnodedown(self, node, error) -> None:
-        tree = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_RUN_TREE)
-        if tree is not None:
-            self.run_trees.append(tree)
+        """xdist: a worker is told the run's name (for its messages) and, on resume, which steps the
+        continued run holds (read without writing: the run is consolidated when its store opens)."""
+        run = self.choose_run(begin=False)
+        if self.done is None:
+            earlier = (store.merged_records(run, keep=store.read_records(run / store.METRICS_FILE))
+                       if self.continues else [])
+            steps: dict[tuple, list] = {}
+            for r in earlier:
+                steps.setdefault(record_key(r), []).append(r["step_id"])
+            self.done = [[list(key), ids] for key, ids in steps.items()]
+        node.workerinput[WORKERINPUT_RUN] = str(run)
+        node.workerinput[WORKERINPUT_DONE] = self.done
 
     # -- while tests run -------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report) -> None:
@@ -229,15 +227,37 @@ class MetricsController:
         entry = getattr(report, benchjson.REPORT_ATTR, None)
         if entry is not None and report.when == "call":
             self.entries.append(entry)
-        if getattr(report, REPORT_EXPERIMENT, False) and not self.opened and self.run is not None \
-                and self.run.is_dir():
-            store.point_latest(self.run)          # a worker made the run: readers find it now
-            self.opened = True
+        worker = getattr(report, "worker_id", None) or "?"
+        tree = getattr(report, REPORT_RUN_TREE, None)
+        if tree is not None:
+            self.worker_trees[worker] = tree
+        machine = getattr(report, REPORT_HOST, None)
+        if machine is not None:
+            self.hosts.setdefault(machine["hostname"], machine)
+        records = getattr(report, REPORT_RECORDS, None)
+        if records is not None:
+            self.take(records)
+
+    def take(self, records: list[dict]) -> None:
+        """A worker's step records, appended to the run's file as they arrive. A test's first record
+        in this session drops what an earlier attempt of a resumed run left of it, as a serial
+        resume does with its first new record."""
+        results = self.open_store()
+        for rec in records:
+            key = record_key(rec)
+            if key not in self.redone:
+                self.redone.add(key)
+                results.restart(key)
+            results.append(rec)
 
     # -- pytest-benchmark hooks (serial runs: it writes the file, we add to it) -------------------
     def pytest_benchmark_update_machine_info(self, config, machine_info) -> None:
-        machine_info["agentcgroup"] = environment.snapshot(seeds=self._seeds(),
-                                                           run_tree=environment.merge_run_trees(self.run_trees))
+        machine_info["agentcgroup"] = {**environment.snapshot(seeds=self._seeds(), run_tree=self.run_tree()),
+                                       "hosts": self.hosts}
+
+    def run_tree(self) -> dict | None:
+        """The run's cgroup controllers and refusals over this process's and the workers' trees."""
+        return environment.merge_run_trees(self.run_trees + list(self.worker_trees.values()))
 
     def pytest_benchmark_update_json(self, config, benchmarks, output_json) -> None:
         for b in output_json["benchmarks"]:
@@ -249,41 +269,36 @@ class MetricsController:
         return [i["seed"] for i in infos if "seed" in i]
 
     # -- after the last test ---------------------------------------------------------------------
-    def finish(self, session: pytest.Session, records: list[dict], summaries: list[dict]) -> list[dict]:
-        """Called by session.py's finish once the serial store is closed (`records` are its
-        file's records, `summaries` their summaries; both empty under xdist). Returns the run's summaries."""
-        self.summaries = summaries
+    def finish(self, session: pytest.Session) -> tuple[list[dict], list[dict]]:
+        """Called by session.py's finish once the fixtures' resources are closed: the run's store
+        closed (summary.json), the run marked and gated. Returns the run's (records, summaries)."""
+        records: list[dict] = []
+        if self.store is not None:
+            self.summaries, records = self.store.close(), self.store.records
         if self.claims_error and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED     # claims never checked are no pass
         if self.distributed and self.config.getoption("benchmark_json", None) and self.entries:
             self._write_benchmark_json(Path(self.config.getoption("benchmark_json")))
         run = self.run
-        used = run is not None and (self.opened or (bool(worker_dirs(run)) and (self.begun or not self.continues)))
-        if not used:                           # no experiment wrote: the results directory is left as it was
-            self._give_back()                  # before the lock goes: no resume may take it meanwhile
+        if run is None or not self.opened:     # no experiment wrote: the results directory is left as it was
             store.release(self.claim)
             self.claim = None
-            return self.summaries
-        if self.distributed:
-            records, self.summaries = merge_workers(run, keep=self.earlier)
+            return records, self.summaries
         if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            store.mark_finished(run, int(session.exitstatus), environment.merge_run_trees(self.run_trees),
-                                claims=self._claims_inputs())
+            store.mark_finished(run, int(session.exitstatus), self.run_tree(), claims=self._claims_inputs(),
+                                hosts=self.hosts)
         store.point_latest(run)
         store.release(self.claim)              # written: a later resume may take it (if unfinished)
         self.claim = None
         ran = bool(self.summaries)
         if ran and (self.s.baseline or self.s.save_baseline):
             self._gate(session, records)
-        return self.summaries
+        return records, self.summaries
 
-    def run_records(self, serial: list[dict]) -> list[dict]:
-        """The run's step records as they stand after the last test: serially this process's
-        store's (`serial`); under xdist the workers' files merged with a resumed run's earlier
-        records, read without writing (finish merges them into the run's file)."""
-        if not self.distributed:
-            return serial
-        return store.merged_records(self.run, keep=self.earlier) if self.run is not None and self.run.is_dir() else []
+    def run_records(self) -> list[dict]:
+        """The run's step records as they stand after the last test (a resumed run's earlier ones
+        included): its store's, whichever process replayed them."""
+        return self.store.records if self.store is not None else []
 
     def check_claims(self, records: list[dict], experiments, session=None) -> None:
         """The claims of each experiment that had a test in this session and whose claims compare
@@ -331,17 +346,6 @@ class MetricsController:
                                    outcome, longrepr, "call")
         self.claims_failed |= failed
         self.config.hook.pytest_runtest_logreport(report=report)
-
-    def _give_back(self) -> None:
-        """Remove what reserve_run made, if it is still empty (no worker wrote)."""
-        for d in self.reserved:
-            if d == self.run:
-                (d / store.RUN_FILE).unlink(missing_ok=True)
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        self.reserved = []
 
     def _write_benchmark_json(self, path: Path) -> None:
         hook = self.config.hook

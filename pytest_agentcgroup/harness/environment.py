@@ -1,7 +1,8 @@
 """The environment a run measured in, for the benchmark JSON's `machine_info["agentcgroup"]` and the
 run directory's run.json: a result is only comparable with another one taken on a like host
 (kernel, cgroup layout, BPF features, CPU, memory, package versions, seeds) from the same code
-(the checkout's commit). Read by the run's controller (controller.py).
+(the checkout's commit). Read by the run's controller (controller.py), and by each xdist worker
+for its own machine, which its reports carry to the controller (session.py).
 
 May import: cgroups/ (the host's layout), bpf/ (features), programs (git). Nothing of the pytest side."""
 from __future__ import annotations
@@ -94,6 +95,22 @@ def host() -> dict:
         "python": platform.python_version(),
         "packages": _versions(),
     }
+
+
+def node() -> str:
+    """This machine's name (the hostname) as records and complete.json's `hosts` name it."""
+    return platform.node() or "unknown"
+
+
+def machine() -> dict:
+    """The machine a process measures on, as complete.json's `hosts` keeps it: its name and host()."""
+    return {"hostname": node(), **host()}
+
+
+def record_fields(cgroup_mode: str | None) -> dict:
+    """What each step record says of the machine that measured it: hostname, kernel release and
+    cgroup mode (the rest of it is in complete.json's `hosts` under that name)."""
+    return {"host": node(), "kernel": os.uname().release, "cgroup_mode": cgroup_mode}
 
 
 #: the checkout the package is imported from (an editable install's; a wheel's is no checkout)

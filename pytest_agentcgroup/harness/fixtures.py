@@ -3,7 +3,7 @@ replay, the Docker engine, and the policy arms' controllers. This module owns ev
 what they make (close_session; plugin.py's sessionfinish only calls it again after an interrupt).
 
 May import everything below the pytest side (arms, traces/, proc, replay/, engines/, cgroups/, bpf/,
-metrics/, studies/, config) and the harness's settings, state, collect and session.
+metrics/, studies/, config) and the harness's settings, state, collect, environment and session.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from ..replay.executors.base import SeedFailed
 from ..studies import budgets
 from ..traces.classify import step_kind
 from ..traces.ir import Trace, TraceError
-from . import faithful
+from . import environment, faithful
 from .collect import Case
 from .session import results_store
 from .settings import setting
@@ -48,7 +48,7 @@ def agentcgroup_tree(request: pytest.FixtureRequest):
     # met later (a test's cgroup, a container's) are in it too
     state.run_tree = {"controllers": list(tree.controllers), "refused": tree.refused}
     controller = request.config.stash.get(CONTROLLER, None)
-    if controller is not None:                # serial (a worker sends it at its end: session.finish)
+    if controller is not None:                # serial (a worker's reports carry it: session.mark_report)
         controller.run_trees.append(state.run_tree)
     worker = getattr(request.config, "workerinput", None)     # an xdist worker (never an inherited env var)
     try:
@@ -171,6 +171,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
     # real commands: the task's workspace (built on first use), or a failure naming the missing one
     provided, lacking = faithful.workspace(config, case, agentcgroup_trace, executor, executor_name, marker=marker)
     restart_pending = resume             # a partial earlier attempt's lines go with the first new record
+    machine = environment.record_fields(agentcgroup_tree.host.mode)
     source_recorded = any(s.recorded_outcome is not None for s in agentcgroup_trace.steps)
 
     def run() -> Outcome:
@@ -184,6 +185,7 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
                 store.restart(case.key)
             rec = {"experiment": case.experiment.name, "seed": case.seed, "params": case.params,
                    "trace_steps": len(steps),      # how many records make this test complete
+                   **machine,                      # which host measured it: hostname, kernel, cgroup mode
                    **step_record(result, steps[result.step_id], config=case.arm.name,
                                  time_scale=executor.time_scale, executor=executor_name,
                                  source_recorded=source_recorded),

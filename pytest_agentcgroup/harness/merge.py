@@ -8,8 +8,8 @@ complete.json.
 The merged run is a new run of the output results directory (NNNN_<time>/, `latest` points at it),
 so `agentcgroup compare`, `agentcgroup report` and `--agentcgroup-baseline` take it as any run. Its
 run.json is the first shard's with `merged_from` (each shard's run, shard and start) and without
-`shard`; its complete.json holds the claims' verdicts and an exit status: the first failing shard's,
-else 1 when a claim is refuted or not measured, else 0.
+`shard`; its complete.json holds the claims' verdicts, the shards' hosts and an exit status: the first
+failing shard's, else 1 when a claim is refuted or not measured, else 0.
 
 Refused (MergeError, naming the runs and what differs): a run that is not a sharded run of the
 plugin (no run.json, or no shard in it), shards of different N, one shard given twice, shards run
@@ -85,7 +85,8 @@ def read_shard(path: str | Path) -> Shard:
         complete = None
     except (OSError, ValueError) as exc:
         raise MergeError(f"{run / store.COMPLETE_FILE}: cannot read: {exc}") from None
-    # a killed xdist run may still hold its workers' files: read them as a resume would, writing nothing
+    # a run killed under an older version may still hold its xdist workers' files: read them as a
+    # resume would, writing nothing
     records = store.merged_records(run, keep=store.read_records(run / store.METRICS_FILE))
     return Shard(run, facts, complete if isinstance(complete, dict) else None, records, k, n)
 
@@ -217,6 +218,7 @@ def merge(runs: list[str | Path], out: str | Path, *, config: str | Path | None 
     failed = [s.complete["exitstatus"] for s in shards if (s.complete or {}).get("exitstatus")]
     status = failed[0] if failed else int(any(v.fails for v in verdicts))
     trees = [s.complete["run_tree"] for s in shards if (s.complete or {}).get("run_tree")]
+    hosts = {name: machine for s in shards for name, machine in ((s.complete or {}).get("hosts") or {}).items()}
     results = Path(out)
     while True:                                     # a new run, never over another (store.claim)
         run = store.new_run(results)
@@ -228,7 +230,7 @@ def merge(runs: list[str | Path], out: str | Path, *, config: str | Path | None 
     try:
         store.write_run_file(run, {**_run_facts(shards, missing), "run": str(run)})
         store.write_results(run, records)
-        store.mark_finished(run, status, environment.merge_run_trees(trees),
+        store.mark_finished(run, status, environment.merge_run_trees(trees), hosts=hosts,
                             claims={"verdicts": [{"claim": v.claim.text, "state": v.state, "detail": v.detail}
                                                  for v in verdicts]})
         store.point_latest(run)

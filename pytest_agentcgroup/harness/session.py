@@ -1,11 +1,14 @@
 """The session side: what each pytest process does once per session, and what travels between xdist
 workers and the controller. The controller (this process serially, xdist's controller under
-`-n N`) gets a MetricsController (controller.py); each process opens one results store when its
-first experiment test needs it (a worker writes its own file in the run directory the controller
-chose); a worker's reports carry its benchmark entries; at the end the store is closed and the
-controller merges, marks and gates the run.
+`-n N` or `--tx`) gets a MetricsController (controller.py), the only writer of the run directory.
+Serially the store the experiment tests write to is the run's own (controller.open_store); an
+xdist worker's is a WorkerStore, which writes no file: what it holds travels on the worker's test
+reports to the controller, each phase's report carrying the step records written since the last
+one, with the worker's run tree and, once, its machine; its benchmark entries too. At the end the
+controller closes the run's store, marks and gates the run.
 
-May import: config, traces.corpus (its manifest's name), metrics/, reports.table and the harness's settings, state, collect and controller.
+May import: config, traces.corpus (its manifest's name), metrics/, reports.table and the harness's settings, state,
+collect, controller and environment.
 """
 from __future__ import annotations
 
@@ -17,10 +20,11 @@ import pytest
 from .. import config as cfgmod
 from ..traces.corpus import MANIFEST
 from ..metrics import benchjson, faithfulness, gate
-from ..metrics.store import METRICS_FILE, ResultsStore, read_records
+from ..metrics.store import METRICS_FILE, ResultsStore, record_key, summaries
 from ..reports.table import format_summary
+from . import environment
 from .collect import case_of
-from .controller import (REPORT_CASE, REPORT_EXPERIMENT, WORKERINPUT_CONTINUES, WORKERINPUT_RUN, WORKEROUTPUT_RUN_TREE,
+from .controller import (REPORT_CASE, REPORT_HOST, REPORT_RECORDS, REPORT_RUN_TREE, WORKERINPUT_DONE, WORKERINPUT_RUN,
                          ControllerSettings, MetricsController)
 from .settings import check_numbers, setting, shard
 from .state import CONTROLLER, REPLAY_SECONDS, STATE, State
@@ -66,37 +70,75 @@ def _corpus(config: pytest.Config) -> dict:
     return {"traces": root, "manifest_sha256": digest}
 
 
-def results_store(config: pytest.Config) -> ResultsStore:
-    """This process's results store, made when the first experiment test needs it: only then is
-    the run directory made (store.py), so a session without experiments writes nothing."""
+class WorkerStore:
+    """An xdist worker's side of the run's store: the records its tests write, kept to travel on
+    its test reports (`unsent`), never written to a file; `complete`/`restart` answer as the run's
+    store would, from the steps the continued run holds (WORKERINPUT_DONE)."""
+
+    def __init__(self, workerinput: dict):
+        # named in messages only: the file is the controller's, perhaps on another machine
+        self.path = Path(workerinput[WORKERINPUT_RUN]) / METRICS_FILE
+        self._done = {tuple(key): set(ids) for key, ids in workerinput.get(WORKERINPUT_DONE) or []}
+        self.records: list[dict] = []
+        self._sent = 0
+
+    def complete(self, key: tuple, steps: int) -> bool:
+        return len(self._done.get(key, ())) >= steps > 0
+
+    def restart(self, key: tuple) -> None:
+        """The controller drops the earlier attempt's lines with the test's first new record."""
+        self._done.pop(key, None)
+
+    def append(self, record: dict) -> None:
+        self.records.append(record)
+        self._done.setdefault(record_key(record), set()).add(record["step_id"])
+
+    def unsent(self) -> list[dict]:
+        """The records written since the last call: what the next report carries."""
+        new, self._sent = self.records[self._sent:], len(self.records)
+        return new
+
+    def summaries(self) -> list[dict]:
+        return summaries(self.records)
+
+
+def results_store(config: pytest.Config) -> ResultsStore | WorkerStore:
+    """The store this process's experiment tests write to, made when the first of them needs it:
+    only then is the run directory made (controller.open_store), so a session without
+    experiments writes nothing. An xdist worker (known by its workerinput: a serial pytest
+    started from a worker inherits PYTEST_XDIST_WORKER) gets a WorkerStore."""
     state = config.stash[STATE]
     if state.store is None:
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            # An xdist worker (known by its workerinput: a serial pytest started from a worker
-            # inherits PYTEST_XDIST_WORKER). The controller chose the run; each worker writes its
-            # own file (one writer per file) and the controller merges them. A continued run's
-            # file was consolidated by the controller before the workers started; a worker only reads it.
-            run, continues = Path(workerinput[WORKERINPUT_RUN]), workerinput[WORKERINPUT_CONTINUES]
-            earlier = read_records(run / METRICS_FILE) if continues else None
-            state.store = ResultsStore(run / workerinput["workerid"], resume=continues, earlier=earlier, claim_run=run)
+            state.store = WorkerStore(workerinput)
         else:
-            run, continues = config.stash[CONTROLLER].open_run()
-            state.store = ResultsStore(run, resume=continues)
+            controller = config.stash[CONTROLLER]
+            controller.hosts.setdefault(environment.node(), environment.machine())
+            state.store = controller.open_store()
     return state.store
 
 
 def mark_report(item: pytest.Item, call, report) -> None:
     """plugin.py's pytest_runtest_makereport: an experiment test's report says its experiment and
-    arm (the controller checks claims across arms at the end); under xdist, a benchmark's entry
-    travels to the controller on the call report."""
+    arm (the controller checks claims across arms at the end); under xdist, what the worker wrote
+    since its last report travels to the controller on this one: step records, the run tree when
+    it changed, the machine with the first records, a benchmark's entry on the call report."""
     case = case_of(item)
     if case is not None:
         setattr(report, REPORT_CASE, case)
     if not hasattr(item.config, "workerinput"):      # not an xdist worker
         return
-    if "agentcgroup_case" in getattr(item, "fixturenames", ()):
-        setattr(report, REPORT_EXPERIMENT, True)     # the controller points results/latest at the run
+    state = item.config.stash[STATE]
+    if isinstance(state.store, WorkerStore):
+        if not state.host_sent:
+            setattr(report, REPORT_HOST, environment.machine())
+            state.host_sent = True
+        setattr(report, REPORT_RECORDS, state.store.unsent())
+    if state.run_tree is not None and state.run_tree != state.run_tree_sent:
+        setattr(report, REPORT_RUN_TREE, state.run_tree)
+        state.run_tree_sent = {"controllers": list(state.run_tree["controllers"]),
+                               "refused": dict(state.run_tree["refused"])}
     fixture = getattr(item, "funcargs", {}).get("benchmark")
     if call.when == "call" and getattr(fixture, "_mode", None) and not fixture.has_error:
         seconds = item.stash.get(REPLAY_SECONDS, report.duration)
@@ -104,18 +146,14 @@ def mark_report(item: pytest.Item, call, report) -> None:
 
 
 def finish(session: pytest.Session, state: State) -> None:
-    """plugin.py's sessionfinish, once the fixtures' resources are closed: close this process's
-    store, and on the controller merge, mark, gate (controller.py)."""
+    """plugin.py's sessionfinish, once the fixtures' resources are closed: on the controller the
+    run's store is closed and the run marked and gated (controller.py)."""
     records = []
-    if state.store is not None:
-        state.summaries, records = state.store.close(), state.store.records
-    if state.run_tree is not None and hasattr(session.config, "workeroutput"):
-        session.config.workeroutput[WORKEROUTPUT_RUN_TREE] = state.run_tree     # to pytest_testnodedown
     controller = session.config.stash.get(CONTROLLER, None)
     if controller is not None:
-        state.summaries = controller.finish(session, records, state.summaries)
-        if controller.distributed and controller.run is not None and (controller.run / METRICS_FILE).is_file():
-            records = read_records(controller.run / METRICS_FILE)      # the workers', merged
+        records, state.summaries = controller.finish(session)
+    elif state.store is not None:                    # a worker: its own tests' share, for its summary
+        state.summaries, records = state.store.summaries(), state.store.records
     state.faithful = faithfulness.summary_lines(records)
 
 
@@ -131,8 +169,7 @@ def check_claims(session: pytest.Session) -> None:
     except cfgmod.ConfigError as exc:        # e.g. the file changed while the tests ran: said, and a failure
         controller.claims_unchecked(f"claims not checked: {exc}")
         return
-    controller.check_claims(controller.run_records(state.store.records if state.store is not None else []), conf,
-                            session)
+    controller.check_claims(controller.run_records(), conf, session)
 
 
 def _experiments(session: pytest.Session, state: State) -> cfgmod.Config:

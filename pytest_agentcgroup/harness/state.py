@@ -27,7 +27,9 @@ class State:
     tree: RunTree | None = None
     run_tree: dict | None = None    # the tree's {"controllers", "refused"}, kept after it is closed
     isolation: WorkerIsolation | None = None
-    store: ResultsStore | None = None
+    store: ResultsStore | None = None   # serially the run's; an xdist worker's: session.WorkerStore
+    host_sent: bool = False             # an xdist worker: its machine went with its first records
+    run_tree_sent: dict | None = None   # an xdist worker: the run tree as its reports last carried it
     summaries: list = field(default_factory=list)
     faithful: list = field(default_factory=list)     # per trace: how faithful its real commands' replay was
     failures: dict = field(default_factory=dict)

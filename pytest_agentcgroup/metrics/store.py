@@ -5,7 +5,7 @@ finished) and summary.json (one object per experiment × config × seed × param
     results/                       the results directory (--agentcgroup-out)
       0001_20261123T190000/        a run: NNNN_<UTC start>, numbered as pytest-benchmark numbers saves
         run.json  metrics.jsonl  summary.json  complete.json
-      0002_20261123T193000/        the next run (gw0/, gw1/ while its xdist workers write)
+      0002_20261123T193000/        the next run
       latest -> 0002_20261123T193000
 
 A run directory is made only when the run's first experiment test is about to write: a session
@@ -20,21 +20,23 @@ into one run directory: a results directory means its newest run — even when a
 metrics.jsonl (written before runs had directories) lies beside the runs; a directory without runs
 that holds metrics.jsonl itself (a run, or such old results) is taken as it is.
 
-A run is written by one session at a time. Every process that writes into a run (the pytest
-process, or xdist's controller and each worker) holds a shared flock on the run directory itself
-for as long as it writes (`claim`: nothing is added to the run). A resume takes the unfinished
+A run is written by one session at a time, and by one process of it: the pytest process, or
+xdist's controller, to which the workers send their records (harness/controller.py); a worker,
+on this machine or another, never opens the run. That process holds a shared flock on the run
+directory itself for as long as it writes (`claim`: nothing is added to the run). A resume takes the unfinished
 newest run only when nobody holds it (`resume_run`, which probes with an exclusive lock): a run
 still written by a live session is never continued — the resuming session starts a new run and
 says so. Choosing and claiming happen under a short exclusive flock on the results directory, so
 two sessions never both take one run.
 
-One writer per file: a serial run writes `RUN/metrics.jsonl`; each xdist worker writes
-`RUN/<worker>/metrics.jsonl` and the controller merges them into `RUN/metrics.jsonl` at the end
-(`merge_workers`), so a run directory looks the same however the run was split.
+One writer: `RUN/metrics.jsonl` is appended to by the one process that writes the run, so a run
+directory looks the same however the run was split. Runs that a version which had xdist workers
+write `RUN/<worker>/metrics.jsonl` left unmerged (killed before its controller merged them) are
+still read: `merged_records` and `begin_session` (a resume) join them into the run's file.
 
 A test's results are identified by its `run_key`: experiment, arm (`config`), trace, seed and
 matrix params. When a run is continued (resume), `begin_session` first consolidates it (its file
-plus what workers of a killed parallel run left) into its one file. With `resume=True` the store
+plus what workers of such a killed parallel run left) into its one file. With `resume=True` the store
 keeps what the earlier attempt wrote: `complete(key, n)` says whether a test's steps are all there
 already, and `restart(key)` drops a test's partial lines before it is replayed again, so the final
 file holds every step once.
@@ -193,12 +195,15 @@ def point_latest(run: Path) -> None:
     os.replace(tmp, link)
 
 
-def mark_finished(run: Path, exitstatus: int, run_tree: dict | None = None, *, claims: dict | None = None) -> None:
+def mark_finished(run: Path, exitstatus: int, run_tree: dict | None = None, *, claims: dict | None = None,
+                  hosts: dict | None = None) -> None:
     """`run_tree`: the run's cgroup controllers and those left out with why (harness/environment.py
-    merge_run_trees); `claims`: a sharded run's inputs to the claims, or a merged run's verdicts."""
+    merge_run_trees); `claims`: a sharded run's inputs to the claims, or a merged run's verdicts;
+    `hosts`: hostname -> the machine that measured (environment.machine), every host of the run."""
     _write_atomic(run / COMPLETE_FILE, json.dumps({
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), "exitstatus": exitstatus,
         **({"run_tree": run_tree} if run_tree is not None else {}),
+        **({"hosts": hosts} if hosts else {}),
         **({"claims": claims} if claims is not None else {})}) + "\n")
 
 
@@ -293,13 +298,14 @@ def _remove_worker_dirs(out: Path) -> None:
 
 
 def merge_workers(out: Path, *, keep: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
-    """Controller side: DIR/metrics.jsonl := `keep` (earlier results, on resume) minus every test a
-    worker redid, plus every worker's records; the worker directories are removed. Returns the
-    merged records and their summaries (summary.json is written too).
+    """A run whose xdist workers wrote files of their own (an older version, killed before its
+    controller merged them): DIR/metrics.jsonl := `keep` (earlier results, on resume) minus every
+    test a worker redid, plus every worker's records; the worker directories are removed. Returns
+    the merged records and their summaries (summary.json is written too).
 
     Which version of a test wins is decided by age: a worker's records are newer than DIR's file
-    (the controller writes that file before its workers start, and only merges after they stop),
-    so they replace its version of the test. A worker file OLDER than DIR's file is stale: a later
+    (that version's controller wrote that file before its workers started), so they replace its
+    version of the test. A worker file OLDER than DIR's file is stale: a later
     run rewrote DIR's file after that worker stopped (a serial run after a killed parallel one,
     left by a version that did not yet remove worker directories at start); it is dropped, not
     merged. Equal times (coarse file clocks) count as newer: the worker wins."""
@@ -321,7 +327,7 @@ def merged_records(out: Path, *, keep: list[dict] | None = None) -> list[dict]:
 def begin_session(run: Path) -> list[dict]:
     """The controller's set-up of a run it continues (resume), before any of its tests runs, serial
     or parallel: RUN's file := what the earlier attempt left (its own lines merged with the files
-    of workers of a parallel run killed before its controller could merge them); returns those
+    of workers of an older version's parallel run killed before its controller merged them); returns those
     records, which tests read to know what is complete. A new run needs no set-up: its directory
     is new."""
     if not worker_dirs(run):             # nothing to consolidate: the run is read, not rewritten
@@ -330,31 +336,24 @@ def begin_session(run: Path) -> list[dict]:
 
 
 class ResultsStore:
-    """One writer's metrics.jsonl.
+    """The run's metrics.jsonl, written by the run's one writing process.
 
-    resume, serial (`earlier` None): the store continues RUN's file, which `begin_session` has
-    consolidated; its lines are kept and what they complete is skipped. resume, xdist worker:
-    `earlier` holds RUN's records (read, never rewritten, by a worker) and the worker's own file
-    starts empty. Without resume the store is a new run's: its directory is new."""
+    resume: the store continues RUN's file, which `begin_session` has consolidated; its lines are
+    kept and what they complete is skipped. Without resume the store is a new run's: its
+    directory is new."""
 
-    def __init__(self, out: str | Path, *, resume: bool = False, earlier: list[dict] | None = None,
-                 claim_run: Path | None = None):
+    def __init__(self, out: str | Path, *, resume: bool = False):
         self.out = Path(out)
-        # an xdist worker holds its run (claim_run) as live while it writes, as its controller does
-        self._claim = claim(Path(claim_run), new=False) if claim_run is not None else None
         self.out.mkdir(parents=True, exist_ok=True)
         self.path = self.out / METRICS_FILE
-        continues = resume and earlier is None
-        self.records: list[dict] = read_records(self.path) if continues else []
-        if continues:
-            earlier = self.records
+        self.records: list[dict] = read_records(self.path) if resume else []
         # Indexes built once, so that each resumed test's complete()/restart() is a lookup:
         # test -> step ids already recorded by earlier runs; the tests that have lines in our file.
         self._done: dict[tuple, set] = defaultdict(set)
-        for r in earlier or []:
+        for r in self.records:
             self._done[record_key(r)].add(r["step_id"])
-        self._in_file: set[tuple] = set(self._done) if continues else set()
-        self._fh = open(self.path, "a" if continues else "w", encoding="utf-8")
+        self._in_file: set[tuple] = set(self._done)
+        self._fh = open(self.path, "a" if resume else "w", encoding="utf-8")
 
     def complete(self, key: tuple, steps: int) -> bool:
         """All `steps` steps of this test are already recorded (by an earlier run)."""
@@ -384,6 +383,4 @@ class ResultsStore:
         self._fh.close()
         sums = self.summaries()
         _write_atomic(self.out / SUMMARY_FILE, json.dumps(sums, indent=1) + "\n")
-        release(self._claim)
-        self._claim = None
         return sums

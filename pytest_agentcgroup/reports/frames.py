@@ -7,8 +7,9 @@ seed × sweep params) — the rows of runs.csv.
     res.tests                              # a row per trace × arm × seed (× params), per results dir
 
 A results directory holds one directory per run (metrics/store.py; the newest is read unless a
-run directory is named). A run holds metrics.jsonl (written by metrics/store.py), or — a parallel run whose
-controller did not merge them — one per xdist worker in gw0/, gw1/, …, which are read together.
+run directory is named). A run holds metrics.jsonl (written by metrics/store.py), or — a parallel run of
+an older version, killed before its controller merged them — one per xdist worker in gw0/, gw1/, …,
+which are read together.
 Records without `seed` are seed 0; without `params`, no sweep axes ({}).
 """
 from __future__ import annotations
