@@ -45,7 +45,10 @@ step's own peak), each with its knobs as keys of the arm (LIMIT_KNOBS: defaults,
     quantile = 0.95
     folds = "task"               # each trace gets the fold that held out its task (or "repository")
 
-`margin_mb` is added to every per-step limit.
+`margin_mb` is added to every per-step limit. On a policy arm (policy = "agentcgroup", with
+memory_max_mb and without memory_high_mb) the computed limit is each step's soft limit instead: a
+low-priority step is held there and granted room up to the ceiling (bpf/controller.py), so a
+misprediction costs a stall, not a kill.
 
 Steps always run in their own child cgroup, whatever the scope, so every arm measures each step the
 same way; the scope only decides which cgroup carries the limits.
@@ -210,12 +213,21 @@ def _check_limit_from(raw: dict, scope: str, policy, where: str) -> None:
         what = "from each step's peak" if source == "step_peak" else f"per step ({source})"
         raise ArmError(f"{where}.limit_from: a limit {what} goes on each step's cgroup; "
                        f"scope must be \"step\", got {scope!r}")
-    if policy is not None:
-        raise ArmError(f"{where}.limit_from: a policy arm's controller sets its steps' limits; "
-                       "limit_from is for static arms")
+    if policy is not None:      # each step's limit is its soft limit, held and granted up to the ceiling
+        if source == "step_peak":
+            raise ArmError(f"{where}.limit_from: a policy arm's controller sets its steps' limits; "
+                           "limit_from = \"step_peak\" is for static arms")
+        if raw.get("memory_high_mb") is not None or raw.get("memory_max_mb") is None:
+            raise ArmError(f"{where}: a policy arm with limit_from holds each step at its computed limit (its "
+                           "soft limit) up to memory_max_mb, the ceiling: set memory_max_mb, not memory_high_mb")
+        return _check_margin(margin, where)
     for key in ("memory_max_mb", "memory_high_mb"):
         if raw.get(key) is not None:
             raise ArmError(f"{where}.{key}: limit_from gives each step its hard limit; remove {key}")
+    _check_margin(margin, where)
+
+
+def _check_margin(margin, where: str) -> None:
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0):
         raise ArmError(f"{where}.margin_mb: expected a number >= 0 (MiB above each step's peak), got {margin!r}")
 

@@ -128,6 +128,10 @@ def test_a_kill_counts_in_the_window_as_the_limit_reached_or_with_vpas_bump():
     ({"limit_from": "predict", "model": "m.json", "quantile": 0}, "arms.a.quantile: expected a number > 0"),
     ({"quantile": 0.9}, "arms.a.quantile: a knob of limit_from = 'predict'; this arm's limit_from is None"),
     ({"limit_from": "window", "scope": "trace"}, "arms.a.limit_from: a limit per step (window) goes on each step's"),
+    ({"limit_from": "vpa", "policy": "agentcgroup"}, "arms.a: a policy arm with limit_from holds each step at its computed"),
+    ({"limit_from": "vpa", "policy": "agentcgroup", "memory_max_mb": 512, "memory_high_mb": 64},
+     "arms.a: a policy arm with limit_from holds each step"),
+    ({"limit_from": "step_peak", "policy": "agentcgroup", "memory_max_mb": 512}, "arms.a.limit_from: a policy arm's"),
 ])
 def test_a_bad_knob_is_one_message_naming_the_arm_and_key(table, message):
     with pytest.raises(ArmError) as err:

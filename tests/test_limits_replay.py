@@ -74,3 +74,45 @@ arms = ["{name}"]
         assert not [t for t in training if t.endswith("/numba__numba-5721")]     # neither model's run of it
         assert kills == [], recs
     assert leaked(host) == []
+
+
+def test_on_a_policy_arm_a_calls_computed_limit_is_where_it_stalls_not_where_it_is_killed(pytester, monkeypatch):
+    """The vpa arm's knobs that kill step 3 above, on a policy arm: each call is held at its computed
+    limit as its soft limit (v1: the tripwire) and granted room up to the ceiling; nothing is killed,
+    the grants are what it reserves."""
+    host = cgroups_or_skip()
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    (pytester.path / "study.toml").write_text(f"""
+traces = "{ROOT / 'traces'}"
+[defaults]
+time_scale = 0.1
+[arms.vpa-stall]
+{_toml(ARMS["vpa"])}
+policy = "agentcgroup"
+memory_max_mb = 512
+[arms.vpa-stall.rules]
+hold_ms = 50
+raise_step_mb = 64
+raise_max_mb = 512
+kill_after = 0
+priorities = {{ default = "low" }}
+[experiments.exp1]
+subset = "{TRACE}"
+arms = ["vpa-stall"]
+""")
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    result = run_study(pytester)
+    outcomes = result.parseoutcomes()
+    if outcomes.get("skipped"):
+        pytest.skip("the policy arm needs eBPF here: " + result.stdout.str()[-300:])
+    result.assert_outcomes(passed=1)
+    recs = sorted((json.loads(x) for x in (pytester.path / "out" / "latest" / "metrics.jsonl").read_text().splitlines()),
+                  key=lambda r: r["step_id"])
+    assert [r["oom_kills"] for r in recs] == [0] * 5, recs
+    big = recs[3]                                   # python -m pytest, 48 MiB, held at ~11 MiB
+    assert big["step_limit_mb"] < 20 and big["throttles"] >= 1 and big["max_rss_mb"] > 40, big
+    held = big["recorded_duration_ms"] / 1000
+    # it reserves its granted envelope: more than its starting soft limit, at most the ceiling
+    assert big["step_limit_mb"] * held / 1024 < big["reserved_gib_s"] <= 512 * held / 1024
+    assert big["reserved_basis"] == "granted soft limit"
+    assert leaked(host) == []

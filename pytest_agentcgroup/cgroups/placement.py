@@ -43,8 +43,8 @@ def apply_cpu(arm: Arm, cg: Cgroup) -> None:
 
 class StepPolicy(Protocol):
     """What a policy arm's controller offers ArmPlacement (bpf/controller.py: Controller)."""
-    def add_step(self, cg: Cgroup, kind: str | None = None, *,
-                 time_scale: float = 1.0) -> None: ...   # limits + start acting on it; its timers x time_scale
+    def add_step(self, cg: Cgroup, kind: str | None = None, *, time_scale: float = 1.0,
+                 soft_mb: float | None = None) -> None: ...   # limits + start acting on it; its timers x time_scale
     def remove_step(self, cg: Cgroup) -> dict: ...     # stop; what it did to the step (counts, priority)
 
 
@@ -128,10 +128,11 @@ class ArmPlacement:
             self._before = self._workload_counters()
             joined = self.step_cg.join_files()
         try:
-            if self.arm.limit_from is not None:     # a hard limit of the step's own: known only now
-                self._own_limit(step)
+            own = self._own_limit(step) if self.arm.limit_from is not None else None   # known only now
             if self.policy is not None:       # the policy sets the step's limits (before its program runs)
-                self.policy.add_step(self.step_cg, self.kind_of(step), time_scale=self.time_scale)
+                # an arm with limit_from: the step's own limit is its soft limit, held and granted from
+                extra = {"soft_mb": own} if own is not None else {}
+                self.policy.add_step(self.step_cg, self.kind_of(step), time_scale=self.time_scale, **extra)
         except BaseException:
             cg, self.step_cg = self.step_cg, None
             if self.pool:
@@ -144,19 +145,20 @@ class ArmPlacement:
             self.sampler.start(self.step_cg)
         return joined
 
-    def _own_limit(self, step) -> None:
+    def _own_limit(self, step) -> float | None:
         """The step's own hard limit (arms.py limit_from: its recorded peak + the arm's margin, or
         what its `limits` say) on its cgroup, before its program starts; a step without a recorded
         peak runs without one. A pooled cgroup is made before its step is known, so this is the one
-        limit set on the critical path."""
+        limit set on the critical path. A policy arm's is its soft limit: returned, the policy sets it."""
         if self.limits is not None:
             limit = self.limits.limit_mb(step)
         else:
             peak = getattr(getattr(step, "profile", None), "peak_mb", None)
             limit = self.arm.step_memory_max_mb(peak.value if peak is not None else None)
         self.step_limit_mb = limit
-        if limit is not None:
+        if limit is not None and self.policy is None:
             self.step_cg.set_memory_max(int(limit * MB))
+        return limit
 
     def tidy(self) -> None:
         """Between steps (the replayer calls it once a step's result is delivered)."""
