@@ -57,6 +57,7 @@ arms = ["{name}"]
         limits.observe(step, rec["step_limit_mb"], rec["max_rss_mb"], rec["oom_kills"] > 0)
         held = rec["recorded_duration_ms"] / 1000
         assert rec["reserved_gib_s"] == pytest.approx(rec["step_limit_mb"] * held / 1024, abs=2e-6)
+        assert 0 < rec["step_limit_us"] < 50_000            # measured on the call's path: well under 50 ms
     kills = [r["step_id"] for r in recs if r["oom_kills"]]
     if name == "vpa":
         # step 3 (python -m pytest, 48 MiB) is killed at ~11 MiB, and step 4 gets at least its bump,

@@ -82,7 +82,7 @@ class ArmPlacement:
                            "(ArmPlacement(..., kind_of=traces.classify.step_kind))")
         self.arm, self.workload, self.controllers = arm, workload, controllers
         self.policy, self.kind_of = policy, kind_of
-        self.limits, self.step_limit_mb = limits, None
+        self.limits, self.step_limit_mb, self.step_limit_us = limits, None, None
         # how fast the steps replay (the emulate executor's time_scale; 1 for real commands): a
         # policy's timers run at the same pace (bpf/controller.py, "One time rule")
         self.time_scale = time_scale
@@ -151,7 +151,9 @@ class ArmPlacement:
         peak runs without one. A pooled cgroup is made before its step is known, so this is the one
         limit set on the critical path. A policy arm's is its soft limit: returned, the policy sets it."""
         if self.limits is not None:
+            t0 = time.perf_counter_ns()             # what computing it costs the call (records: step_limit_us)
             limit = self.limits.limit_mb(step)
+            self.step_limit_us = (time.perf_counter_ns() - t0) / 1000
         else:
             peak = getattr(getattr(step, "profile", None), "peak_mb", None)
             limit = self.arm.step_memory_max_mb(peak.value if peak is not None else None)
@@ -195,6 +197,8 @@ class ArmPlacement:
             self.pool.retire(cg) if self.pool else cg.remove()
         if self.arm.limit_from is not None:          # the limit it ran under, for reservation and records
             acted = {**acted, "step_limit_mb": self.step_limit_mb}
+            if self.step_limit_us is not None:
+                acted["step_limit_us"] = self.step_limit_us
             if self.limits is not None:
                 self.limits.observe(step, self.step_limit_mb,
                                     own.peak_bytes / MB if own.peak_bytes is not None else None, own.oom_kills > 0)
