@@ -44,6 +44,7 @@ step's own peak), each with its knobs as keys of the arm (LIMIT_KNOBS: defaults,
     model = "predict-recorded.json"   # relative to the config file (`agentcgroup predict train`)
     quantile = 0.95
     folds = "task"               # each trace gets the fold that held out its task (or "repository")
+    history = true               # and never below the largest peak of its class earlier in the trace
 
 `margin_mb` is added to every per-step limit. On a policy arm (policy = "agentcgroup", with
 memory_max_mb and without memory_high_mb) the computed limit is each step's soft limit instead: a
@@ -82,7 +83,7 @@ LIMIT_KNOBS = {
             "oom_min_bump_mb": 100.0, "floor_mb": 250.0, "cold_start_mb": 250.0},
     "window": {"window": 10, "statistic": "max", "percentile": None, "margin_fraction": 0.0, "floor_mb": 0.0,
                "cold_start_mb": 250.0, "oom_bump_ratio": None, "oom_min_bump_mb": None},
-    "predict": {"model": None, "quantile": 0.95, "folds": "task", "min_class_steps": 3},
+    "predict": {"model": None, "quantile": 0.95, "folds": "task", "min_class_steps": 3, "history": False},
 }
 WINDOW_STATISTICS, PREDICT_FOLDS = ("max", "percentile"), ("task", "repository")
 _KNOB_KEYS = sorted({k for knobs in LIMIT_KNOBS.values() for k in knobs})
@@ -177,10 +178,14 @@ class Arm:
     def step_memory_max_mb(self, step_peak_mb: float | None) -> float | None:
         """The hard limit (MiB) a step of this arm runs under, given the step's recorded peak: the
         arm's memory_max_mb, or with limit_from = "step_peak" the step's own peak + margin_mb (None,
-        no limit, for a step without a recorded peak). Placement sets it, reservation counts it."""
-        if self.limit_from is None:
+        no limit, for a step without a recorded peak). Placement sets it, reservation counts it. The
+        other limit sources' limits depend on the steps before (limits/): None here, the placement
+        records each step's own (its counters' step_limit_mb); on a policy arm, the ceiling."""
+        if self.limit_from is None or self.policy is not None:
             return self.memory_max_mb
-        return None if step_peak_mb is None else float(step_peak_mb) + float(self.margin_mb or 0.0)
+        if self.limit_from != "step_peak" or step_peak_mb is None:
+            return None
+        return float(step_peak_mb) + float(self.margin_mb or 0.0)
 
     @property
     def needs_cpu(self) -> bool:
@@ -283,6 +288,8 @@ def _knobs(raw: dict, where: str) -> dict:
             raise ArmError(f"{where}.model: expected the path of a model file (agentcgroup predict train), got {model!r}")
         number("quantile", 0, strict=True, most=1)
         number("min_class_steps", 1, integer=True)
+        if not isinstance(knobs["history"], bool):
+            raise ArmError(f"{where}.history: expected true or false, got {knobs['history']!r}")
         if knobs["folds"] not in PREDICT_FOLDS:
             raise ArmError(f"{where}.folds: expected one of {', '.join(PREDICT_FOLDS)}, got {knobs['folds']!r}")
     return knobs

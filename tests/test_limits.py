@@ -126,6 +126,7 @@ def test_a_kill_counts_in_the_window_as_the_limit_reached_or_with_vpas_bump():
     ({"limit_from": "predict"}, "arms.a.model: expected the path of a model file"),
     ({"limit_from": "predict", "model": "m.json", "folds": "model"}, "arms.a.folds: expected one of task, repository"),
     ({"limit_from": "predict", "model": "m.json", "quantile": 0}, "arms.a.quantile: expected a number > 0"),
+    ({"limit_from": "predict", "model": "m.json", "history": 1}, "arms.a.history: expected true or false, got 1"),
     ({"quantile": 0.9}, "arms.a.quantile: a knob of limit_from = 'predict'; this arm's limit_from is None"),
     ({"limit_from": "window", "scope": "trace"}, "arms.a.limit_from: a limit per step (window) goes on each step's"),
     ({"limit_from": "vpa", "policy": "agentcgroup"}, "arms.a: a policy arm with limit_from holds each step at its computed"),
@@ -145,13 +146,21 @@ def test_the_paper_configs_arms_and_their_model_path_relative_to_the_config(tmp_
     assert v.knobs == {"percentile": 0.9, "margin_fraction": 0.15, "half_life_steps": None, "oom_bump_ratio": 1.2,
                        "oom_min_bump_mb": 100, "floor_mb": 250, "cold_start_mb": 250}
     assert (w.knobs["window"], w.knobs["statistic"]) == (10, "max")
-    assert p.knobs["model"] == str(SHIPPED_MODEL) and p.margin_mb == 6
-    assert p.limits["quantile"] == 0.95 and p.limits["limit_from"] == "predict"
+    assert p.knobs["model"] == str(SHIPPED_MODEL) and p.margin_mb == 6 and p.knobs["history"] is True
+    assert p.limits["quantile"] == 0.9 and p.limits["limit_from"] == "predict"
+    stall = conf.arms["predict-stall"]                     # the same limits, as soft limits under a ceiling
+    assert stall.knobs == p.knobs and (stall.policy, stall.memory_max_mb, stall.memory_high_mb) == ("agentcgroup", 2048, None)
+    assert stall.rules["priorities"] == {"default": "low"} and stall.step_memory_max_mb(10.0) == 2048
     (tmp_path / "c.toml").write_text("[arms.p]\nlimit_from = 'predict'\nmodel = 'm.json'\n[experiments.exp1]\n"
                                      "[experiments.exp1.matrix]\nablations = [{ name = 'q', arms = { p = { quantile = 0.5 } } }]\n")
     swept = cfgmod.load(tmp_path / "c.toml").experiments["exp1"].variants(cfgmod.load(tmp_path / "c.toml").arms)
     assert swept[0][2]["p"].knobs == {"model": str(tmp_path / "m.json"), "quantile": 0.5, "folds": "task",
-                                      "min_class_steps": 3}
+                                      "min_class_steps": 3, "history": False}
+
+
+def test_only_the_placement_knows_a_per_call_limit():
+    assert Arm.from_dict("v", {"limit_from": "vpa"}).step_memory_max_mb(100.0) is None
+    assert Arm.from_dict("o", {"limit_from": "step_peak", "margin_mb": 6}).step_memory_max_mb(100.0) == 106.0
 
 
 def test_a_placement_of_an_arm_with_per_call_limits_needs_them():
@@ -270,6 +279,23 @@ def test_accuracy_is_a_classifiers_per_class_and_in_all(tmp_path):
     pytest_row, diff = acc["classes"]["python -m pytest"], acc["classes"]["git diff"]
     assert pytest_row["steps"] == 12 and pytest_row["covered"] == round(8 / 12, 4)
     assert diff["covered"] == round(8 / 12, 4) and acc["all"]["steps"] == 24
+
+
+def test_with_history_a_classs_limit_never_falls_below_its_earlier_peaks_in_the_trace(tmp_path):
+    path = tmp_path / "m.json"
+    write(train(corpus(tmp_path, TASKS), "all", k=3), path)
+    probe = Trace("new/x__y-1", {}, ())
+    git = Step(0, "bash", {"command": "git diff"})
+    plain = Predictor(Model(path), probe, quantile=1.0, folds="task", min_class_steps=1)
+    hist = Predictor(Model(path), probe, quantile=1.0, folds="task", min_class_steps=1, history=True)
+    for pred in (plain, hist):
+        pred.observe(git, 50.0)                               # this trace's git diff reached 50 MiB
+        pred.observe(Step(1, "bash", {"command": "ls"}), 80.0)  # another class: no bearing on git diff
+    assert plain.limit_mb(git) == 6.0 and hist.limit_mb(git) == 50.0
+    # in accuracy the trace's own earlier recorded peaks count the same way (never training data)
+    base = accuracy(Model(path), quantile=1.0, folds="repository", min_class_steps=1)
+    more = accuracy(Model(path), quantile=1.0, folds="repository", min_class_steps=1, history=True)
+    assert more["history"] and more["all"]["covered"] >= base["all"]["covered"]
 
 
 def test_the_train_command_writes_the_model_and_prints_its_held_out_accuracy(tmp_path, capsys):

@@ -116,4 +116,5 @@ arms = ["vpa-stall"]
     # it reserves its granted envelope: more than its starting soft limit, at most the ceiling
     assert big["step_limit_mb"] * held / 1024 < big["reserved_gib_s"] <= 512 * held / 1024
     assert big["reserved_basis"] == "granted soft limit"
+    assert big["ceiling_reserved_gib_s"] == pytest.approx(512 * held / 1024, abs=2e-6)     # the ceiling, 512 MiB
     assert leaked(host) == []

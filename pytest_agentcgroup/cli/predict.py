@@ -46,6 +46,8 @@ def _accuracy_args(p) -> None:
     p.add_argument("--folds", choices=SCHEMES, default="task", help="the fold scheme (default task)")
     p.add_argument("--min-class-steps", type=int, default=3, help="fewer training steps: the kind's quantile (default 3)")
     p.add_argument("--margin-mb", type=float, default=0.0, help="MiB added to each limit, as the arm's margin_mb")
+    p.add_argument("--history", action="store_true",
+                   help="never below the largest peak of the class earlier in the trace, as the arm's history")
     p.add_argument("--top", type=int, default=15, help="command classes printed, most steps first (default 15)")
     p.add_argument("--json", action="store_true", help="print the accuracy as JSON")
 
@@ -84,13 +86,13 @@ def _report(model: Model, args) -> int:
         print("agentcgroup predict: --quantile must be in (0, 1] and --min-class-steps >= 1", file=sys.stderr)
         return 2
     acc = accuracy(model, quantile=args.quantile, folds=args.folds, min_class_steps=args.min_class_steps,
-                   margin_mb=args.margin_mb)
+                   margin_mb=args.margin_mb, history=args.history)
     if args.json:
         json.dump(acc, sys.stdout, indent=1)
         print()
         return 0
     print(f"held out by {args.folds}, quantile {args.quantile}, min {args.min_class_steps} steps per class, "
-          f"margin {args.margin_mb:g} MiB (covered: share of steps whose limit >= their recorded peak; over: mean "
+          f"margin {args.margin_mb:g} MiB, history {'on' if args.history else 'off'} (covered: share of steps whose limit >= their recorded peak; over: mean "
           "limit - peak of the covered steps, MiB; reserved/peak: sum limit x time / sum peak x time; fallback: "
           "steps limited by their kind's or all peaks)")
     print(f"{'command class':<28} {'steps':>6} {'covered':>8} {'over MiB':>9} {'reserved/peak':>14} {'fallback':>9}")

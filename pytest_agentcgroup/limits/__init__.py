@@ -30,7 +30,9 @@ class StepLimits:
         return self.source.limit_mb() + self.margin
 
     def observe(self, step, limit_mb: float | None, peak_mb: float | None, oom_killed: bool) -> None:
-        if not isinstance(self.source, Predictor):
+        if isinstance(self.source, Predictor):
+            self.source.observe(step, peak_mb)
+        else:
             self.source.observe(limit_mb, peak_mb, oom_killed)
 
     @property
@@ -51,7 +53,7 @@ def step_limits(arm: Arm, trace) -> StepLimits | None:
         try:
             model = Model.load(k["model"])
             return StepLimits(arm, Predictor(model, trace, quantile=k["quantile"], folds=k["folds"],
-                                             min_class_steps=k["min_class_steps"]))
+                                             min_class_steps=k["min_class_steps"], history=k["history"]))
         except (ModelError, ValueError) as exc:
             raise ArmError(f"arms.{arm.name}.model: {exc}") from None
     return None

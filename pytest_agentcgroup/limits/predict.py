@@ -7,6 +7,10 @@ of the class's peaks at or below it (a peak some step really had; 1.0 is the cla
 Fallback, stated: a class with fewer than `min_class_steps` training steps (or none: never seen)
 takes the quantile of its kind's peaks (traces/classify.py: test, install, ..., or the tool), and a
 kind with fewer, the quantile of every training peak.
+With `history`, the agent's own history counts too: a step's limit is never below the largest
+peak a step of its class reached earlier in the same trace (measured in the replay; recorded, in
+accuracy()), which lifts a class whose peaks depend on the task (`python script` in a project that
+imports a large package) from its second call on.
 
 `accuracy()` judges the model like a classifier, each trace under the fold that held it out: the
 share of steps whose limit covered their peak, the mean over-reservation (limit − peak, MiB, over
@@ -74,17 +78,26 @@ def table(model: Model, scheme: str, fold: str, q: float, least: int) -> Table:
 class Predictor:
     """The limits of one trace's steps: its fold's table (built once per fold and quantile)."""
 
-    def __init__(self, model: Model, trace, *, quantile: float, folds: str, min_class_steps: int):
+    def __init__(self, model: Model, trace, *, quantile: float, folds: str, min_class_steps: int,
+                 history: bool = False):
         self.group = groups(trace)[folds]
         self.fold = model.fold_for(folds, self.group)
         self.table = table(model, folds, self.fold, quantile, min_class_steps)
+        self.history: dict[str, float] | None = {} if history else None    # class -> largest peak so far
 
     def limit_mb(self, step) -> float:
-        return self.table.limit(command_class(step), step_kind_of(step))[0]
+        cls_ = command_class(step)
+        limit = self.table.limit(cls_, step_kind_of(step))[0]
+        return max(limit, self.history.get(cls_, 0.0)) if self.history is not None else limit
+
+    def observe(self, step, peak_mb: float | None) -> None:
+        if self.history is not None and peak_mb is not None:
+            cls_ = command_class(step)
+            self.history[cls_] = max(self.history.get(cls_, 0.0), peak_mb)
 
 
 def accuracy(model: Model, *, quantile: float, folds: str, min_class_steps: int = 3,
-             margin_mb: float = 0.0) -> dict:
+             margin_mb: float = 0.0, history: bool = False) -> dict:
     """{"classes": {class: row}, "all": row}, each row: steps, covered (share), over_mb (mean limit −
     peak over covered steps), reserved_vs_peak (Σ limit × ms / Σ peak × ms), fallback (steps whose
     class had too few training steps). Every trace under the fold that holds its group out."""
@@ -95,9 +108,11 @@ def accuracy(model: Model, *, quantile: float, folds: str, min_class_steps: int 
             continue
         tab = table(model, folds, fold, quantile, min_class_steps)
         assert tid not in tab.training, f"{tid} trains the fold that holds it out"
+        seen: dict[str, float] = {}                  # the trace's own earlier peaks by class (history)
         for c, kind, peak, ms in t["steps"]:
             mib, source = tab.limit(c, kind)
-            mib += margin_mb
+            mib = (max(mib, seen.get(c, 0.0)) if history else mib) + margin_mb
+            seen[c] = max(seen.get(c, 0.0), peak)
             for key in (c, None):
                 r = rows.setdefault(key, {"steps": 0, "covered": 0, "over": 0.0, "lim_ms": 0.0, "peak_ms": 0.0,
                                           "fallback": 0})
@@ -115,4 +130,5 @@ def accuracy(model: Model, *, quantile: float, folds: str, min_class_steps: int 
                 "fallback": r["fallback"]}
     classes = {c: out(r) for c, r in sorted(rows.items(), key=lambda kv: -kv[1]["steps"]) if c is not None}
     return {"quantile": quantile, "folds": folds, "min_class_steps": min_class_steps, "margin_mb": margin_mb,
+            "history": history,
             "classes": classes, "all": out(rows[None]) if None in rows else None}
