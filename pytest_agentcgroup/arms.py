@@ -21,6 +21,36 @@ A hard limit can also come from each step itself instead of one number (scope "s
 That is the limit a policy that knew the future would set (metrics/reservation.py: the oracle); a
 step without a recorded peak gets no limit. Arm.step_memory_max_mb gives the hard limit of a step.
 
+Or from what the arm knows before the step runs (limits/: computed per tool call, never from the
+step's own peak), each with its knobs as keys of the arm (LIMIT_KNOBS: defaults, checked at load):
+
+    [arms.vpa]
+    limit_from = "vpa"           # Kubernetes VPA's recommender over the trace's earlier steps' peaks
+    percentile = 0.9             # of a decaying histogram (VPA's buckets) of those peaks ...
+    margin_fraction = 0.15       # ... plus 15 %
+    # half_life_steps = 20       # a peak's weight halves every 20 tool calls (absent: no decay)
+    oom_bump_ratio = 1.2         # after a step is OOM-killed, the next limit is at least
+    oom_min_bump_mb = 100        #   max(its limit x 1.2, its limit + 100 MiB)
+    floor_mb = 250               # never below (VPA's pod-recommendation-min-memory-mb)
+    cold_start_mb = 250          # the first step's limit (no earlier step: VPA has no recommendation)
+    [arms.window]
+    limit_from = "window"        # Autopilot's moving window over the last `window` peaks
+    window = 10
+    statistic = "max"            # or "percentile" (nearest rank) with percentile = 0.95
+    # oom_bump_ratio = 1.2       # a killed step counts as max(its limit x 1.2, its limit + 100 MiB)
+    # oom_min_bump_mb = 100      #   (absent: as the limit it reached)
+    [arms.predict]
+    limit_from = "predict"       # a quantile of the step's command class's peaks, from a model
+    model = "predict-recorded.json"   # relative to the config file (`agentcgroup predict train`)
+    quantile = 0.95
+    folds = "task"               # each trace gets the fold that held out its task (or "repository")
+    history = true               # and never below the largest peak of its class earlier in the trace
+
+`margin_mb` is added to every per-step limit. On a policy arm (policy = "agentcgroup", with
+memory_max_mb and without memory_high_mb) the computed limit is each step's soft limit instead: a
+low-priority step is held there and granted room up to the ceiling (bpf/controller.py), so a
+misprediction costs a stall, not a kill.
+
 Steps always run in their own child cgroup, whatever the scope, so every arm measures each step the
 same way; the scope only decides which cgroup carries the limits.
 
@@ -45,7 +75,18 @@ from dataclasses import dataclass, field
 MB = 1024 * 1024                            # the arms' limits are in MiB
 
 SCOPES = ("step", "trace")
-LIMIT_SOURCES = ("step_peak",)              # limit_from: where a per-step hard limit comes from
+LIMIT_SOURCES = ("step_peak", "vpa", "window", "predict")   # limit_from: where a per-step hard limit comes from
+#: Each limit source's knobs (arm keys) and their defaults; None: absent unless set.
+LIMIT_KNOBS = {
+    "step_peak": {},
+    "vpa": {"percentile": 0.9, "margin_fraction": 0.15, "half_life_steps": None, "oom_bump_ratio": 1.2,
+            "oom_min_bump_mb": 100.0, "floor_mb": 250.0, "cold_start_mb": 250.0},
+    "window": {"window": 10, "statistic": "max", "percentile": None, "margin_fraction": 0.0, "floor_mb": 0.0,
+               "cold_start_mb": 250.0, "oom_bump_ratio": None, "oom_min_bump_mb": None},
+    "predict": {"model": None, "quantile": 0.95, "folds": "task", "min_class_steps": 3, "history": False},
+}
+WINDOW_STATISTICS, PREDICT_FOLDS = ("max", "percentile"), ("task", "repository")
+_KNOB_KEYS = sorted({k for knobs in LIMIT_KNOBS.values() for k in knobs})
 LIMIT_KEYS = ("memory_max_mb", "memory_high_mb", "pids_max")
 CPU_KEYS = ("cpu_weight", "cpu_max", "cpu_max_cpus")
 CPU_PERIOD_US = 100_000                     # the period of cpu_max_cpus (both kernels' default)
@@ -72,16 +113,18 @@ class Arm:
     limit_from: str | None = None                                      # "step_peak": a hard limit per step
     margin_mb: float | None = None                                     # MiB on top of it
     rules: dict = field(default_factory=dict, hash=False)              # the policy's rules, as written
+    knobs: dict = field(default_factory=dict, hash=False)              # limit_from's knobs (LIMIT_KNOBS)
 
     @classmethod
     def from_dict(cls, name: str, raw: dict, *, where: str = "arms") -> "Arm":
         if not isinstance(raw, dict):
             raise ArmError(f"{where}.{name}: expected a table, got {type(raw).__name__}")
         unknown = set(raw) - {"description", "scope", "policy", "rules", "limit_from", "margin_mb",
-                              *LIMIT_KEYS, *CPU_KEYS}
+                              *LIMIT_KEYS, *CPU_KEYS, *_KNOB_KEYS}
         if unknown:
             raise ArmError(f"{where}.{name}: unknown key(s) {', '.join(sorted(unknown))}; expected description, "
-                           f"scope, policy, rules, limit_from, margin_mb, {', '.join(LIMIT_KEYS + CPU_KEYS)}")
+                           f"scope, policy, rules, limit_from, margin_mb, {', '.join(LIMIT_KEYS + CPU_KEYS)} "
+                           f"(and a limit_from's knobs: {', '.join(_KNOB_KEYS)})")
         scope = raw.get("scope", "step")
         if scope not in SCOPES:
             raise ArmError(f"{where}.{name}.scope: expected one of {', '.join(SCOPES)}, got {scope!r}")
@@ -102,6 +145,7 @@ class Arm:
         if hi is not None and mx is not None and hi > mx:
             raise ArmError(f"{where}.{name}: memory_high_mb ({hi}) above memory_max_mb ({mx}) can never be reached")
         _check_limit_from(raw, scope, policy, f"{where}.{name}")
+        knobs = _knobs(raw, f"{where}.{name}")
         if raw.get("cpu_weight") is not None:
             check_cpu_weight(raw["cpu_weight"], f"{where}.{name}.cpu_weight")
         if raw.get("cpu_max") is not None and raw.get("cpu_max_cpus") is not None:
@@ -117,20 +161,31 @@ class Arm:
                    memory_max_mb=mx, memory_high_mb=hi, pids_max=raw.get("pids_max"),
                    cpu_weight=raw.get("cpu_weight"), cpu_max=raw.get("cpu_max"), cpu_max_cpus=cpus,
                    policy=policy, rules=dict(rules), limit_from=raw.get("limit_from"),
-                   margin_mb=raw.get("margin_mb", 0.0 if raw.get("limit_from") else None))
+                   margin_mb=raw.get("margin_mb", 0.0 if raw.get("limit_from") else None), knobs=knobs)
 
     @property
     def limits(self) -> dict:
-        return {k: getattr(self, k) for k in LIMIT_KEYS + CPU_KEYS + ("limit_from", "margin_mb")
-                if getattr(self, k) is not None}
+        own = {k: getattr(self, k) for k in LIMIT_KEYS + CPU_KEYS + ("limit_from", "margin_mb")
+               if getattr(self, k) is not None}
+        return {**own, **{k: v for k, v in self.knobs.items() if v is not None}}
+
+    @property
+    def as_written(self) -> dict:
+        """The arm's table as from_dict reads it (its knobs as keys): what a matrix point overrides."""
+        out = {k: v for k, v in vars(self).items() if k not in ("name", "knobs") and v is not None}
+        return {**out, **{k: v for k, v in self.knobs.items() if v is not None}}
 
     def step_memory_max_mb(self, step_peak_mb: float | None) -> float | None:
         """The hard limit (MiB) a step of this arm runs under, given the step's recorded peak: the
         arm's memory_max_mb, or with limit_from = "step_peak" the step's own peak + margin_mb (None,
-        no limit, for a step without a recorded peak). Placement sets it, reservation counts it."""
-        if self.limit_from is None:
+        no limit, for a step without a recorded peak). Placement sets it, reservation counts it. The
+        other limit sources' limits depend on the steps before (limits/): None here, the placement
+        records each step's own (its counters' step_limit_mb); on a policy arm, the ceiling."""
+        if self.limit_from is None or self.policy is not None:
             return self.memory_max_mb
-        return None if step_peak_mb is None else float(step_peak_mb) + float(self.margin_mb or 0.0)
+        if self.limit_from != "step_peak" or step_peak_mb is None:
+            return None
+        return float(step_peak_mb) + float(self.margin_mb or 0.0)
 
     @property
     def needs_cpu(self) -> bool:
@@ -160,16 +215,84 @@ def _check_limit_from(raw: dict, scope: str, policy, where: str) -> None:
     if source not in LIMIT_SOURCES:
         raise ArmError(f"{where}.limit_from: expected one of {', '.join(LIMIT_SOURCES)}, got {source!r}")
     if scope != "step":
-        raise ArmError(f"{where}.limit_from: a limit from each step's peak goes on each step's cgroup; "
+        what = "from each step's peak" if source == "step_peak" else f"per step ({source})"
+        raise ArmError(f"{where}.limit_from: a limit {what} goes on each step's cgroup; "
                        f"scope must be \"step\", got {scope!r}")
-    if policy is not None:
-        raise ArmError(f"{where}.limit_from: a policy arm's controller sets its steps' limits; "
-                       "limit_from is for static arms")
+    if policy is not None:      # each step's limit is its soft limit, held and granted up to the ceiling
+        if source == "step_peak":
+            raise ArmError(f"{where}.limit_from: a policy arm's controller sets its steps' limits; "
+                           "limit_from = \"step_peak\" is for static arms")
+        if raw.get("memory_high_mb") is not None or raw.get("memory_max_mb") is None:
+            raise ArmError(f"{where}: a policy arm with limit_from holds each step at its computed limit (its "
+                           "soft limit) up to memory_max_mb, the ceiling: set memory_max_mb, not memory_high_mb")
+        return _check_margin(margin, where)
     for key in ("memory_max_mb", "memory_high_mb"):
         if raw.get(key) is not None:
             raise ArmError(f"{where}.{key}: limit_from gives each step its hard limit; remove {key}")
+    _check_margin(margin, where)
+
+
+def _check_margin(margin, where: str) -> None:
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0):
         raise ArmError(f"{where}.margin_mb: expected a number >= 0 (MiB above each step's peak), got {margin!r}")
+
+
+def _knobs(raw: dict, where: str) -> dict:
+    """The limit source's knobs, its defaults filled in (LIMIT_KNOBS); a knob of another source, or a
+    value its source cannot use, is an ArmError naming the key."""
+    source = raw.get("limit_from")
+    own = LIMIT_KNOBS.get(source, {})
+    for key in _KNOB_KEYS:
+        if key in raw and key not in own:
+            users = [s for s, knobs in LIMIT_KNOBS.items() if key in knobs]
+            raise ArmError(f"{where}.{key}: a knob of limit_from = {' or '.join(map(repr, users))}; this arm's "
+                           f"limit_from is {source!r}" + (f" (its knobs: {', '.join(own)})" if own else ""))
+    knobs = {k: raw.get(k, default) for k, default in own.items()}
+
+    def number(key, least, *, strict=False, most=None, integer=False):
+        val = knobs[key]
+        if val is None:
+            return
+        ok = not isinstance(val, bool) and isinstance(val, int if integer else (int, float)) \
+            and (val > least if strict else val >= least) and (most is None or val <= most)
+        if not ok:
+            kind = "an integer" if integer else "a number"
+            rng = f"{'>' if strict else '>='} {least:g}" + (f" and <= {most:g}" if most is not None else "")
+            raise ArmError(f"{where}.{key}: expected {kind} {rng}, got {val!r}")
+    if source == "vpa":
+        number("percentile", 0, strict=True, most=1)
+        number("margin_fraction", 0)
+        number("half_life_steps", 0, strict=True)
+    if source in ("vpa", "window"):
+        number("oom_bump_ratio", 1)
+        number("oom_min_bump_mb", 0)
+        if (knobs["oom_bump_ratio"] is None) != (knobs["oom_min_bump_mb"] is None):
+            raise ArmError(f"{where}: oom_bump_ratio and oom_min_bump_mb go together (a kill's sample is "
+                           "max(limit x ratio, limit + MiB))")
+    if source == "window":
+        number("window", 1, integer=True)
+        if knobs["statistic"] not in WINDOW_STATISTICS:
+            raise ArmError(f"{where}.statistic: expected one of {', '.join(WINDOW_STATISTICS)}, got {knobs['statistic']!r}")
+        if knobs["statistic"] == "max" and knobs["percentile"] is not None:
+            raise ArmError(f"{where}.percentile: the window's max takes no percentile (set statistic = \"percentile\")")
+        if knobs["statistic"] == "percentile" and knobs["percentile"] is None:
+            knobs["percentile"] = 0.95
+        number("percentile", 0, strict=True, most=1)
+        number("margin_fraction", 0)
+    if source in ("vpa", "window"):
+        number("floor_mb", 0)
+        number("cold_start_mb", 0, strict=True)
+    if source == "predict":
+        model = knobs["model"]
+        if not isinstance(model, str) or not model.strip():
+            raise ArmError(f"{where}.model: expected the path of a model file (agentcgroup predict train), got {model!r}")
+        number("quantile", 0, strict=True, most=1)
+        number("min_class_steps", 1, integer=True)
+        if not isinstance(knobs["history"], bool):
+            raise ArmError(f"{where}.history: expected true or false, got {knobs['history']!r}")
+        if knobs["folds"] not in PREDICT_FOLDS:
+            raise ArmError(f"{where}.folds: expected one of {', '.join(PREDICT_FOLDS)}, got {knobs['folds']!r}")
+    return knobs
 
 
 def check_cpu_weight(val, where: str) -> int:

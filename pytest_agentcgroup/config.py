@@ -107,7 +107,8 @@ NUMBERS: dict[str, Number] = {
                              "its trace recorded", cap="a share: 1 lets every step diverge"),
     "memory_max_mb": _MEMORY, "memory_high_mb": _MEMORY,
     "raise_step_mb": _ROOM, "raise_max_mb": _ROOM,
-    "margin_mb": _ROOM,          # an arm's room above each step's peak (limit_from = "step_peak")
+    "margin_mb": _ROOM,          # an arm's room above each step's limit (limit_from)
+    "floor_mb": _ROOM, "cold_start_mb": _MEMORY, "oom_min_bump_mb": _ROOM,     # limit_from's knobs (arms.py)
     "pids_max": Number(1, integer=True, most=4194304, why="processes", cap="the kernel's PID_MAX_LIMIT on 64-bit"),
     "hold_ms": _HOLD, "freeze_hold_ms": _HOLD,
     "window_ms": Number(0, strict=True, why="the window throttles are counted in: an empty one counts none, so "
@@ -164,8 +165,7 @@ class Experiment:
 def swept_arm(arm: Arm, over: dict, where: str) -> Arm:
     """`arm` with a matrix point's overrides, checked like an arm of its own (ConfigError naming `where`)."""
     try:
-        swept = Arm.from_dict(arm.name, {**{k: v for k, v in vars(arm).items() if k != "name" and v is not None},
-                                         **over}, where=f"{where}.arms")
+        swept = Arm.from_dict(arm.name, {**arm.as_written, **over}, where=f"{where}.arms")
         if swept.policy is not None:
             Rules.from_arm(swept)            # an ablated rule is checked like the arm's own
     except ArmError as exc:
@@ -225,7 +225,7 @@ def _parse(raw: dict, path: Path) -> Config:
         defaults[key] = val
     _check_executor(defaults["executor"], f"{path}: defaults.executor")
     defaults["workspace"] = _workspace(defaults["workspace"], path, f"{path}: defaults.workspace")
-    arms = {name: Arm.from_dict(name, spec) for name, spec in (raw.get("arms") or {}).items()}
+    arms = {name: Arm.from_dict(name, _model_path(spec, path)) for name, spec in (raw.get("arms") or {}).items()}
     for arm in arms.values():
         if arm.policy is not None:
             Rules.from_arm(arm)          # a bad rule is a config error now, not a failure mid-run
@@ -327,6 +327,13 @@ def _matrix(raw, where: str, arms: dict[str, Arm]) -> tuple[Variant, ...]:
                 swept_arm(arms[a], o, f"{where} point {', '.join(f'{k}={n}' for k, n in params.items())}")
             out.append(Variant(seed, params, overrides))
     return tuple(out)
+
+
+def _model_path(spec, path: Path):
+    """An arm's table with its `model` (limit_from = "predict": a file) relative to the config file."""
+    if isinstance(spec, dict) and isinstance(spec.get("model"), str) and spec["model"].strip():
+        return {**spec, "model": str((path.parent / spec["model"]).resolve())}
+    return spec
 
 
 def _workspace(value, path: Path, where: str) -> str | None:

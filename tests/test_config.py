@@ -87,7 +87,7 @@ def test_shipped_policy_arms_differ_only_in_ebpf():
     # a hard limit from each step's own peak (the oracle arm): on step cgroups of a static arm only
     ("[arms.o]\nlimit_from = 'step_peak'\nmargin_mb = -1\n", "arms.o.margin_mb: expected a number >= 0, got -1"),
     ("[arms.o]\nlimit_from = 'step_peak'\nmargin_mb = 'six'\n", "arms.o.margin_mb: expected a number >= 0"),
-    ("[arms.o]\nlimit_from = 'trace_peak'\n", "arms.o.limit_from: expected one of step_peak, got 'trace_peak'"),
+    ("[arms.o]\nlimit_from = 'trace_peak'\n", "arms.o.limit_from: expected one of step_peak, vpa, window, predict, got 'trace_peak'"),
     ("[arms.o]\nlimit_from = 'step_peak'\nscope = 'trace'\n", "arms.o.limit_from: a limit from each step's peak goes "
      "on each step's cgroup; scope must be \"step\", got 'trace'"),
     ("[arms.o]\nlimit_from = 'step_peak'\nmemory_max_mb = 512\n", "arms.o.memory_max_mb: limit_from gives each step "

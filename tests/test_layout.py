@@ -30,7 +30,8 @@ MODULE_MAX_LINES = 450
 #: Rooms from the bottom up: a module may import its own room and rooms of a lower rank only.
 #: traces → replay → cgroups/bpf → metrics → reports, with the low-level modules (errors; proc and
 #: programs, the table of programs the project starts; arms, the arms and policy rules as data) at
-#: the bottom, the Docker engine below the executors that use it, the browser tenant and
+#: the bottom, the Docker engine below the executors that use it, the per-step limits computed
+#: before a step runs (limits/: recommenders over earlier steps, a model of command classes) beside it, the browser tenant and
 #: the tasks' workspaces (built outside the sandbox, handed to an executor) above replay,
 #: the experiments' studies (settings tables, claims, budgets) and the trace measurements (profile/:
 #: profiling, the emulator's fidelity run) above metrics, the experiment config above the studies
@@ -41,7 +42,7 @@ MODULE_MAX_LINES = 450
 RANKS = {
     "errors": 0,
     "proc": 1, "traces": 1, "programs": 1, "arms": 1, "notes": 1,
-    "engines": 2,
+    "engines": 2, "limits": 2,
     "replay": 3,
     "tenants": 4, "workspaces": 4,
     "cgroups": 5,

@@ -185,6 +185,9 @@ def test_sweep_cli_draws_from_a_subset_and_refuses_to_overwrite_its_inputs(capsy
         sweep.paper_subset(sweep.manifest_entries(ROOT / "traces")[1])        # nothing was written
 
 
+PER_CALL_ARMS = ("vpa", "window", "predict", "predict-stall")
+
+
 @pytest.mark.parametrize("config, subset, source", [("exp1-paper.toml", "paper-recorded", "recorded"),
                                                     ("exp1-paper-derived.toml", "paper", "full")])
 def test_paper_config_sweeps_the_subsets_percentiles_over_the_default_arms(config, subset, source):
@@ -193,7 +196,11 @@ def test_paper_config_sweeps_the_subsets_percentiles_over_the_default_arms(confi
     want = sweep.sweep_limits([peaks[t] for t in data["subsets"][subset]])
     paper = cfgmod.load(ROOT / "experiments" / config)
     default = cfgmod.load(ROOT / "experiments" / "agentcgroup.toml")
-    assert paper.arms == default.arms, f"{config}'s arms must be agentcgroup.toml's (copied)"
+    # agentcgroup.toml's arms, copied, and the per-call arms only the paper runs have (limits/)
+    assert {k: a for k, a in paper.arms.items() if k not in PER_CALL_ARMS} == default.arms, \
+        f"{config}'s arms must be agentcgroup.toml's (copied)"
+    assert {k: paper.arms[k].limit_from for k in PER_CALL_ARMS} == {"vpa": "vpa", "window": "window", "predict": "predict",
+                                                                    "predict-stall": "predict"}
     exp = paper.experiments["exp1"]
     assert exp.subset == subset
     got = {v.params["ablation"]: v.overrides["arms"] for v in exp.matrix}

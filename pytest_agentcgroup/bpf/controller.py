@@ -29,8 +29,9 @@ What happens, top to bottom (see `Controller.handle` and `Controller.tick`):
   replayed at time_scale s (the emulate executor; real commands run at 1) is held s x hold_ms, so
   the policy acts at the pace of the replay: 100 ms of recorded hold is 5 ms at time_scale 0.05.
 
-  1. add_step(cg, kind, time_scale=s): the soft/hard limits and the priority's cpu weight (rules
-     `cpu_weight`; the same without eBPF) go on the step's cgroup; its v2 id is registered with
+  1. add_step(cg, kind, time_scale=s, soft_mb=None): the soft/hard limits (`soft_mb`: the step's
+     own soft limit, an arm with limit_from: arms.py; grants then go raise_max_mb above it) and the
+     priority's cpu weight (rules `cpu_weight`; the same without eBPF) go on the step's cgroup; its v2 id is registered with
      bpf/reclaim_throttle.bpf.c — low priority in "stop" mode (the kernel SIGSTOPs the allocating
      process at the first memcg reclaim), high priority in "notify" mode (when it may grow),
      normal priority in "record" mode (the kernel only stamps and counts).
@@ -121,6 +122,7 @@ class _Step:
     grants: list = field(default_factory=list)      # [ms since add_step, soft limit MiB] per raise
     cpu_weight: int | None = None                   # the weight set on the step's cgroup, if any
     cpu_weight_missing: str | None = None           # why the rules' weight for its priority is not set
+    start_soft_bytes: int | None = None             # the soft limit it started at: grants go raise_max_mb above
 
 
 class Controller(ClosedOnExit):
@@ -150,14 +152,19 @@ class Controller(ClosedOnExit):
                 raise
 
     # -- steps -----------------------------------------------------------------------------------
-    def add_step(self, cg: Cgroup, kind: str | None = None, *, time_scale: float = 1.0) -> None:
+    def add_step(self, cg: Cgroup, kind: str | None = None, *, time_scale: float = 1.0,
+                 soft_mb: float | None = None) -> None:
+        """`soft_mb`: this step's own soft limit instead of the rules' (an arm with limit_from: the
+        limit computed for the step), granted from, up to raise_max_mb above it and the ceiling."""
         r = self.rules
-        ceiling, soft = r.ceiling_bytes, r.soft_bytes
+        ceiling, soft = r.ceiling_bytes, r.soft_bytes if soft_mb is None else int(soft_mb * MB)
+        if ceiling is not None and soft is not None:
+            soft = min(soft, ceiling)
         if ceiling is not None:
             cg.set_memory_max(ceiling)
         if soft is not None:
             cg.set_memory_high(soft)
-        step = _Step(cg, kind, r.priority(kind), soft, time_scale, cgid=cg.id)
+        step = _Step(cg, kind, r.priority(kind), soft, time_scale, cgid=cg.id, start_soft_bytes=soft)
         if step.priority in r.cpu_weight:
             try:
                 cg.set_cpu_weight(r.cpu_weight[step.priority])
@@ -256,7 +263,7 @@ class Controller(ClosedOnExit):
         r = self.rules
         if step.soft_bytes is None:
             return False
-        cap = int((r.memory_high_mb + r.raise_max_mb) * MB)
+        cap = step.start_soft_bytes + int(r.raise_max_mb * MB)
         ceiling = r.ceiling_bytes
         new = min(step.soft_bytes + int(r.raise_step_mb * MB), cap if ceiling is None else min(cap, ceiling))
         if new > step.soft_bytes:

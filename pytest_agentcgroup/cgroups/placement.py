@@ -7,7 +7,9 @@ step the same way; the scope only decides which cgroup carries the limits.
 The cgroups layer does not know the policy nor the steps' kinds: ArmPlacement is handed a
 StepPolicy object (built by bpf/controller.py `policy_for(arm)`) and a `kind_of(step)` function
 (the pytest side's: traces/classify.py step_kind unless a test gives its own), and tells the
-policy each step's cgroup and kind.
+policy each step's cgroup and kind. An arm whose limits come from the steps before (arms.py
+limit_from "vpa", "window", "predict") is handed its `limits` the same way (limits/ step_limits):
+asked each step's limit before it runs, told its peak and kill after.
 """
 from __future__ import annotations
 
@@ -41,9 +43,15 @@ def apply_cpu(arm: Arm, cg: Cgroup) -> None:
 
 class StepPolicy(Protocol):
     """What a policy arm's controller offers ArmPlacement (bpf/controller.py: Controller)."""
-    def add_step(self, cg: Cgroup, kind: str | None = None, *,
-                 time_scale: float = 1.0) -> None: ...   # limits + start acting on it; its timers x time_scale
+    def add_step(self, cg: Cgroup, kind: str | None = None, *, time_scale: float = 1.0,
+                 soft_mb: float | None = None) -> None: ...   # limits + start acting on it; its timers x time_scale
     def remove_step(self, cg: Cgroup) -> dict: ...     # stop; what it did to the step (counts, priority)
+
+
+class StepLimits(Protocol):
+    """A per-step limit source ArmPlacement is handed (limits/__init__.py StepLimits)."""
+    def limit_mb(self, step) -> float | None: ...
+    def observe(self, step, limit_mb: float | None, peak_mb: float | None, oom_killed: bool) -> None: ...
 
 
 class ArmPlacement:
@@ -62,7 +70,10 @@ class ArmPlacement:
 
     def __init__(self, arm: Arm, workload: Cgroup, controllers: tuple[str, ...], *, nest_in=None,
                  pool: bool = False, policy: StepPolicy | None = None, kind_of: Callable | None = None,
-                 time_scale: float = 1.0, sample_usage_s: float | None = None):
+                 time_scale: float = 1.0, sample_usage_s: float | None = None, limits: StepLimits | None = None):
+        if arm.limit_from not in (None, "step_peak") and limits is None:
+            raise ArmError(f"arm {arm.name}: limit_from {arm.limit_from!r} needs its limits "
+                           "(ArmPlacement(..., limits=limits.step_limits(arm, trace)))")
         if arm.policy is not None and policy is None:
             raise ArmError(f"arm {arm.name}: policy {arm.policy!r} needs its controller "
                            "(ArmPlacement(..., policy=bpf.controller.policy_for(arm)))")
@@ -71,6 +82,7 @@ class ArmPlacement:
                            "(ArmPlacement(..., kind_of=traces.classify.step_kind))")
         self.arm, self.workload, self.controllers = arm, workload, controllers
         self.policy, self.kind_of = policy, kind_of
+        self.limits, self.step_limit_mb, self.step_limit_us = limits, None, None
         # how fast the steps replay (the emulate executor's time_scale; 1 for real commands): a
         # policy's timers run at the same pace (bpf/controller.py, "One time rule")
         self.time_scale = time_scale
@@ -116,10 +128,11 @@ class ArmPlacement:
             self._before = self._workload_counters()
             joined = self.step_cg.join_files()
         try:
-            if self.arm.limit_from is not None:     # a hard limit of the step's own: known only now
-                self._own_limit(step)
+            own = self._own_limit(step) if self.arm.limit_from is not None else None   # known only now
             if self.policy is not None:       # the policy sets the step's limits (before its program runs)
-                self.policy.add_step(self.step_cg, self.kind_of(step), time_scale=self.time_scale)
+                # an arm with limit_from: the step's own limit is its soft limit, held and granted from
+                extra = {"soft_mb": own} if own is not None else {}
+                self.policy.add_step(self.step_cg, self.kind_of(step), time_scale=self.time_scale, **extra)
         except BaseException:
             cg, self.step_cg = self.step_cg, None
             if self.pool:
@@ -132,14 +145,22 @@ class ArmPlacement:
             self.sampler.start(self.step_cg)
         return joined
 
-    def _own_limit(self, step) -> None:
-        """The step's own hard limit (arms.py limit_from: its recorded peak + the arm's margin) on its
-        cgroup, before its program starts; a step without a recorded peak runs without one. A pooled
-        cgroup is made before its step is known, so this is the one limit set on the critical path."""
-        peak = getattr(getattr(step, "profile", None), "peak_mb", None)
-        limit = self.arm.step_memory_max_mb(peak.value if peak is not None else None)
-        if limit is not None:
+    def _own_limit(self, step) -> float | None:
+        """The step's own hard limit (arms.py limit_from: its recorded peak + the arm's margin, or
+        what its `limits` say) on its cgroup, before its program starts; a step without a recorded
+        peak runs without one. A pooled cgroup is made before its step is known, so this is the one
+        limit set on the critical path. A policy arm's is its soft limit: returned, the policy sets it."""
+        if self.limits is not None:
+            t0 = time.perf_counter_ns()             # what computing it costs the call (records: step_limit_us)
+            limit = self.limits.limit_mb(step)
+            self.step_limit_us = (time.perf_counter_ns() - t0) / 1000
+        else:
+            peak = getattr(getattr(step, "profile", None), "peak_mb", None)
+            limit = self.arm.step_memory_max_mb(peak.value if peak is not None else None)
+        self.step_limit_mb = limit
+        if limit is not None and self.policy is None:
             self.step_cg.set_memory_max(int(limit * MB))
+        return limit
 
     def tidy(self) -> None:
         """Between steps (the replayer calls it once a step's result is delivered)."""
@@ -174,6 +195,13 @@ class ArmPlacement:
         finally:                                     # also when reading counters failed
             acted = self.policy.remove_step(cg) if self.policy is not None else {}
             self.pool.retire(cg) if self.pool else cg.remove()
+        if self.arm.limit_from is not None:          # the limit it ran under, for reservation and records
+            acted = {**acted, "step_limit_mb": self.step_limit_mb}
+            if self.step_limit_us is not None:
+                acted["step_limit_us"] = self.step_limit_us
+            if self.limits is not None:
+                self.limits.observe(step, self.step_limit_mb,
+                                    own.peak_bytes / MB if own.peak_bytes is not None else None, own.oom_kills > 0)
         return {"peak_bytes": own.peak_bytes, "cpu_usec": own.cpu_usec,
                 "high_events": own.high_events + env.high_events,
                 "max_events": own.max_events + env.max_events,

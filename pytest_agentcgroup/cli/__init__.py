@@ -25,6 +25,8 @@ runs its commands by calling the library's functions (`python -m pytest_agentcgr
     agentcgroup doctor [GROUP...]     (exit 1: a program of those set-up groups is missing)
     agentcgroup tools build-corpus SRC OUT | browser-record DATASETS OUT                 (tools.py)
     agentcgroup tools recorded-here workspace|traces DIR | recorded-outcomes DATASET CORPUS | webapp
+    agentcgroup predict train CORPUS -o MODEL [--subset S] [-k K]  |  predict accuracy MODEL    (predict.py)
+                       [--quantile Q] [--folds task|repository] [--margin-mb M] [--json]
     agentcgroup exec --session DIR [--arm ARM] [--config F] [--timeout S] -- CMD...  |  --session DIR --end
                      (live.py; exit: the command's, 137 stopped by the arm, 124 timeout, 125 not run)
 
@@ -73,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = command_group(sub, "traces", help="fetch, convert, validate, summarise and select agent traces",
                          description="Fetch, convert, validate, summarise and select agent traces.")
     # the groups' modules import `EXIT_*` from here: imported once this module has run
-    from . import faithfulness, fidelity, live, lock, machine, merge, profile, report, subsets, tools, traces as trace_commands
+    from . import faithfulness, fidelity, live, lock, machine, merge, predict, profile, report, subsets, tools, \
+        traces as trace_commands
     trace_commands.add_parsers(tsub)
     subsets.add_parsers(tsub)
     profile.add_parser(tsub)
@@ -85,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     machine.add_parsers(sub)
     tools.add_parsers(sub)
     live.add_parser(sub)
+    predict.add_parsers(sub)
     return p
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ..arms import Arm, Rules
+from ..arms import Arm, ArmError, Rules
 from ..bpf.controller import missing_features, policy_for
 from ..bpf.loader import BPFBuildError, BPFUnavailable
 from ..cgroups import CgroupUnavailable, RunTree, detect
@@ -21,6 +21,7 @@ from ..cgroups.container import cgroup_parent, steps_in_container
 from ..cgroups.isolate import WorkerIsolation
 from ..cgroups.placement import ArmPlacement, apply_limits
 from ..engines.docker import DockerEngine
+from ..limits import step_limits
 from ..metrics import reservation
 from ..metrics.records import SUMMARY_METRICS, step_record, summarize
 from ..replay import ExecutorUnavailable, make_executor, replay
@@ -199,7 +200,8 @@ def agentcgroup_replayer(request: pytest.FixtureRequest, agentcgroup_case: Case,
         nest_in = steps_in_container(agentcgroup_tree, workload_cgroup, executor) if docker else None
         try:
             # the policy's timers at the pace the steps replay (1 for real commands): one time rule
-            placement = agentcgroup_placement(case.arm, nest_in=nest_in, pool=True, time_scale=executor.time_scale)
+            placement = agentcgroup_placement(case.arm, nest_in=nest_in, pool=True, time_scale=executor.time_scale,
+                                              trace=agentcgroup_trace)
             placement.sample_usage(reservation.SAMPLE_PERIOD_S)
             replay(agentcgroup_trace, executor, placement, on_step=on_step)
         except SeedFailed as exc:               # the workspace is there but could not be copied in
@@ -361,12 +363,13 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
     priorities are keyed by (default: the step's kind, traces/classify.py step_kind); `nest_in()`
     the cgroup steps are made under instead of the workload (a container's: cgroups/container.py
     steps_in_container); `pool` makes step cgroups between steps, off their path (cgroups/pool.py);
-    `time_scale` the pace the steps replay at, which a policy's timers follow (executor.time_scale).
-    An arm with CPU settings skips where the run has no cpu controller."""
+    `time_scale` the pace the steps replay at, which a policy's timers follow (executor.time_scale);
+    `trace` the trace replayed, whose steps an arm with limits per step (limit_from vpa, window,
+    predict: limits/) computes them for. An arm with CPU settings skips where the run has no cpu controller."""
     running = []
 
     def make(arm: Arm | str | None = None, workload=None, *, kind_of=None, nest_in=None, pool=False,
-             time_scale: float = 1.0) -> ArmPlacement:
+             time_scale: float = 1.0, trace: Trace | None = None) -> ArmPlacement:
         if arm is None:
             arm = request.getfixturevalue("agentcgroup_case").arm
         elif isinstance(arm, str):
@@ -381,12 +384,17 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
             why = refused.get("cpu", f"controllers: {', '.join(agentcgroup_tree.controllers)}")
             pytest.skip(f"arm {arm.name} sets CPU weights or caps, and this host gives the run no cpu controller "
                         f"({why}; cgroup {agentcgroup_tree.host.unified})")
+        try:
+            limits = None if arm.limit_from in (None, "step_peak") else \
+                step_limits(arm, trace if trace is not None else request.getfixturevalue("agentcgroup_trace"))
+        except ArmError as exc:             # a model file that cannot be used: the config's, not the host's
+            pytest.fail(str(exc), pytrace=False)
         policy = _arm_policy(request.config, arm)
         if policy is not None and policy not in running:
             policy.start()
             running.append(policy)
         return ArmPlacement(arm, target, agentcgroup_tree.controllers, policy=policy, kind_of=kind_of or step_kind,
-                            nest_in=nest_in, pool=pool, time_scale=time_scale)
+                            nest_in=nest_in, pool=pool, time_scale=time_scale, limits=limits)
     try:
         yield make
     finally:

@@ -34,6 +34,11 @@ METRICS = {m.name: m for m in (
     # Browser tenant steps (tenants/browser.py)
     Metric("page_load_ms", "ms", "lower", "recorded",
            "browser Navigation Timing loadEventEnd of the navigation a browser step caused"),
+    Metric("step_limit_mb", "MiB", "none", "derived",
+           "the hard limit an arm with limit_from set on the step before it ran: its recorded peak + margin (oracle), "
+           "or from the trace's earlier steps' measured peaks (vpa, window) or the model of command classes (predict)"),
+    Metric("step_limit_us", "us", "lower", "recorded",
+           "wall clock of computing that limit on the step's path (limit_from vpa, window, predict), before it starts"),
     Metric("tenant_mem_mb", "MiB", "lower", "recorded",
            "tenant cgroup v2 memory.current | v1 memory.usage_in_bytes after the step"),
     # Per-config aggregates
@@ -106,6 +111,10 @@ def step_record(result, step: Step, *, config: str, time_scale: float, executor:
         "duration_source": step.duration_ms.provenance if step.duration_ms else None,
         "replayed_peak_mb": _round(step.profile.peak_mb.value) if step.profile.peak_mb else None,
     }
+    if "step_limit_mb" in c:         # an arm with a limit per step (limit_from): the one it ran under
+        rec["step_limit_mb"] = _round(c["step_limit_mb"])
+        if c.get("step_limit_us") is not None:
+            rec["step_limit_us"] = _round(c["step_limit_us"])
     if "kind" in c:                  # policy arms: what the priorities were keyed by, and the priority
         rec["kind"], rec["priority"] = c["kind"], c.get("priority")
         # the cpu weight its priority gave the step's cgroup; None where the rules give none or the

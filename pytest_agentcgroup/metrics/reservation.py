@@ -7,7 +7,9 @@ A limit is memory a host must keep for the cgroup while it holds it, used or not
                              trace-scope arm (static-env) too (the trace's limit over this step's time);
                              an arm whose limit comes from each step (arms.py limit_from = "step_peak",
                              the oracle arm): the step's own limit, its peak + margin_mb (a step without
-                             a recorded peak runs without a limit: the trace's peak, as unlimited);
+                             a recorded peak runs without a limit: the trace's peak, as unlimited); one
+                             whose limit comes from the steps before (limit_from vpa, window, predict:
+                             limits/): the limit the placement set on the step (step_limit_mb);
                            - the dynamic arm (a policy with eBPF: agentcgroup): for a low-priority step,
                              which the policy holds at its soft limit until it grants more, the envelope of
                              that soft limit, memory_high_mb raised at each grant the controller logged
@@ -151,9 +153,14 @@ def step_fields(result, step, *, arm, trace, time_scale: float) -> dict:
     # those reserve the ceiling, like the control arm, so the two differ only where the policy acts.
     held = granting(arm) and c.get("priority") == "low"
     peak = step.profile.peak_mb.value if step.profile.peak_mb is not None else None
+    # a limit from the steps before (limit_from vpa, window, predict): the one the placement set, a
+    # hard limit, or on a policy arm the soft limit the step was held at and granted from
+    own = "step_limit_mb" in c and arm.limit_from is not None
+    limit = c["step_limit_mb"] if own and arm.policy is None else arm.step_memory_max_mb(peak)
+    soft = c["step_limit_mb"] if own and arm.policy is not None else arm.memory_high_mb
     return step_reservation(
         latency_ms=result.latency_ms if result.executed else None, time_scale=time_scale,
-        memory_max_mb=arm.step_memory_max_mb(peak), memory_high_mb=arm.memory_high_mb, granting=held,
+        memory_max_mb=limit, memory_high_mb=soft, granting=held,
         trace_peak_mb=_cached_trace_peak(trace), grants=c.get("grants") or (),
         usage_mib_ms=c.get("usage_mib_ms"), usage_window_ms=c.get("usage_window_ms"),
         usage_samples=c.get("usage_samples"),

@@ -26,6 +26,13 @@ simple command by its program name, and returns the first kind of PRIORITY prese
 `step_kind(step)` is what a policy keys its priorities by: a shell step's command kind, else the
 step's tool (`edit`, `read`, `search`, `browser`, `python`, `noop`).
 
+`command_class(step)` is finer, what the predictive arm's model is keyed by (limits/predict.py):
+the program and subcommand of the simple command that gave the command line its kind (`python -m
+pytest`, `pip install`, `git diff`, `grep`, `python script`, `python setup.py develop`), with
+interpreter and pip versions folded (`python3.9` is `python`); a script's own name is not kept (it
+is the task's, `reproduce.py`), only whether it is a test (`python test script`). A line with only
+set-up commands is named by its first program (`echo`); a step that is not a shell step, by its tool.
+
 `dominant_kind(commands, weights)` is the trace category: the kind with the largest total weight
 (the callers pass each bash step's recorded duration in ms, so the kind the trace spends its shell
 time on wins; each weight is floored at 1 so that zero-length steps still count). Ties go to the
@@ -197,6 +204,69 @@ def step_kind(step) -> str:
     if step.tool == "bash" and step.command:
         return classify_command(step.command)
     return step.tool
+
+
+_SUBCOMMANDS = {"git", "hg", "svn", "gh", "pip", "uv", "poetry", "pdm", "pipenv", "conda", "mamba", "micromamba",
+                "npm", "yarn", "pnpm", "cargo", "go", "apt", "apt-get", "docker", "tox"}
+_OPTION_ARGS = {"-C", "-c", "--git-dir", "--work-tree", "-e", "--env", "-n", "-p", "--prefix"}
+
+
+def _program(words: list[str]) -> str:
+    """`pip`, `git`, `python`: a simple command's program, versions folded."""
+    prog = os.path.basename(words[0])
+    if _PY.match(prog):
+        return "python"
+    if re.match(r"^pip\d", prog):
+        return "pip"
+    return "pytest" if prog == "py.test" else prog
+
+
+def _subcommand(rest: list[str]) -> str | None:
+    i = 0
+    while i < len(rest) and rest[i].startswith("-"):
+        i += 2 if rest[i] in _OPTION_ARGS else 1
+    return rest[i] if i < len(rest) and re.match(r"^[a-z][a-z0-9_.-]*$", rest[i]) else None
+
+
+def _class_of_simple(words: list[str]) -> str:
+    prog, rest = _program(words), words[1:]
+    if prog == "python":
+        if "-m" in rest:
+            at = rest.index("-m") + 1
+            mod = rest[at] if at < len(rest) else ""
+            if mod in ("pip", "uv"):
+                sub = _subcommand(rest[at + 1:])
+                return f"{mod} {sub}" if sub else mod
+            return f"python -m {mod}".strip()
+        if "-c" in rest:
+            return "python -c"
+        script = next((a for a in rest if not a.startswith("-")), None)
+        if script is None:
+            return "python"
+        if os.path.basename(script) == "setup.py":
+            sub = _subcommand(rest[rest.index(script) + 1:])
+            return f"python setup.py {sub}" if sub else "python setup.py"
+        return "python test script" if _kind_of_simple(words) == "test" else "python script"
+    if prog in _SUBCOMMANDS:
+        sub = _subcommand(rest)
+        return f"{prog} {sub}" if sub else prog
+    return prog
+
+
+def command_class(step) -> str:
+    """What the predictive arm's model keys a step by (module docstring): program and subcommand."""
+    if step.tool != "bash" or not step.command:
+        return step.tool
+    kind = classify_command(step.command)
+    first = None
+    for seg in _segments(step.command):
+        words = _strip(seg[1:] if seg[:1] == ["|"] else seg)
+        if not words:
+            continue
+        first = first or words
+        if _kind_of_simple(seg) == kind:
+            return _class_of_simple(words)
+    return _program(first) if first else "(empty)"
 
 
 def dominant_kind(commands: Sequence[str], weights: Iterable[float] | None = None) -> str:
