@@ -124,7 +124,7 @@ class Bench:
         budget = self.workload.child(f"{name}.{self._n}", controllers, inner=True)
         try:
             budget.set_memory_max(int(budget_mb * MB))
-            prioritized = prioritized(arm)
+            by_priority = prioritized(arm)
             runs, bodies = [], []
             for a in agents:
                 trace = self.corpus.load(a.trace_id)
@@ -134,7 +134,7 @@ class Bench:
                 # made here, in the test's thread: a policy arm this host cannot run skips from here
                 # the policy's timers at the replay's pace (docs/configuration.md, "One time rule")
                 place = self.placement(arm, cg, pool=True, time_scale=self.time_scale,
-                                       kind_of=(lambda step, k=a.kind: k) if prioritized else None)
+                                       kind_of=(lambda step, k=a.kind: k) if by_priority else None)
                 ex = AllocLoggingEmulator(log, time_scale=self.time_scale, step_timeout_s=self.step_timeout_s)
                 runs.append(run)
                 bodies.append(self._body(run, cg, ex, place, a.index * stagger_ms / 1000.0, base_mb))

@@ -110,19 +110,19 @@ def run(request: pytest.FixtureRequest, study, exp, d: dict) -> StudyOutcome:
 
 def density_arm(bench: Bench, arm, d: dict, out: dict) -> None:
     solo: dict[tuple, AgentRun] = {}
-    prioritized = prioritized(arm)
+    by_priority = prioritized(arm)
     for k in d["k"]:
         group = dens.agents(d["traces"], k, d["high_agents"])
         for a in group:
-            key = (a.trace_id, a.priority if prioritized else None)
+            key = (a.trace_id, a.priority if by_priority else None)
             if key not in solo:
                 solo[key] = bench.run(f"solo{len(solo)}", [dens.Agent(0, a.trace_id, a.priority)], arm,
                                       budget_mb=d["budget_mb"])[0]
         if k == 1:
-            runs = [solo[(group[0].trace_id, group[0].priority if prioritized else None)]]
+            runs = [solo[(group[0].trace_id, group[0].priority if by_priority else None)]]
         else:
             runs = bench.run(f"k{k}", group, arm, budget_mb=d["budget_mb"], stagger_ms=d["stagger_ms"])
-        slow = [dens.slowdown(r.tool_ms, solo[(r.agent.trace_id, r.agent.priority if prioritized else None)].tool_ms)
+        slow = [dens.slowdown(r.tool_ms, solo[(r.agent.trace_id, r.agent.priority if by_priority else None)].tool_ms)
                 for r in runs]
         slow = [s for s in slow if s is not None]
         kills = sum(r.oom_kills + r.policy_kills for r in runs)
