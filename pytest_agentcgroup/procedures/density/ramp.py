@@ -27,7 +27,7 @@ from .agents import (AgentRun, Bench, bench_for, fmt, killed, layout, peak_mb,
 def run(request: pytest.FixtureRequest, study, exp, d: dict) -> StudyOutcome:
     """Per arm: every agent alone, then K = 1, 2, ... agents at once under the budget of `d` (the
     density table); the outcome holds the claims on largest_k_held."""
-    benchmark, tmp_path, capsys = (request.getfixturevalue(f) for f in ("benchmark", "tmp_path", "capsys"))
+    tmp_path, capsys = request.getfixturevalue("tmp_path"), request.getfixturevalue("capsys")
     # the cgroup fixtures once the settings are known: a config without the study skips before anything is made
     workload_cgroup, agentcgroup_tree, agentcgroup_placement = (
         request.getfixturevalue(f) for f in ("workload_cgroup", "agentcgroup_tree", "agentcgroup_placement"))
@@ -53,6 +53,8 @@ def run(request: pytest.FixtureRequest, study, exp, d: dict) -> StudyOutcome:
             except pytest.skip.Exception as exc:        # e.g. eBPF missing: this arm only
                 out["skipped"] = str(exc)
 
+    # asked for once nothing can skip the test any more (pytest-benchmark warns of one skipped after it)
+    benchmark = request.getfixturevalue("benchmark")
     benchmark.group = exp.name
     start = time.monotonic()
     benchmark.pedantic(measure, rounds=1, iterations=1, warmup_rounds=0)

@@ -32,7 +32,7 @@ def run(request: pytest.FixtureRequest, study, exp, rep: dict) -> StudyOutcome:
     """Each arm of `rep` (the replication table) runs its rounds of 1 high + 2 low agents under the
     budget; printed beside AgentCgroup's published figures; the outcome holds the claims on
     survival_pct and high_p95_alloc_ms."""
-    benchmark, tmp_path, capsys = (request.getfixturevalue(f) for f in ("benchmark", "tmp_path", "capsys"))
+    tmp_path, capsys = request.getfixturevalue("tmp_path"), request.getfixturevalue("capsys")
     selected = harness_exp.arms(request, study, exp)
     arm_names = [a for a in rep["arms"] if a in selected]
     if not arm_names:
@@ -69,6 +69,8 @@ def run(request: pytest.FixtureRequest, study, exp, rep: dict) -> StudyOutcome:
             except pytest.skip.Exception as exc:
                 out["skipped"] = str(exc)
 
+    # asked for once nothing can skip the test any more (pytest-benchmark warns of one skipped after it)
+    benchmark = request.getfixturevalue("benchmark")
     benchmark.group = exp.name
     start = time.monotonic()
     benchmark.pedantic(measure, rounds=1, iterations=1, warmup_rounds=0)

@@ -47,9 +47,8 @@ def run(request: pytest.FixtureRequest, study, exp, part: str | None = None, arm
         pytest.fail(f"{request.node.nodeid}: a multitenant study runs one arm per test: "
                     "agentcgroup_study(arm=agentcgroup_arm)", pytrace=False)
     arm_name = arm                           # one test per selected arm of the study (harness/collect.py)
-    benchmark, workload_cgroup, agentcgroup_tree, agentcgroup_placement, capsys = (
-        request.getfixturevalue(f) for f in ("benchmark", "workload_cgroup", "agentcgroup_tree",
-                                             "agentcgroup_placement", "capsys"))
+    workload_cgroup, agentcgroup_tree, agentcgroup_placement, capsys = (
+        request.getfixturevalue(f) for f in ("workload_cgroup", "agentcgroup_tree", "agentcgroup_placement", "capsys"))
     why = browser_missing()
     if why:
         pytest.skip(f"tenant A: {why}")
@@ -171,6 +170,8 @@ def run(request: pytest.FixtureRequest, study, exp, part: str | None = None, arm
             probe.join()
         reraise(*phases.values())
 
+    # asked for once nothing can skip the test any more (pytest-benchmark warns of one skipped after it)
+    benchmark = request.getfixturevalue("benchmark")
     benchmark.group = exp.name
     benchmark.pedantic(measure, rounds=1, iterations=1, warmup_rounds=0)
 

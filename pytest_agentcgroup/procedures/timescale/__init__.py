@@ -52,7 +52,7 @@ def run(request: pytest.FixtureRequest, study, exp, part: str | None = None, arm
     from ...bpf.reclaim_throttle import ReclaimThrottle
     from ...bpf.task_stop import TaskStopObserver
 
-    benchmark, tmp_path, capsys = (request.getfixturevalue(f) for f in ("benchmark", "tmp_path", "capsys"))
+    tmp_path, capsys = request.getfixturevalue("tmp_path"), request.getfixturevalue("capsys")
     # the cgroup fixtures once the settings are known: a config without the study skips before anything is made
     workload_cgroup, agentcgroup_tree = (request.getfixturevalue(f) for f in ("workload_cgroup", "agentcgroup_tree"))
     cfg = exp.tables
@@ -86,6 +86,8 @@ def run(request: pytest.FixtureRequest, study, exp, part: str | None = None, arm
             probe.wait(10)
             park.remove()
 
+    # asked for once nothing can skip the test any more (pytest-benchmark warns of one skipped after it)
+    benchmark = request.getfixturevalue("benchmark")
     benchmark.pedantic(measure, rounds=1, iterations=1)
 
     samples = json.loads(probe_out.read_text()) if probe_out.exists() else []
