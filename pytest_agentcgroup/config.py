@@ -10,6 +10,7 @@
 
     [arms.<name>]                        # see arms.py; policy arms: bpf/controller.py
     [experiments.<name>]
+    kind = "replay"                      # the kind of study (studies/kinds.py); replay is the default
     description = "..."
     subset = "smoke"                     # a manifest subset, or comma-separated subsets and trace ids
     arms = ["unlimited", "static-toolcall"]
@@ -24,9 +25,11 @@
 An ablation or size is a named set of overrides of the experiment: executor, time_scale,
 step_timeout_s, subset, and `arms = { <arm> = { <arm key> = value } }`.
 
-Experiments 2, 3 and 5 have tables of their own (exp2: burst, probe; exp3: tenants, probe; exp5:
-density, replication), checked at load by studies/kinds.py, and only the keys their tests read
-(kinds.keys: no subset, budgets, matrix, ...); exp2's `arms` are its controllers, and required.
+An experiment's `kind` says which study it is; `replay` (the default: a trace x arm experiment) is
+described above. The others have tables of their own (timescale: burst, probe; multitenant:
+tenants, probe; density: density, replication), checked at load by studies/kinds.py, and only the
+keys their tests read (kinds.keys: no subset, budgets, matrix, ...); a timescale study's `arms` are
+its controllers, and required; a fidelity study reads only its description.
 
 May import: arms (arms and the policy's rules), studies/ (budgets, kinds, claims, tables),
 traces.numbers (its memory bound). Read by reports/ and the pytest side.
@@ -51,7 +54,7 @@ DEFAULTS = {"executor": "emulate", "time_scale": 1.0, "step_timeout_s": 120.0,
             "max_divergence": DEFAULT_MAX_DIVERGENCE, "workspace": None}
 MATRIX_AXES = ("ablations", "sizes")                # besides `seeds`; axis name in params: singular
 OVERRIDE_KEYS = (*DEFAULTS, "subset", "arms")
-EXPERIMENT_KEYS = ("description", "subset", "arms", "budgets", "matrix", "claims", *DEFAULTS)   # trace x arm
+EXPERIMENT_KEYS = ("description", "subset", "arms", "budgets", "matrix", "claims", *DEFAULTS)   # kind replay
 
 
 class ConfigError(ValueError):
@@ -144,9 +147,10 @@ class Experiment:
     settings: dict                      # executor, time_scale, step_timeout_s (file-level values)
     budgets: dict[str, dict] = field(default_factory=dict)
     matrix: tuple["Variant", ...] = ()
-    # experiment-specific tables, checked at load (exp2, exp3, exp5; studies/kinds.py)
+    # the kind's own tables, checked at load (timescale, multitenant, density; studies/kinds.py)
     tables: dict = field(default_factory=dict)
     claims: tuple[Claim, ...] = ()      # parsed and checked at load (studies/claims.py)
+    kind: str = kinds.REPLAY            # which study it is (studies/kinds.py KINDS)
 
     def variants(self, arms: dict[str, Arm]) -> list[tuple["Variant", "Experiment", dict[str, Arm]]]:
         """(variant, the experiment with its overrides, the arms with theirs) for every point of
@@ -234,17 +238,20 @@ def _parse(raw: dict, path: Path) -> Config:
         where = f"experiments.{name}"
         if not isinstance(spec, dict):
             raise ConfigError(f"{path}: {where}: expected a table")
-        allowed = kinds.keys(name, EXPERIMENT_KEYS)
+        kind = kinds.check_kind(spec.get("kind", kinds.REPLAY), f"{where}.kind")     # TableError
+        allowed = kinds.keys(kind, EXPERIMENT_KEYS)
         extra = set(spec) - set(allowed)
         if extra:      # a key this experiment would not read is a mistake, not a setting ignored
+            other = kinds.kind_of_tables(extra)
+            hint = f" ({', '.join(sorted(extra))}: tables of kind = \"{other}\")" if other and other != kind else ""
             raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(extra))}; {name} reads "
-                              f"{', '.join(allowed)}")
+                              f"{', '.join(allowed)}{hint}")
         if "arms" in spec and (not isinstance(spec["arms"], list) or not all(isinstance(a, str) for a in spec["arms"])):
             raise ConfigError(f"{path}: {where}.arms: expected a list of names, got {spec['arms']!r}")
-        if "arms" not in spec and kinds.own_arms(name):       # [arms] are no controllers: no default
+        if "arms" not in spec and kinds.own_arms(kind):       # [arms] are no controllers: no default
             raise ConfigError(f"{path}: {where}: missing key arms: the controllers to compare")
-        arm_names = tuple(spec.get("arms") or arms)
-        kinds.check_arms(name, arm_names, f"{where}.arms", arms)                     # TableError
+        arm_names = tuple(spec.get("arms") or arms) if kinds.has_arms(kind) else ()
+        kinds.check_arms(kind, arm_names, f"{where}.arms", arms)                     # TableError
         budgets = {}
         if not isinstance(spec.get("budgets", {}), dict):
             raise ConfigError(f"{path}: {where}.budgets: expected a table of [{where}.budgets.<arm>] tables, "
@@ -260,13 +267,13 @@ def _parse(raw: dict, path: Path) -> Config:
             settings["workspace"] = _workspace(spec["workspace"], path, f"{path}: {where}.workspace")
         if "executor" in spec:
             _check_executor(spec["executor"], f"{path}: {where}.executor")
-        tables = kinds.validate_tables(name, spec, where, arms)
+        tables = kinds.validate_tables(kind, spec, where, arms)
         experiments[name] = Experiment(name=name, description=spec.get("description", ""),
                                        subset=spec.get("subset", "smoke"), arms=arm_names,
                                        settings=settings, budgets=budgets,
                                        matrix=_matrix(spec.get("matrix"), f"{path}: {where}.matrix", arms),
-                                       tables=tables,
-                                       claims=kinds.parse_claims(name, spec.get("claims"), f"{where}.claims",
+                                       tables=tables, kind=kind,
+                                       claims=kinds.parse_claims(kind, spec.get("claims"), f"{where}.claims",
                                                                  arm_names, tables))
     traces = (path.parent / raw.get("traces", "../traces")).resolve()
     return Config(path=path, traces=traces, arms=arms, experiments=experiments)

@@ -12,8 +12,11 @@ here so that pytest finds them in this plugin:
     controller.py  the controller: the run directory, merged worker results, benchmark JSON, gate
     state.py       the session state and stash keys they share
 
+and procedures/study.py the `agentcgroup_study` fixture: a study's test runs its kind's procedure.
+
 Settings: see harness/settings.py (or `pytest --help`, group "agentcgroup").
-May import: the harness (and through it everything below). Nothing in the package imports plugin.py.
+May import: the harness and procedures (and through them everything below). Nothing in the package
+imports plugin.py.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from .harness.fixtures import (agentcgroup_docker, agentcgroup_placement, agentc
                                agentcgroup_replayer, agentcgroup_run, agentcgroup_trace, agentcgroup_tree,
                                step_cgroups, workload_cgroup)
 from .harness.state import STATE
+from .procedures.study import agentcgroup_study  # noqa: F401  (the fixture of every kind of study's test)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

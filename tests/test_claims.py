@@ -93,20 +93,32 @@ BASE = "[arms.a]\n[arms.b]\n"
     (BASE + "[experiments.exp1]\nclaims = ['a.latency_p95_ms < b.latency_p95_ms']\n",
      "a.latency_p95_ms: no metric 'latency_p95_ms' in this experiment"),
     (BASE + "[experiments.exp1]\nclaims = 'a.oom_kills < b.oom_kills'\n", "experiments.exp1.claims: expected a list of claims"),
-    # exp2: its arms are controllers, and its claims read its result rows
-    (BASE + "[experiments.exp2]\narms = ['a']\n", "experiments.exp2.arms: 'a' is not a controller of exp2"),
-    (BASE + "[experiments.exp2]\narms = ['psi']\n", "experiments.exp2: missing table [experiments.exp2.burst]"),
-    (BASE + "[experiments.exp2.burst]\n", "experiments.exp2: missing key arms: the controllers to compare"),
-    # exp2, exp3, exp5 read only their own keys: a trace x arm setting there would be ignored
-    (BASE + "[experiments.exp2]\narms = ['psi']\nsubset = 'smoke'\n",
-     "experiments.exp2: unknown key(s) subset; exp2 reads description, arms, claims, burst, probe"),
-    (BASE + "[experiments.exp3]\ntime_scale = 0.1\nexecutor = 'sandbox'\n",
+    # a timescale study: its arms are controllers, and its claims read its result rows
+    (BASE + "[experiments.exp2]\nkind = 'timescale'\narms = ['a']\n",
+     "experiments.exp2.arms: 'a' is not a controller of a timescale study"),
+    (BASE + "[experiments.exp2]\nkind = 'timescale'\narms = ['psi']\n", "experiments.exp2: missing table [experiments.exp2.burst]"),
+    (BASE + "[experiments.exp2]\nkind = 'timescale'\n[experiments.exp2.burst]\n",
+     "experiments.exp2: missing key arms: the controllers to compare"),
+    # the studies read only their own keys: a trace x arm setting there would be ignored
+    (BASE + "[experiments.exp2]\nkind = 'timescale'\narms = ['psi']\nsubset = 'smoke'\n",
+     "experiments.exp2: unknown key(s) subset; exp2 reads description, arms, claims, burst, probe, kind"),
+    (BASE + "[experiments.exp3]\nkind = 'multitenant'\ntime_scale = 0.1\nexecutor = 'sandbox'\n",
      "experiments.exp3: unknown key(s) executor, time_scale; exp3 reads"),
-    (BASE + "[experiments.exp5]\ntime_scale = 0.1\n[experiments.exp5.budgets.a]\noom_kills = 0\n",
+    (BASE + "[experiments.exp5]\nkind = 'density'\ntime_scale = 0.1\n[experiments.exp5.budgets.a]\noom_kills = 0\n",
      "experiments.exp5: unknown key(s) budgets; exp5 reads description, arms, claims, density, replication, "
-     "time_scale, step_timeout_s"),
-    (BASE + "[experiments.exp3.probe]\nperiod_ms = 10\n[experiments.exp3.tenants.A]\nsubset = 'browser'\n",
-     "experiments.exp3.tenants: missing key(s) B, C"),
+     "time_scale, step_timeout_s, kind"),
+    (BASE + "[experiments.exp3]\nkind = 'multitenant'\n[experiments.exp3.probe]\nperiod_ms = 10\n"
+     "[experiments.exp3.tenants.A]\nsubset = 'browser'\n", "experiments.exp3.tenants: missing key(s) B, C"),
+    (BASE + "[experiments.fidelity]\nkind = 'fidelity'\narms = ['a']\n",
+     "experiments.fidelity: unknown key(s) arms; fidelity reads description, kind"),
+    # the kind is the study, not the name: an unknown one names the key and the kinds there are
+    (BASE + "[experiments.exp2]\nkind = 'timescales'\n",
+     "experiments.exp2.kind: unknown kind 'timescales'; expected one of replay, timescale, multitenant, density, fidelity"),
+    (BASE + "[experiments.exp2]\nkind = 2\n", "experiments.exp2.kind: unknown kind 2; expected one of"),
+    # a study's tables under an experiment of another kind (replay: the default) name the kind they belong to
+    (BASE + "[experiments.exp2]\narms = ['a']\n[experiments.exp2.burst]\ncount = 1\n",
+     'experiments.exp2: unknown key(s) burst; exp2 reads description, subset, arms, budgets, matrix, claims, executor, '
+     'time_scale, step_timeout_s, max_divergence, workspace, kind (burst: tables of kind = "timescale")'),
 ])
 def test_claim_and_table_mistakes_are_one_config_error_naming_file_and_key(tmp_path, toml, message):
     path = tmp_path / "bad.toml"
@@ -144,9 +156,18 @@ def test_shipped_exp2_and_exp3_settings_are_checked_at_load(tmp_path, old, new, 
     assert message in str(err.value)
 
 
+def test_every_kind_of_study_has_its_procedure():
+    # replay is the trace x arm experiment, which the harness itself runs (agentcgroup_run)
+    from pytest_agentcgroup.procedures.study import PROCEDURES
+    assert set(kinds.KINDS) == {kinds.REPLAY, *PROCEDURES}
+
+
 def test_shipped_config_holds_every_experiment_with_its_claims():
     conf = cfgmod.load(REPO / "experiments" / "agentcgroup.toml")
-    assert set(conf.experiments) >= {"exp1", "exp2", "exp3", "exp4", "exp5"}
+    assert set(conf.experiments) >= {"exp1", "exp2", "exp3", "exp4", "exp5", "fidelity"}
+    assert {n: e.kind for n, e in conf.experiments.items()} == {
+        "exp1": "replay", "exp2": "timescale", "exp3": "multitenant", "exp4": "replay", "exp5": "density",
+        "fidelity": "fidelity"}
     exp2, exp3 = conf.experiments["exp2"], conf.experiments["exp3"]
     assert exp2.arms == ("poll_10ms", "poll_50ms", "poll_100ms", "psi", "ebpf_ringbuf", "ebpf_kernel")
     assert exp2.tables["burst"]["count"] >= 100                    # the issue asks for >= 100 bursts
@@ -159,7 +180,7 @@ def test_shipped_config_holds_every_experiment_with_its_claims():
     assert len(kinds.claims_of(exp3, arm="agentcgroup")) == 5
     assert not any(len(c.arms) > 1 for c in exp3.claims)          # none compares arms: each test checks its own
     assert not conf.experiments["exp5"].claims                    # printed, not asserted: docs/experiments/exp5.md
-    assert all(kinds.claim_metrics("exp1")[m] == kinds.SESSION for c in conf.experiments["exp1"].claims
+    assert all(kinds.claim_metrics("replay")[m] == kinds.SESSION for c in conf.experiments["exp1"].claims
                for m in c.metrics)
     assert not (REPO / "experiments" / "exp2.toml").exists() and not (REPO / "experiments" / "exp3.toml").exists()
 

@@ -66,7 +66,7 @@ def test_shipped_exp5_settings_load_and_the_budget_binds():
     assert over["agentcgroup"]["memory_high_mb"] == over["bpf-soft"]["memory_high_mb"]
 
 
-BASE = "[arms.a]\n[arms.b]\n[experiments.exp5]\n"
+BASE = "[arms.a]\n[arms.b]\n[experiments.exp5]\nkind = 'density'\n"
 
 
 @pytest.mark.parametrize("toml, message", [
@@ -88,7 +88,7 @@ BASE = "[arms.a]\n[arms.b]\n[experiments.exp5]\n"
      "experiments.exp5.claims[0]: claim 'a.survival >= b.survival': a.survival: no metric 'survival'"),
     (BASE + "claims = ['a.survival_pct >= z.survival_pct']\n", "claim 'a.survival_pct >= z.survival_pct': z.survival_pct: no arm 'z'"),
     (BASE + "claims = ['a.survival_pct >= b.largest_k_held']\n",
-     "reads metrics of different tests (survival_pct: test_exp5_agentcgroup_replication; largest_k_held: test_exp5_density)"),
+     "reads metrics of different tests (survival_pct: the replication test; largest_k_held: the density test)"),
     # the replication test runs its own arms: a claim on its metrics naming another would never be checked
     (BASE + "claims = ['b.survival_pct >= a.survival_pct']\n[experiments.exp5.replication]\nhigh = 't'\n"
      "low = ['t']\narms = ['a']\nbudget_mb = 5\n",
@@ -105,14 +105,14 @@ def test_exp5_mistakes_are_one_message_naming_file_and_key(tmp_path, toml, messa
 
 def test_replication_claims_read_every_replication_arm(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text("[arms.a]\n[arms.b]\n[arms.c]\n[experiments.exp5]\narms = ['a', 'b']\n"
+    path.write_text("[arms.a]\n[arms.b]\n[arms.c]\n[experiments.exp5]\nkind = 'density'\narms = ['a', 'b']\n"
                     "claims = ['*.survival_pct >= 50', '*.largest_k_held >= 1']\n[experiments.exp5.replication]\n"
                     "high = 't'\nlow = ['t']\narms = ['b', 'c']\nbudget_mb = 5\n")
     exp = cfgmod.load(path).experiments["exp5"]
     rep = exp.tables["replication"]["arms"]
-    mine = kinds.claims_of(exp, test="test_exp5_agentcgroup_replication", arms=rep)
+    mine = kinds.claims_of(exp, test="replication", arms=rep)
     assert [c.text for c in mine] == ["b.survival_pct >= 50", "c.survival_pct >= 50"]
-    assert [c.text for c in kinds.claims_of(exp, test="test_exp5_density")] == \
+    assert [c.text for c in kinds.claims_of(exp, test="density")] == \
         ["a.largest_k_held >= 1", "b.largest_k_held >= 1"]
 
 
@@ -126,8 +126,41 @@ def test_a_config_without_exp5_skips_both_tests_naming_the_section(pytester):
     result.stdout.fnmatch_lines(["SKIPPED [[]2[]]*experiment exp5 is not in *study.toml (no [[]experiments.exp5[]] section)*"])
     # with the section but no replication table: only that test skips, naming the table
     (pytester.path / "study.toml").write_text(f'traces = "{REPO / "traces"}"\n[arms.unlimited]\n'
-                                              "[experiments.exp5]\narms = ['unlimited']\n")
+                                              "[experiments.exp5]\nkind = 'density'\narms = ['unlimited']\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml",
                                            "-rs", "test_exp5_density.py")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*no [[]experiments.exp5.density[]] table*", "*no [[]experiments.exp5.replication[]] table*"])
+
+
+STUDY_BY_KIND = '''
+import pytest
+
+@pytest.mark.experiment(name="crowd")
+def test_crowd(agentcgroup_study):
+    agentcgroup_study("density").assert_holds()
+
+@pytest.mark.experiment(name="crowd")
+def test_crowd_part(agentcgroup_study):
+    agentcgroup_study("ramp").assert_holds()
+
+@pytest.mark.experiment(name="plain")
+def test_plain(agentcgroup_study):
+    agentcgroup_study().assert_holds()
+'''
+
+
+def test_a_study_runs_by_its_kind_whatever_its_name(pytester):
+    """`kind` picks the procedure: an experiment named `crowd` of kind density is run as exp5 is (here
+    it skips naming its missing table); a part it does not have, or a trace x arm experiment (kind
+    replay), fails saying what is wrong."""
+    (pytester.path / "study.toml").write_text(f'traces = "{REPO / "traces"}"\n[arms.unlimited]\n'
+                                              "[experiments.crowd]\nkind = 'density'\narms = ['unlimited']\n"
+                                              "[experiments.plain]\narms = ['unlimited']\n")
+    pytester.makepyfile(test_study=STUDY_BY_KIND)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--agentcgroup-config", "study.toml", "-rA")
+    result.assert_outcomes(skipped=1, failed=2)
+    result.stdout.fnmatch_lines_random([
+        "SKIPPED*study.toml: no [[]experiments.crowd.density[]] table*",
+        "test_study.py::test_crowd_part: a density study has two tests*got 'ramp'",
+        "*study.toml: experiments.plain.kind is 'replay', which has no study procedure*uses agentcgroup_run"])

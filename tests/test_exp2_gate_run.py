@@ -27,7 +27,7 @@ def test_the_gate_passes_the_in_kernel_stop_and_fails_a_controller_two_ms_slower
     exp2 = re.search(r"(?ms)^\[experiments\.exp2\]\n.*?^claims = \[\n.*?^\]\n", text)
     assert exp2, "the shipped [experiments.exp2] arms and claims are gone"
     text = text.replace(exp2.group(0), (
-        '[experiments.exp2]\narms = ["ebpf_kernel", "ebpf_delayed_2000us"]\n'
+        '[experiments.exp2]\nkind = "timescale"\narms = ["ebpf_kernel", "ebpf_delayed_2000us"]\n'
         'claims = ["ebpf_kernel.ran_on_lower_pct <= 1", "ebpf_delayed_2000us.ran_on_lower_pct <= 1"]\n'))
     assert "count = 100 " in text
     text = text.replace("count = 100 ", "count = 50 ").replace('traces = "../traces"', f'traces = "{REPO / "traces"}"')

@@ -36,7 +36,8 @@ MODULE_MAX_LINES = 450
 #: the experiments' studies (settings tables, claims, budgets) and the trace measurements (profile/:
 #: profiling, the emulator's fidelity run) above metrics, the experiment config above the studies
 #: (it validates their tables), the live runtime (live/: arms for agents people run, recording
-#: traces as they go) beside the reports, and the pytest side (harness/), the corpus tools and the
+#: traces as they go) beside the reports, the pytest side (harness/) and the corpus tools, then
+#: what each kind of study does when its test runs (procedures/: it uses the harness), and the
 #: entry points (plugin.py, cli/) on top. notes (what an agent is told of a stopped call) sits at
 #: the bottom: the live runtime and the replay's kill reasons word a stop with it.
 RANKS = {
@@ -52,7 +53,8 @@ RANKS = {
     "config": 9,
     "reports": 10, "live": 10,
     "harness": 11, "tools": 11,
-    "plugin": 12, "cli": 12, "": 12,        # "": the package's own __init__ (its small data API)
+    "procedures": 12,
+    "plugin": 13, "cli": 13, "": 13,        # "": the package's own __init__ (its small data API)
 }
 
 
@@ -251,6 +253,31 @@ def test_the_package_finds_the_programs_in_the_checkouts_bpf():
     assert loader.programs_dir() == loader.BPF_DIR == BPF
     for name in _loaded_programs():
         assert loader.source_path(name) == BPF / f"{name}.bpf.c"
+
+
+def test_only_the_plugin_imports_the_procedures():
+    # a study's procedure is reached through its test's fixture (procedures/study.py), never called from below
+    users = {m for m, ts in GRAPH.items() if _room(m) != "procedures" and any(_room(t) == "procedures" for t in ts)}
+    assert users == {f"{PACKAGE}.plugin"}, sorted(users)
+
+
+#: experiments whose machinery is not in the library yet (each keeps its own until it moves to procedures/)
+MACHINERY_OUTSIDE = ("test_exp4_overhead.py",)
+EXPERIMENT_MAX_LINES = 40
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "experiments").glob("test_*.py")
+                                        if p.name not in MACHINERY_OUTSIDE))
+def test_an_experiment_file_is_a_marker_one_fixture_call_and_its_assertion(name):
+    """The machinery of every kind of study is the library's (procedures/, studies/, the harness),
+    where the rules above see it: an experiment's file imports nothing of the package, private or not."""
+    path = REPO / "experiments" / name
+    lines = len(path.read_text().splitlines())
+    assert lines <= EXPERIMENT_MAX_LINES, f"{name} has {lines} lines (at most {EXPERIMENT_MAX_LINES}: its study is the library's)"
+    imported = [a.name if isinstance(node, ast.Import) else node.module or "."
+                for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for a in getattr(node, "names", [])]
+    assert not [m for m in imported if m.split(".")[0] == PACKAGE or m.startswith(".")], (name, imported)
 
 
 def test_only_the_entry_points_and_the_pytest_side_import_live():

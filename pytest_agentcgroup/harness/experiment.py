@@ -1,6 +1,6 @@
-"""What an experiment test that runs its arms itself (exp2, exp5; exp3 through `agentcgroup_arm`)
-asks of the harness: its settings from the config (a skip naming the missing section), the arms
-this session selected, and the outcome of its claims.
+"""What a study's procedure that runs its arms itself (procedures/: timescale, density; multitenant
+through `agentcgroup_arm`) asks of the harness: its settings from the config (a skip naming the
+missing section), the arms this session selected, and the outcome of its claims.
 
 May import: config, studies (claims) and the harness's collect, controller and state.
 """
@@ -42,7 +42,7 @@ def not_run(exp: cfgmod.Experiment, ran, skipped: dict[str, str] | None = None, 
 
 def publish(request: pytest.FixtureRequest, figures: dict) -> None:
     """One arm's claim figures (metric -> number or None), put on the test's report for the claims
-    comparing arms that the controller checks at the end of the session (exp3)."""
+    comparing arms that the controller checks at the end of the session (a multitenant study)."""
     request.node.user_properties.append((FIGURES, figures))
 
 

@@ -1,8 +1,11 @@
-"""Experiment 5 — density: K agents under one host memory budget. The pure part (no cgroups, no
-processes): the settings of `[experiments.exp5]` and their checks, which agent replays which trace
-at which priority, the budget arithmetic, what "held" means for one K and the largest K held,
-and what each figure of its tests is (METRICS).
+"""The density study (`kind = "density"`, the shipped exp5) — K agents under one host memory
+budget. The pure part (no cgroups, no processes): the settings of its `[experiments.<name>]` and
+their checks, which agent replays which trace at which priority, the budget arithmetic, what "held"
+means for one K and the largest K held, and what each figure of its two tests (PARTS) is (METRICS).
+The agents themselves: procedures/density/.
 
+    [experiments.exp5]
+    kind = "density"
     [experiments.exp5.density]
     traces = ["claude-code/local/pydicom__pydicom-2065", ...]   # agent i replays traces[i % n]
     k = [1, 2, 3, 4, 6]            # agents at once, stepped up (K = 1 is agent 0's solo run)
@@ -37,9 +40,10 @@ AGENT_PRIORITY_KINDS = {"agent-high": "high", "agent-low": "low"}
 
 TABLES = ("density", "replication")
 KEYS = ("time_scale", "step_timeout_s")    # besides description, arms, claims, TABLES (emulate only)
-#: metric -> the test that measures it (a claim reads the metrics of one test)
-CLAIM_METRICS = {"largest_k_held": "test_exp5_density", "survival_pct": "test_exp5_agentcgroup_replication",
-                 "high_p95_alloc_ms": "test_exp5_agentcgroup_replication"}
+#: its two tests: K stepped up under one budget, and AgentCgroup's own set-up (each reads its table)
+PARTS = ("density", "replication")
+#: metric -> the test (part) that measures it (a claim reads the metrics of one test)
+CLAIM_METRICS = {"largest_k_held": "density", "survival_pct": "replication", "high_p95_alloc_ms": "replication"}
 
 REPLICATION_METRICS = ("survival_pct", "high_p95_alloc_ms")
 #: what each figure of its tests is (the benchmark JSON's extra_info, and the metrics a claim reads)
@@ -69,11 +73,11 @@ class Agent:
         return f"agent-{self.priority}"
 
 
-def claim_arms(metric: str, tables: dict) -> tuple[str, list[str]] | None:
-    """The replication test runs the arms of [experiments.exp5.replication], not the experiment's:
-    a claim on its metrics names those (kinds.parse_claims)."""
+def claim_arms(metric: str, tables: dict, where: str) -> tuple[str, list[str]] | None:
+    """The replication test runs the arms of [<where>.replication], not the experiment's: a claim
+    on its metrics names those (kinds.parse_claims; `where`: the experiment's table, experiments.<name>)."""
     if metric in REPLICATION_METRICS and "replication" in tables:
-        return "[experiments.exp5.replication] arms", list(tables["replication"]["arms"])
+        return f"[{where}.replication] arms", list(tables["replication"]["arms"])
     return None
 
 

@@ -1,14 +1,21 @@
-"""Which experiment has which settings tables, which arms and which claim metrics: the part of
-loading `[experiments.<name>]` that differs between experiments (config.py does the rest).
+"""Which kind of study has which settings tables, which arms and which claim metrics: the part of
+loading `[experiments.<name>]` that differs between kinds (config.py does the rest). An
+experiment's `kind` names its study, its name is the user's (exp2 is `kind = "timescale"`):
 
-    exp2   tables burst, probe (timescale.py); its arms are controllers; claims checked in its test
-    exp3   tables tenants, probe (multitenant.py); one test per arm, each checks its arm's claims; a
-           claim comparing arms is checked at the end of the session on the figures each arm's
-           test published (session_verdicts_from_figures)
-    exp5   tables density, replication (density.py); each test checks the claims on its metrics
-    other  a trace x arm experiment (exp1, exp4, ...): one test per trace x arm, so a claim that
-           compares arms is checked at the end of the session on the run's merged records, each
-           metric the sum over the arm's tests of a per-test metric of metrics/registry.py (SUMMED)
+    replay       (the default) a trace x arm experiment (exp1, exp4, ...): one test per trace x arm,
+                 so a claim that compares arms is checked at the end of the session on the run's
+                 merged records, each metric the sum over the arm's tests of a per-test metric of
+                 metrics/registry.py (SUMMED)
+    timescale    tables burst, probe (timescale.py); its arms are controllers; claims checked in its test
+    multitenant  tables tenants, probe (multitenant.py); one test per arm, each checks its arm's
+                 claims; a claim comparing arms is checked at the end of the session on the figures
+                 each arm's test published (session_verdicts_from_figures)
+    density      tables density, replication (density.py); each of its two tests checks the claims
+                 on its metrics
+    fidelity     the emulator against recorded steps: no settings, arms or claims of its own (its
+                 goals are metrics/fidelity.py's)
+
+What each kind does when its test runs: procedures/ (the pytest side), keyed by the same names.
 
 May import: studies (timescale, multitenant, density, tables, claims), metrics (registry, compare).
 """
@@ -20,66 +27,102 @@ from ..metrics.compare import test_key, test_values
 from ..metrics.registry import REGISTRY
 from .tables import TableError
 
-KINDS = {"exp2": timescale, "exp3": multitenant, "exp5": density}
+REPLAY = "replay"                       # the default kind: a trace x arm experiment
+
+
+class Fidelity:
+    """The fidelity kind's declaration: its test reads only the experiment's description."""
+    ARMS = False
+    KEYS = ()                           # no arms, no claims: metrics/fidelity.py's goals are its verdict
+    TABLES = ()
+    CLAIM_METRICS: dict[str, str] = {}
+
+    @staticmethod
+    def validate(tables: dict, where: str, arms: dict) -> dict:
+        return {}
+
+
+#: kind -> its declaration (None: a trace x arm experiment, whose keys and claims config.py and this
+#: module's SUMMED know)
+KINDS = {REPLAY: None, "timescale": timescale, "multitenant": multitenant, "density": density, "fidelity": Fidelity}
 SESSION = "the end of the session"        # where a trace x arm experiment's claims are checked
 #: per-test metrics a sum over an arm's tests means something for (counts, totals, GiB·s); not
 #: percentiles, ratios or peaks
 SUMMED = tuple(m for m in REGISTRY if not m.startswith("latency_p") and m not in ("utilization", "peak_rss_mb"))
 
 
-def keys(name: str, generic) -> tuple[str, ...]:
-    """The keys `[experiments.<name>]` may hold: `generic` (a trace x arm experiment's: subset,
-    budgets, matrix, executor, ...) unless the experiment is a kind of its own, whose test reads
-    only its description, arms, claims, tables and the few settings it uses (KEYS)."""
-    kind = KINDS.get(name)
-    return tuple(generic) if kind is None else ("description", "arms", "claims", *kind.TABLES, *kind.KEYS)
+def check_kind(kind, where: str) -> str:
+    """An experiment's `kind`, checked (TableError naming the key): one of KINDS."""
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise TableError(f"{where}: unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return kind
 
 
-def own_arms(name: str) -> bool:
-    """The experiment's arms are its own (exp2's controllers), not arms of [arms]: it names them."""
-    return hasattr(KINDS.get(name), "check_arms")
+def has_arms(kind: str) -> bool:
+    """The kind's tests run arms and check claims on them (every kind but fidelity)."""
+    return getattr(KINDS[kind], "ARMS", True)
 
 
-def check_arms(name: str, arm_names, where: str, defined: dict) -> None:
-    """The experiment's `arms`: arms of `[arms]`, except exp2's (controllers). TableError."""
-    kind = KINDS.get(name)
-    if hasattr(kind, "check_arms"):
-        kind.check_arms(arm_names, where)
+def keys(kind: str, generic) -> tuple[str, ...]:
+    """The keys `[experiments.<name>]` of `kind` may hold: `generic` (a trace x arm experiment's:
+    subset, budgets, matrix, executor, ...) and `kind`, unless the kind is a study of its own, whose
+    test reads only its description, arms, claims, tables and the few settings it uses (KEYS)."""
+    of = KINDS[kind]
+    if of is None:
+        return (*generic, "kind")
+    return ("description", *(("arms", "claims") if has_arms(kind) else ()), *of.TABLES, *of.KEYS, "kind")
+
+
+def kind_of_tables(names) -> str | None:
+    """The kind whose tables `names` are (the hint for a table put under an experiment of another kind)."""
+    return next((k for k, of in KINDS.items() if of is not None and set(names) & set(of.TABLES)), None)
+
+
+def own_arms(kind: str) -> bool:
+    """The experiment's arms are its own (timescale's controllers), not arms of [arms]: it names them."""
+    return hasattr(KINDS[kind], "check_arms")
+
+
+def check_arms(kind: str, arm_names, where: str, defined: dict) -> None:
+    """The experiment's `arms`: arms of `[arms]`, except a timescale study's (controllers). TableError."""
+    of = KINDS[kind]
+    if hasattr(of, "check_arms"):
+        of.check_arms(arm_names, where)
         return
     for a in arm_names:
         if a not in defined:
             raise TableError(f"{where}: no arm named {a!r} (defined: {', '.join(defined)})")
 
 
-def validate_tables(name: str, spec: dict, where: str, defined: dict) -> dict:
-    kind = KINDS.get(name)
-    if kind is None:
+def validate_tables(kind: str, spec: dict, where: str, defined: dict) -> dict:
+    of = KINDS[kind]
+    if of is None:
         return {}
-    return kind.validate({k: spec[k] for k in kind.TABLES if k in spec}, where, defined)
+    return of.validate({k: spec[k] for k in of.TABLES if k in spec}, where, defined)
 
 
-def claim_metrics(name: str) -> dict[str, str]:
-    """metric -> where it is measured (a test's name, or SESSION)."""
-    kind = KINDS.get(name)
-    return dict(kind.CLAIM_METRICS) if kind else {m: SESSION for m in SUMMED}
+def claim_metrics(kind: str) -> dict[str, str]:
+    """metric -> where it is measured (which of the kind's tests, or SESSION)."""
+    of = KINDS[kind]
+    return dict(of.CLAIM_METRICS) if of else {m: SESSION for m in SUMMED}
 
 
-def parse_claims(name: str, raw, where: str, arm_names, tables: dict | None = None) -> tuple[claimlang.Claim, ...]:
+def parse_claims(kind: str, raw, where: str, arm_names, tables: dict | None = None) -> tuple[claimlang.Claim, ...]:
     """The experiment's `claims`, parsed and checked against its arms and metrics; a claim reads the
     metrics of one test, and names only arms that test runs (`tables`: the experiment's checked
-    tables, for a kind whose test runs arms of its own, exp5's replication). ClaimError names the claim."""
+    tables, for a kind whose test runs arms of its own, density's replication). ClaimError names the claim."""
     if raw is None:
         return ()
-    metrics = claim_metrics(name)
+    metrics = claim_metrics(kind)
     out = claimlang.parse_all(raw, where, arm_names, metrics)
     for i, claim in enumerate(out):
         at = f"{where}[{i}]: claim {claim.text!r}"
         tests = {metrics[m] for m in claim.metrics}
         if len(tests) > 1:
             raise claimlang.ClaimError(f"{at}: reads metrics of different tests ("
-                                       + "; ".join(f"{m}: {metrics[m]}" for m in claim.metrics)
+                                       + "; ".join(f"{m}: the {metrics[m]} test" for m in claim.metrics)
                                        + "), so no test can check it")
-        runs = arms_measuring(name, claim.metrics[0], tables or {})
+        runs = arms_measuring(kind, claim.metrics[0], tables or {}, where.rpartition(".")[0])
         if runs is not None:
             for arm in claim.arms:
                 if arm != claimlang.EVERY_ARM and arm not in runs[1]:
@@ -88,30 +131,32 @@ def parse_claims(name: str, raw, where: str, arm_names, tables: dict | None = No
     return out
 
 
-def arms_measuring(name: str, metric: str, tables: dict) -> tuple[str, list[str]] | None:
-    """(where, arms) when the test measuring `metric` runs arms of its own table rather than the
-    experiment's `arms` (exp5's replication); else None."""
-    of = getattr(KINDS.get(name), "claim_arms", None)
-    return of(metric, tables) if of else None
+def arms_measuring(kind: str, metric: str, tables: dict, where: str) -> tuple[str, list[str]] | None:
+    """(which table's arms, arms) when the test measuring `metric` runs arms of its own table rather
+    than the experiment's `arms` (density's replication); else None. `where`: experiments.<name>."""
+    of = getattr(KINDS[kind], "claim_arms", None)
+    return of(metric, tables, where) if of else None
 
 
-def per_arm_test(name: str) -> bool:
-    """Each arm of the experiment is its own test (exp3): claims comparing arms wait for the session end."""
-    return getattr(KINDS.get(name), "PER_ARM_TEST", False)
+def per_arm_test(kind: str) -> bool:
+    """Each arm of the experiment is its own test (multitenant): claims comparing arms wait for the session end."""
+    return getattr(KINDS[kind], "PER_ARM_TEST", False)
 
 
 def claims_of(experiment, test: str | None = None, arm: str | None = None, arms=None) -> list[claimlang.Claim]:
-    """The experiment's claims that `test` checks (all when None), `*` read as each of `arms` (the
-    experiment's arms when None; exp5's replication: its own), only the claims on `arm` alone when given."""
-    metrics = claim_metrics(experiment.name)
+    """The experiment's claims that `test` checks (all when None; a test is named as the kind's
+    CLAIM_METRICS name it), `*` read as each of `arms` (the experiment's arms when None; density's
+    replication: its own), only the claims on `arm` alone when given."""
+    metrics = claim_metrics(experiment.kind)
     mine = [c for c in experiment.claims if test is None or metrics[c.metrics[0]] == test]
     out = claimlang.expand(mine, [arm] if arm is not None else list(arms if arms is not None else experiment.arms))
     return [c for c in out if arm is None or c.arms == [arm]]
 
 
 def runnable_arms(experiment, defined: dict) -> list[str]:
-    """What `--agentcgroup-arms` may select for the experiment: any arm of [arms]; exp2 its controllers."""
-    return list(experiment.arms) if own_arms(experiment.name) else list(defined)
+    """What `--agentcgroup-arms` may select for the experiment: any arm of [arms]; a timescale study
+    its controllers."""
+    return list(experiment.arms) if own_arms(experiment.kind) else list(defined)
 
 
 # -- claims comparing arms that separate tests measured, at the end of the session ---------------
@@ -123,15 +168,15 @@ def session_claims(experiment, arms: dict[str, str], figures: dict[str, dict], r
     claims its tests check. `arms`: arm -> "ran" or why it did not (its skip reason); `figures`:
     what a one-test-per-arm experiment's tests published (arm -> metric -> value); `records`: the
     run's step records. `unchecked`: why none is checked here, each claim then says so."""
-    name = experiment.name
-    if not experiment.claims or (name in KINDS and not per_arm_test(name)):
+    kind = experiment.kind
+    if not experiment.claims or (KINDS[kind] is not None and not per_arm_test(kind)):
         return []
     if unchecked is not None:
         mine = claimlang.expand(experiment.claims, list(experiment.arms))
         return [claimlang.Verdict(c, claimlang.NOT_CHECKED, f"not checked: {unchecked}")
-                for c in mine if not per_arm_test(name) or len(c.arms) > 1]
+                for c in mine if not per_arm_test(kind) or len(c.arms) > 1]
     why = {a: w for a, w in arms.items() if w != "ran"}
-    if per_arm_test(name):
+    if per_arm_test(kind):
         why.update({a: "ran, but its test ended before it measured anything" for a, w in arms.items()
                     if w == "ran" and a not in figures})
         return session_verdicts_from_figures(experiment, figures, why)
@@ -142,7 +187,7 @@ def session_claims(experiment, arms: dict[str, str], figures: dict[str, dict], r
 
 def session_verdicts_from_figures(experiment, figures: dict[str, dict],
                                   why_absent: dict[str, str]) -> list[claimlang.Verdict]:
-    """The claims of a one-test-per-arm experiment (exp3) that compare arms, against the figures
+    """The claims of a one-test-per-arm experiment (multitenant) that compare arms, against the figures
     each arm's test published (arm -> metric -> value)."""
     cross = [c for c in claimlang.expand(experiment.claims, list(experiment.arms)) if len(c.arms) > 1]
     absent = {a: why_absent.get(a, "did not run in this session (deselected)") for a in experiment.arms

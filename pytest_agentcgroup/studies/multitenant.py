@@ -1,8 +1,10 @@
-"""Experiment 3 — multi-tenant isolation. The pure part: the settings of `[experiments.exp3]`
-(the three tenants and the probe), checked at load, and the metrics one arm's test measures, which
-its claims read. The tenants themselves: experiments/test_exp3_multitenant.py.
+"""The multitenant study (`kind = "multitenant"`, the shipped exp3) — multi-tenant isolation. The
+pure part: the settings of its `[experiments.<name>]` (the three tenants and the probe), checked at
+load, and the metrics one arm's test measures, which its claims read. The tenants themselves:
+procedures/multitenant/.
 
     [experiments.exp3]
+    kind = "multitenant"
     arms = ["unlimited", "static-env", ...]         # arms of [arms]; one test per arm
     claims = ["*.c_pids_max_events >= 1", "agentcgroup.a_oom_kills == 0"]
     [experiments.exp3.tenants.A]  priority, subset, rounds_solo, action_timeout_s   (the browser agent)
@@ -54,8 +56,8 @@ RUN_METRICS = {m.name: m for m in (
 #: the phases' keys in the test (A-solo, A, ...) and their prefix in a claim's metric name
 PHASES = {"A-solo": "a_solo", "A": "a", "B-solo": "b_solo", "B": "b", "C": "c"}
 #: metric -> the test that measures it
-CLAIM_METRICS = {**{f"{p}_{m}": "test_exp3_multitenant" for p in PHASES.values() for m in TENANT_METRICS},
-                 **{m: "test_exp3_multitenant" for m in RUN_METRICS}}
+CLAIM_METRICS = {**{f"{p}_{m}": "multitenant" for p in PHASES.values() for m in TENANT_METRICS},
+                 **{m: "multitenant" for m in RUN_METRICS}}
 
 
 def figures(summaries: dict[str, dict], run: dict) -> dict:
@@ -66,7 +68,7 @@ def figures(summaries: dict[str, dict], run: dict) -> dict:
 
 
 def validate(tables: dict, where: str, arms: dict) -> dict:
-    """The tenants and probe tables of `[experiments.exp3]`, checked; TableError names the key."""
+    """The tenants and probe tables of a multitenant study, checked; TableError names the key."""
     for name in TABLES:
         if name not in tables:
             raise TableError(f"{where}: missing table [{where}.{name}]")

@@ -1,5 +1,5 @@
-"""Checks shared by the experiment-specific settings tables (exp2: timescale.py, exp3:
-multitenant.py, exp5: density.py): a table's keys, numbers and lists, each mistake one TableError
+"""Checks shared by the settings tables of the kinds of study (timescale.py, multitenant.py,
+density.py): a table's keys, numbers and lists, each mistake one TableError
 naming the key. config.py prefixes the file.
 
 May import: nothing of the package (pure).

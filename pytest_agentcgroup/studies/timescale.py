@@ -1,8 +1,10 @@
-"""Experiment 2 — timescale mismatch. The pure part: the settings of `[experiments.exp2]`, checked
-at load, the controllers its `arms` name, and what each result row measures (the metrics its claims
-read). The bursts themselves: experiments/test_exp2_timescale.py.
+"""The timescale study (`kind = "timescale"`, the shipped exp2) — how fast do controllers react to
+the same memory burst. The pure part: the settings of its `[experiments.<name>]`, checked at load,
+the controllers its `arms` name, and what each result row measures (the metrics its claims read).
+The bursts themselves: procedures/timescale/.
 
     [experiments.exp2]
+    kind = "timescale"
     arms = ["poll_10ms", "poll_50ms", "poll_100ms", "psi", "ebpf_ringbuf", "ebpf_kernel"]   # the controllers
     claims = ["ebpf_kernel.ran_on_lower_pct <= 1", "poll_50ms.p50_ms >= 10 * ebpf_kernel.p50_ms"]
     [experiments.exp2.burst]       # count, limit_mb, cushion_mb, burst_mb, react/stop timeouts, PSI
@@ -90,8 +92,8 @@ COLUMNS = {m.name: {k: v for k, v in m.describe(None).items() if k != "value"} f
     Metric("after_reclaim_p99_ms", "ms", "lower", "derived",
            "informational, not asserted: p99 of stop - end of the first memcg reclaim (kernel clock)"),
 )}
-#: metric -> the test that measures it (every claim of exp2 is checked in its one test)
-CLAIM_METRICS = {name: "test_exp2_reaction_time" for name in COLUMNS}
+#: metric -> the test that measures it (every claim is checked in its one test, the bursts)
+CLAIM_METRICS = {name: "timescale" for name in COLUMNS}
 
 
 def poll_period_ms(controller: str) -> int | None:
@@ -107,10 +109,10 @@ def delay_us(controller: str) -> int | None:
 
 
 def check_arms(names, where: str) -> None:
-    """exp2's arms are its controllers, not arms of `[arms]`."""
+    """A timescale study's arms are its controllers, not arms of `[arms]`."""
     for name in names:
         if name not in KERNEL_CONTROLLERS and poll_period_ms(name) is None and delay_us(name) is None:
-            raise TableError(f"{where}: {name!r} is not a controller of exp2: expected poll_<N>ms, "
+            raise TableError(f"{where}: {name!r} is not a controller of a timescale study: expected poll_<N>ms, "
                              f"{', '.join(KERNEL_CONTROLLERS)}, ebpf_delayed_<N>us")
 
 
@@ -132,7 +134,7 @@ def lower_bound(k: int, n: int, confidence: float) -> float:
 
 
 def validate(tables: dict, where: str, arms: dict) -> dict:
-    """The burst and probe tables of `[experiments.exp2]`, checked; TableError names the key."""
+    """The burst and probe tables of a timescale study, checked; TableError names the key."""
     for name in TABLES:
         if name not in tables:
             raise TableError(f"{where}: missing table [{where}.{name}]")
