@@ -74,9 +74,9 @@ def workspace(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
-        subprocess.run([*git, *args], cwd=repo, check=True)
+        subprocess.run(["git", *identity, *args], cwd=repo, check=True)
     return repo
 
 
