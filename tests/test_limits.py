@@ -250,8 +250,15 @@ def test_no_step_of_a_held_out_trace_reaches_its_folds_training(tmp_path):
 
 def test_the_shipped_model_holds_each_trace_out_of_its_own_limits():
     model = Model(SHIPPED_MODEL)
-    assert model.data["corpus"] == {"root": "traces", "subset": "recorded", "traces": 123, "steps": 4659,
-                                    "provenance": "recorded"}
+    c = model.data["corpus"]
+    assert (c["root"], c["subset"], c["provenance"]) == ("traces", "recorded", "recorded")
+    # trained on the faithful traces only: the ones experiments' subsets take
+    from pytest_agentcgroup.metrics.source_faithfulness import left_out
+    from pytest_agentcgroup.traces.corpus import Corpus
+    shipped = Corpus.open(ROOT / "traces")
+    ids = shipped.ids("recorded")
+    assert sorted(c["left_out"]) == sorted(t for t in ids if left_out(shipped.load(t)) is not None)
+    assert c["traces"] == len(model.data["traces"]) == len(ids) - len(c["left_out"]) > 0
     for folds in ("task", "repository"):
         for tid, t in model.data["traces"].items():
             fold = model.fold_for(folds, t[folds])
@@ -312,3 +319,32 @@ def test_the_train_command_writes_the_model_and_prints_its_held_out_accuracy(tmp
     assert f"{tmp_path / 'bad.json'}: schema: expected 'agentcgroup-predict-model/1'" in capsys.readouterr().err
     with pytest.raises(ModelError, match="no such model file"):
         Model(tmp_path / "none.json")
+    model = json.loads(out.read_text())
+    fold = next(iter(model["folds"]["task"]))
+    del model["folds"]["task"][fold]["groups"]
+    (tmp_path / "nogroups.json").write_text(json.dumps(model))
+    assert cli.main(["predict", "accuracy", str(tmp_path / "nogroups.json")]) == 1
+    assert f"folds.task.{fold}.groups: expected a list of group names" in capsys.readouterr().err
+    (tmp_path / "empty.json").write_text(json.dumps({**json.loads(out.read_text()), "traces": {}}))
+    assert cli.main(["predict", "accuracy", str(tmp_path / "empty.json")]) == 1
+    assert "traces: the model holds no trace to take limits from" in capsys.readouterr().err
+
+
+def test_the_train_command_leaves_out_traces_whose_stored_verdict_is_not_faithful(tmp_path, capsys):
+    from pytest_agentcgroup.metrics.source_faithfulness import RULE_VERSION
+    root = corpus(tmp_path, TASKS)
+    for tid, verdict in (("m1/org1__repo1-1", "fail"), ("m1/org2__repo2-1", "unverified")):
+        f = root / (tid.replace("/", "_") + ".json")
+        data = json.loads(f.read_text())
+        data["source"] = {"format": "test", "profiled": {"host": "here"},
+                          "faithfulness": {"rule": RULE_VERSION, "verdict": verdict}}
+        f.write_text(json.dumps(data))
+    out = tmp_path / "model.json"
+    assert cli.main(["predict", "train", str(root), "--subset", "all", "-k", "3", "-o", str(out)]) == 0
+    assert "left out 2 trace(s) whose stored faithfulness verdict is fail or unverified" in capsys.readouterr().out
+    model = json.loads(out.read_text())
+    assert sorted(model["corpus"]["left_out"]) == ["m1/org1__repo1-1", "m1/org2__repo2-1"]
+    assert len(model["traces"]) == 10 and "m1/org1__repo1-1" not in model["traces"]
+    assert cli.main(["predict", "train", str(root), "--subset", "all", "-k", "3", "-o", str(out),
+                     "--include-unfaithful"]) == 0
+    assert len(json.loads(out.read_text())["traces"]) == 12

@@ -149,6 +149,8 @@ def test_bad_input_is_one_message(tmp_path):
         AgentSession("unlimited", workspace=tmp_path, executor="docker")
     with pytest.raises(SessionError, match="not a directory"):
         AgentSession("unlimited", workspace=tmp_path / "missing")
+    with pytest.raises(SessionError, match="arm vpa: limit_from = 'vpa' sets each step's limit from a replayed trace"):
+        AgentSession("vpa", REPO / "experiments" / "exp1-paper.toml", workspace=tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

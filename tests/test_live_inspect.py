@@ -130,6 +130,11 @@ def test_a_bad_sandbox_config_is_one_message(tmp_path):
     good.write_text('arm = "small"\nconfig = "arms.toml"\n')
     assert _config(str(good)).config == str(tmp_path / "arms.toml")
     assert _config("/task/dir/static-env").arm == "static-env"       # Inspect made the arm's name a path
+    import asyncio
+    from pytest_agentcgroup.live.inspect_sandbox import AgentCgroupSandboxEnvironment, AgentCgroupSandboxConfig
+    missing = AgentCgroupSandboxConfig(arm="static-env", workspace=str(tmp_path / "gone"))
+    with pytest.raises(SessionError, match=f"config workspace: {tmp_path / 'gone'} is not a directory$"):
+        asyncio.run(AgentCgroupSandboxEnvironment.sample_init("t", missing, {}))
 
 
 def test_a_task_with_sandbox_agentcgroup_runs_each_command_in_its_own_cgroup(host, workspace, tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..limits.model import SCHEMES, TASK_FOLDS, Model, ModelError, train, write
 from ..limits.predict import accuracy
+from ..metrics.source_faithfulness import left_out
 from ..traces.ir import TraceError
 
 
@@ -29,6 +30,9 @@ def add_parsers(sub) -> None:
     t.add_argument("--subset", default="recorded", help="manifest subset(s) or trace ids (default recorded)")
     t.add_argument("-k", type=int, default=TASK_FOLDS, help=f"task folds (default {TASK_FOLDS})")
     t.add_argument("-o", "--output", type=Path, required=True, help="the model file to write")
+    t.add_argument("--include-unfaithful", action="store_true",
+                   help="also train on traces whose stored faithfulness verdict is fail or unverified "
+                        "(left out by default, as experiments' subsets leave them out)")
     _accuracy_args(t)
     t.set_defaults(func=cmd_train)
     a = psub.add_parser("accuracy", help="a model's held-out accuracy per command class",
@@ -57,8 +61,10 @@ def cmd_train(args) -> int:
         print("agentcgroup predict train: -k must be at least 2", file=sys.stderr)
         return 2
     try:
-        model = train(args.corpus, args.subset, k=args.k, command="agentcgroup predict train " + shlex.join(
-            [str(args.corpus), "--subset", args.subset, "-k", str(args.k), "-o", str(args.output)]))
+        keep = None if args.include_unfaithful else (lambda trace: left_out(trace) is None)
+        model = train(args.corpus, args.subset, k=args.k, keep=keep, command="agentcgroup predict train " + shlex.join(
+            [str(args.corpus), "--subset", args.subset, "-k", str(args.k), "-o", str(args.output)]
+            + (["--include-unfaithful"] if args.include_unfaithful else [])))
     except TraceError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -67,6 +73,9 @@ def cmd_train(args) -> int:
         return 1
     write(model, args.output)
     c = model["corpus"]
+    if c["left_out"]:
+        print(f"left out {len(c['left_out'])} trace(s) whose stored faithfulness verdict is fail or unverified "
+              "(agentcgroup traces faithfulness lists why; --include-unfaithful takes them)")
     print(f"{args.output}: {c['steps']} recorded step peaks of {c['traces']} traces of {c['root']} ({c['subset']}); "
           f"folds: {len(model['folds']['task'])} by task, {len(model['folds']['repository'])} by repository")
     return _report(Model(args.output), args)

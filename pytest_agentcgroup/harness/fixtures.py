@@ -384,6 +384,9 @@ def agentcgroup_placement(request: pytest.FixtureRequest, workload_cgroup, agent
             why = refused.get("cpu", f"controllers: {', '.join(agentcgroup_tree.controllers)}")
             pytest.skip(f"arm {arm.name} sets CPU weights or caps, and this host gives the run no cpu controller "
                         f"({why}; cgroup {agentcgroup_tree.host.unified})")
+        if arm.limit_from not in (None, "step_peak") and trace is None and "agentcgroup_case" not in request.fixturenames:
+            pytest.fail(f"arm {arm.name} sets limit_from = {arm.limit_from!r}: each step's limit comes from its trace, "
+                        "and this test places steps of no trace it names", pytrace=False)
         try:
             limits = None if arm.limit_from in (None, "step_peak") else \
                 step_limits(arm, trace if trace is not None else request.getfixturevalue("agentcgroup_trace"))

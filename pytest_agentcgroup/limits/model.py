@@ -4,8 +4,8 @@ traces train the limits a held-out trace is replayed under. A small JSON file:
 
     {"schema": "agentcgroup-predict-model/1",
      "command": "agentcgroup predict train traces --subset recorded -o ...",   # how it was made
-     "corpus": {"root": "traces", "subset": "recorded", "traces": 123, "steps": 4659,
-                "provenance": "recorded"},
+     "corpus": {"root": "traces", "subset": "recorded", "traces": 64, "steps": 2918,
+                "left_out": [...], "provenance": "recorded"},   # left out: not faithful (cli --include-unfaithful)
      "folds": {"task": {"task-1": {"groups": ["RDFLib__rdflib-1117", ...], "traces": [...]}, ...},
                "repository": {"RDFLib/rdflib": {"groups": ["RDFLib/rdflib"], "traces": [...]}, ...}},
      "traces": {"<trace_id>": {"task": "RDFLib__rdflib-1117", "repository": "RDFLib/rdflib",
@@ -66,12 +66,16 @@ def groups(trace) -> dict:
     return {"task": name, "repository": repo}
 
 
-def train(root: str | Path, subset: str, *, k: int = TASK_FOLDS, command: str = "") -> dict:
-    """The model (module docstring) of the traces of `subset` of the corpus at `root`."""
+def train(root: str | Path, subset: str, *, k: int = TASK_FOLDS, command: str = "", keep=None) -> dict:
+    """The model (module docstring) of the traces of `subset` of the corpus at `root` that
+    `keep(trace)` takes (default: all); the model names the ones it left out."""
     corpus = Corpus.open(root)
-    traces = {}
+    traces, left = {}, []
     for tid in corpus.ids(subset):
         trace = corpus.load(tid)
+        if keep is not None and not keep(trace):
+            left.append(tid)
+            continue
         steps = samples(trace)
         if steps:
             traces[tid] = {**groups(trace), "steps": steps}
@@ -85,7 +89,7 @@ def train(root: str | Path, subset: str, *, k: int = TASK_FOLDS, command: str = 
                 fold["groups"].append(t[scheme])
             fold["traces"].append(tid)
     return {"schema": SCHEMA, "command": command,
-            "corpus": {"root": str(root), "subset": subset, "traces": len(traces),
+            "corpus": {"root": str(root), "subset": subset, "traces": len(traces), "left_out": left,
                        "steps": sum(len(t["steps"]) for t in traces.values()), "provenance": "recorded"},
             "folds": {s: dict(sorted(f.items())) for s, f in folds.items()}, "traces": traces}
 
@@ -122,6 +126,12 @@ class Model:
         for scheme in SCHEMES:
             if not isinstance(data["folds"].get(scheme), dict):
                 raise ModelError(f"{path}: folds.{scheme}: expected an object of folds")
+            for name, fold in data["folds"][scheme].items():
+                if not isinstance(fold, dict) or not isinstance(fold.get("groups"), list) \
+                        or not all(isinstance(g, str) for g in fold["groups"]):
+                    raise ModelError(f"{path}: folds.{scheme}.{name}.groups: expected a list of group names")
+        if not data["traces"]:
+            raise ModelError(f"{path}: traces: the model holds no trace to take limits from")
         self.data = data
         self._fold_of = {s: {g: name for name, f in data["folds"][s].items() for g in f["groups"]} for s in SCHEMES}
 

@@ -108,6 +108,9 @@ class AgentCgroupSandboxEnvironment(SandboxEnvironment):
         cfg = _config(config)
         private = Path(tempfile.mkdtemp(prefix="agentcgroup-inspect-"))
         directory = private / "workspace"
+        if cfg.workspace is not None and not Path(cfg.workspace).is_dir():
+            shutil.rmtree(private, ignore_errors=True)
+            raise SessionError(f"sandbox {NAME!r}: config workspace: {cfg.workspace} is not a directory")
         try:
             if cfg.workspace is not None:
                 await anyio.to_thread.run_sync(lambda: shutil.copytree(cfg.workspace, directory, symlinks=True))

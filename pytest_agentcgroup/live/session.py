@@ -139,6 +139,10 @@ class AgentSession:
         if executor not in EXECUTORS:
             raise SessionError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
         self.arm = load_arm(arm, config)
+        if self.arm.limit_from is not None:
+            # step_peak knows the call's own peak in advance; vpa/window/predict read a recorded trace's steps
+            raise SessionError(f"arm {self.arm.name}: limit_from = {self.arm.limit_from!r} sets each step's limit from a "
+                               "replayed trace, which a live session has not; use an arm with fixed limits or a policy")
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir():
             raise SessionError(f"workspace {self.workspace}: not a directory")

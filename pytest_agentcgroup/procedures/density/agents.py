@@ -133,7 +133,7 @@ class Bench:
                 cg = budget.child(f"a{a.index}", controllers, inner=True)
                 # made here, in the test's thread: a policy arm this host cannot run skips from here
                 # the policy's timers at the replay's pace (docs/configuration.md, "One time rule")
-                place = self.placement(arm, cg, pool=True, time_scale=self.time_scale,
+                place = self.placement(arm, cg, pool=True, time_scale=self.time_scale, trace=trace,
                                        kind_of=(lambda step, k=a.kind: k) if by_priority else None)
                 ex = AllocLoggingEmulator(log, time_scale=self.time_scale, step_timeout_s=self.step_timeout_s)
                 runs.append(run)

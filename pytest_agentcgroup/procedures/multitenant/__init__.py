@@ -99,7 +99,7 @@ def run(request: pytest.FixtureRequest, study, exp, part: str | None = None, arm
             ex = make_executor("docker", time_scale=1.0, step_timeout_s=tb["step_timeout_s"], engine=engine,
                                cgroup_parent=cgroup_parent(tree, t.cg))
             placement = agentcgroup_placement(arm, t.cg, nest_in=steps_in_container(tree, t.cg, ex),
-                                              kind_of=None)
+                                              kind_of=None, trace=trace_b)
             replay_steps(t, trace_b, ex, placement, "docker")
             n += 1
 
@@ -108,7 +108,7 @@ def run(request: pytest.FixtureRequest, study, exp, part: str | None = None, arm
         for trace in traces_c:
             if until.is_set():                  # the run is being interrupted
                 return
-            replay_steps(t, trace, ex, agentcgroup_placement(arm, t.cg), "sandbox")
+            replay_steps(t, trace, ex, agentcgroup_placement(arm, t.cg, trace=trace), "sandbox")
 
     def guarded(t: Tenant, fn, *args, **kw):
         def body():
