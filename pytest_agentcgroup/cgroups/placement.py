@@ -86,6 +86,12 @@ class ArmPlacement:
         self._before: Counters | None = None
         # pool: step cgroups `p<n>` made ahead and removed behind, off the critical path (pool.py)
         self.pool = StepPool(self._new_step_cgroup) if pool else None
+        # hybrid: a v1 pids or cpu cgroup of the step's own only where something sets a limit there;
+        # otherwise the step joins its parent's (Cgroup.shared), which bounds it and counts its
+        # refused forks (cpu_usec comes from the unified cpu.stat either way). mkdir and rmdir in
+        # two more hierarchies per step bought nothing but their cost.
+        self.share = tuple(c for c, own in (("pids", arm.pids_max is not None),
+                                            ("cpu", arm.needs_cpu or policy is not None)) if not own)
         self.sampler: UsageSampler | None = None
         if sample_usage_s:
             self.sample_usage(sample_usage_s)
@@ -97,7 +103,7 @@ class ArmPlacement:
             self.sampler = UsageSampler(period_s)
 
     def _new_step_cgroup(self, name: str) -> Cgroup:
-        cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
+        cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers, share=self.share)
         if self.policy is None and self.arm.scope == "step":
             apply_limits(self.arm, cg)
         elif self.policy is not None:       # the policy sets memory limits and the priority's cpu weight
