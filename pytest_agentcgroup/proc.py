@@ -86,18 +86,16 @@ class Parked:
     and an exec from a tiny process. The step's stdin is /dev/null; its stdout and stderr are one
     pipe, which `run` reads (keeping the head, discarding the rest). `discard()` ends it unused."""
 
-    # join (as the step would: before the step's program starts), say so on stdout, then read and
-    # run the step with its stderr on the same pipe as its stdout
-    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; echo; exec 2>&1; . /dev/stdin'
+    # out of the caller's directory, join (as the step would: before the step's program starts),
+    # say so on stdout, then read and run the step with its stderr on the same pipe as its stdout
+    SCRIPT = 'cd / || exit 126; for f do echo 0 > "$f" || exit 125; done; echo; exec 2>&1; . /dev/stdin'
     READY_S = 10.0              # a shell that has not joined by then is broken, not slow
 
     def __init__(self, join: Sequence[str] = ()):
         # it starts with this process's environment: the common case (a step inheriting it) then
         # costs no script lines; a step with its own environment unsets and exports the difference
         self.env = {k: v for k, v in os.environ.items() if _SHELL_NAME.fullmatch(k)}
-        self.proc = subprocess.Popen(["/bin/sh", "-c", self.SCRIPT, "sh", *join], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env, cwd="/",
-                                     start_new_session=True, close_fds=True)
+        self.proc = _Shell(["sh", "-c", self.SCRIPT, "sh", *join], self.env)
         self.pid = self.proc.pid
         # Wait until it has joined and is about to block on its stdin: a step handed over earlier
         # would pay the rest of the shell's start-up on its own critical path. A shell that never
@@ -150,6 +148,50 @@ class Parked:
 
 
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Shell:
+    """/bin/sh started with posix_spawn in a session of its own, its stdin and stdout pipes to us,
+    its stderr /dev/null, and no other descriptor of ours (those Python makes are close-on-exec;
+    inheritable ones are closed for it): what Popen(..., start_new_session=True, close_fds=True)
+    gives, for about half of Popen's own work in this process. The Popen attributes Parked and
+    run() use: pid, stdin, stdout, returncode, wait(), kill()."""
+
+    def __init__(self, argv: list[str], env: dict):
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        actions = [(os.POSIX_SPAWN_DUP2, r_in, 0), (os.POSIX_SPAWN_DUP2, w_out, 1),
+                   (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+        for entry in os.scandir("/proc/self/fd"):
+            fd = int(entry.name)
+            try:
+                if fd > 2 and os.get_inheritable(fd):
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:                  # the scan's own descriptor, gone by now
+                pass
+        try:
+            # SIGPIPE and SIGXFSZ back to their defaults, as Popen's restore_signals does: Python
+            # ignores them, and an ignored signal stays ignored across exec, into the step
+            self.pid = os.posix_spawn("/bin/sh", argv, env, file_actions=actions, setsid=True,
+                                      setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except BaseException:
+            for fd in (w_in, r_out):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (r_in, w_out):
+                os.close(fd)
+        self.stdin, self.stdout = open(w_in, "wb", buffering=0), open(r_out, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
 
 
 def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | None = None,

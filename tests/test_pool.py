@@ -2,6 +2,8 @@
 before exec, environment, directory, missing program, timeout) and leave nothing behind."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import pytest
@@ -188,3 +190,24 @@ def test_removing_a_busy_cgroup_kills_and_removes_all_of_it(tree):
     assert leaf.pids()
     step.remove()
     assert not [p for p in (*step.paths.values(), *leaf.paths.values()) if p.exists()]
+
+
+def test_parked_step_gets_default_signals_and_none_of_our_descriptors(tree, tmp_path):
+    # as a fresh spawn: SIGPIPE not ignored (Python ignores it; an ignored signal survives exec),
+    # and a descriptor we hold, inheritable or not, is not the step's
+    cg = tree.workload("parked-fds").child("p0", tree.controllers)
+    keep_r, keep_w = os.pipe()
+    os.set_inheritable(keep_w, True)
+    try:
+        out = tmp_path / "out"
+        res = run(["/bin/sh", "-c", f'grep SigIgn /proc/self/status > {out}; exec ls -l /proc/self/fd >> {out}'],
+                  join=Parked(cg.join_files()), timeout_s=10)
+        ours = f"pipe:[{os.fstat(keep_w).st_ino}]"
+    finally:
+        os.close(keep_r)
+        os.close(keep_w)
+    assert res.exit_code == 0
+    ignored, fds = out.read_text().split("\n", 1)
+    assert not int(ignored.split()[1], 16) >> (signal.SIGPIPE - 1) & 1, ignored
+    assert ours not in fds and "pipe:" in fds, fds      # its own output pipe only
+    cg.remove()
