@@ -113,7 +113,8 @@ class Parked:
                            f"could not join its cgroups ({', '.join(join)})" if self.proc.returncode == 125 else
                            f"exited with status {self.proc.returncode}")
 
-    def start(self, argv: Sequence[str], cwd: str | None, env: dict | None) -> None:
+    def start(self, argv: Sequence[str], cwd: str | None, env: dict | None, *, output: bool = True) -> None:
+        """Hand it the step; `output`: the step's stdout and stderr on the pipe, else /dev/null."""
         if self.broken:
             raise SpawnError(f"cannot start {argv[0]!r}: the parked shell {self.broken}")
         path = (os.environ if env is None else env).get("PATH", os.defpath)
@@ -129,7 +130,7 @@ class Parked:
                       if self.env.get(k) != v and _SHELL_NAME.fullmatch(k)]
         if cwd:
             lines.append(f"cd -- {shlex.quote(cwd)} || exit 127")
-        lines.append(f"exec {shlex.join([prog, *argv[1:]])} </dev/null\n")
+        lines.append(f"exec {shlex.join([prog, *argv[1:]])} </dev/null" + ("\n" if output else " >/dev/null 2>&1\n"))
         try:
             os.write(self.proc.stdin.fileno(), "\n".join(lines).encode())
         except OSError as exc:                # it died while parked (killed with its cgroup)
@@ -205,14 +206,15 @@ def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | 
     of wall_ms, so the child can time itself from the same instant (the emulator does).
     `output_head`: keep the first that many bytes of its stdout and stderr (one pipe, read while it
     runs; the rest is read and dropped, so it never blocks on a full pipe) in the result's
-    `output`. A Parked child's output is that pipe always: it is read whatever output_head says."""
+    `output`. A Parked child's output is that pipe when output_head asks for it, else /dev/null as
+    a fresh child's (only its shell's own complaint, a line, can reach the pipe then: left unread)."""
     t0 = time.perf_counter()
     if clock_env:
         env = {**(os.environ if env is None else env), clock_env: f"{time.monotonic():.6f}"}
     if isinstance(join, Parked):
         if stdout is not subprocess.DEVNULL or stderr is not subprocess.DEVNULL:
             raise ValueError("a Parked child's output is the pipe run() reads")
-        join.start(argv, cwd, env)
+        join.start(argv, cwd, env, output=bool(output_head))
         proc = join.proc
     elif output_head:
         proc = start(argv, join=join, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -222,7 +224,8 @@ def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | 
     head = bytearray()
     timed_out = False
     try:
-        timed_out = not _wait(proc.pid, out.fileno() if out is not None else None, timeout_s, head, output_head)
+        watch = out is not None and (output_head or not isinstance(join, Parked))   # else nothing writes it
+        timed_out = not _wait(proc.pid, out.fileno() if watch else None, timeout_s, head, output_head)
         if timed_out:
             (kill or (lambda: os.killpg(proc.pid, signal.SIGKILL)))()
         _, status, ru = os.wait4(proc.pid, 0)
