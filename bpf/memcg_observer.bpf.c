@@ -6,7 +6,8 @@
  *     v2 memory.max/high reclaim) and the total/max time spent in reclaim
  *   - OOM victims (oom:mark_victim, attributed to the cgroup of the task that ran the OOM killer,
  *     which for a memcg OOM is the allocating task inside the limited cgroup)
- *   - user page faults (exceptions:page_fault_user), when compiled with -DAGCG_PGFAULT
+ *   - user page faults (the raw tracepoint page_fault_user), when compiled with -DAGCG_PGFAULT,
+ *     in a per-CPU map of their own: one lookup and a plain add on the hottest path
  *   - run-queue latency (sched_wakeup/sched_wakeup_new/sched_switch) as a log2 histogram
  * and sends reclaim-begin / reclaim-end / OOM events with bpf_ktime_get_ns() (CLOCK_MONOTONIC)
  * to the ring buffer `agcg_obs_events`.
@@ -23,7 +24,6 @@ struct obs_stats {
     u64 reclaim_ns_max;
     u64 reclaimed_pages;
     u64 oom_victims;
-    u64 page_faults;
     u64 first_reclaim_ns;
     u64 last_reclaim_ns;
 };
@@ -121,14 +121,15 @@ int agcg_obs_oom(struct mark_victim_args *args) {
 }
 
 #ifdef AGCG_PGFAULT
-int agcg_obs_pgfault(void *args) {
+/* watched cgroup -> its user page faults on each CPU (user space adds a watched cgroup's key and
+ * sums the CPUs): no second lookup, no atomic add shared between CPUs on every fault */
+BPF_PERCPU_HASH(agcg_obs_pgf, u64, u64, 4096);
+
+int agcg_obs_pgfault(struct bpf_raw_tracepoint_args *ctx) {
     u64 cg = bpf_get_current_cgroup_id();
-    if (!agcg_obs_cgs.lookup(&cg))
-        return 0;
-    struct obs_stats zero = {};
-    struct obs_stats *st = agcg_obs_stats.lookup_or_try_init(&cg, &zero);
-    if (st)
-        __sync_fetch_and_add(&st->page_faults, 1);
+    u64 *faults = agcg_obs_pgf.lookup(&cg);
+    if (faults)
+        *faults += 1;
     return 0;
 }
 #endif

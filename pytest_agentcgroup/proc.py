@@ -86,18 +86,16 @@ class Parked:
     and an exec from a tiny process. The step's stdin is /dev/null; its stdout and stderr are one
     pipe, which `run` reads (keeping the head, discarding the rest). `discard()` ends it unused."""
 
-    # join (as the step would: before the step's program starts), say so on stdout, then read and
-    # run the step with its stderr on the same pipe as its stdout
-    SCRIPT = 'for f do echo 0 > "$f" || exit 125; done; echo; exec 2>&1; . /dev/stdin'
+    # out of the caller's directory, join (as the step would: before the step's program starts),
+    # say so on stdout, then read and run the step with its stderr on the same pipe as its stdout
+    SCRIPT = 'cd / || exit 126; for f do echo 0 > "$f" || exit 125; done; echo; exec 2>&1; . /dev/stdin'
     READY_S = 10.0              # a shell that has not joined by then is broken, not slow
 
     def __init__(self, join: Sequence[str] = ()):
         # it starts with this process's environment: the common case (a step inheriting it) then
         # costs no script lines; a step with its own environment unsets and exports the difference
         self.env = {k: v for k, v in os.environ.items() if _SHELL_NAME.fullmatch(k)}
-        self.proc = subprocess.Popen(["/bin/sh", "-c", self.SCRIPT, "sh", *join], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=self.env, cwd="/",
-                                     start_new_session=True, close_fds=True)
+        self.proc = _Shell(["sh", "-c", self.SCRIPT, "sh", *join], self.env)
         self.pid = self.proc.pid
         # Wait until it has joined and is about to block on its stdin: a step handed over earlier
         # would pay the rest of the shell's start-up on its own critical path. A shell that never
@@ -115,7 +113,8 @@ class Parked:
                            f"could not join its cgroups ({', '.join(join)})" if self.proc.returncode == 125 else
                            f"exited with status {self.proc.returncode}")
 
-    def start(self, argv: Sequence[str], cwd: str | None, env: dict | None) -> None:
+    def start(self, argv: Sequence[str], cwd: str | None, env: dict | None, *, output: bool = True) -> None:
+        """Hand it the step; `output`: the step's stdout and stderr on the pipe, else /dev/null."""
         if self.broken:
             raise SpawnError(f"cannot start {argv[0]!r}: the parked shell {self.broken}")
         path = (os.environ if env is None else env).get("PATH", os.defpath)
@@ -131,7 +130,7 @@ class Parked:
                       if self.env.get(k) != v and _SHELL_NAME.fullmatch(k)]
         if cwd:
             lines.append(f"cd -- {shlex.quote(cwd)} || exit 127")
-        lines.append(f"exec {shlex.join([prog, *argv[1:]])} </dev/null\n")
+        lines.append(f"exec {shlex.join([prog, *argv[1:]])} </dev/null" + ("\n" if output else " >/dev/null 2>&1\n"))
         try:
             os.write(self.proc.stdin.fileno(), "\n".join(lines).encode())
         except OSError as exc:                # it died while parked (killed with its cgroup)
@@ -152,6 +151,50 @@ class Parked:
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class _Shell:
+    """/bin/sh started with posix_spawn in a session of its own, its stdin and stdout pipes to us,
+    its stderr /dev/null, and no other descriptor of ours (those Python makes are close-on-exec;
+    inheritable ones are closed for it): what Popen(..., start_new_session=True, close_fds=True)
+    gives, for about half of Popen's own work in this process. The Popen attributes Parked and
+    run() use: pid, stdin, stdout, returncode, wait(), kill()."""
+
+    def __init__(self, argv: list[str], env: dict):
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        actions = [(os.POSIX_SPAWN_DUP2, r_in, 0), (os.POSIX_SPAWN_DUP2, w_out, 1),
+                   (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+        for entry in os.scandir("/proc/self/fd"):
+            fd = int(entry.name)
+            try:
+                if fd > 2 and os.get_inheritable(fd):
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:                  # the scan's own descriptor, gone by now
+                pass
+        try:
+            # SIGPIPE and SIGXFSZ back to their defaults, as Popen's restore_signals does: Python
+            # ignores them, and an ignored signal stays ignored across exec, into the step
+            self.pid = os.posix_spawn("/bin/sh", argv, env, file_actions=actions, setsid=True,
+                                      setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except BaseException:
+            for fd in (w_in, r_out):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (r_in, w_out):
+                os.close(fd)
+        self.stdin, self.stdout = open(w_in, "wb", buffering=0), open(r_out, "rb", buffering=0)
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | None = None,
         env: dict | None = None, timeout_s: float | None = None,
         kill: Callable[[], None] | None = None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -163,14 +206,15 @@ def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | 
     of wall_ms, so the child can time itself from the same instant (the emulator does).
     `output_head`: keep the first that many bytes of its stdout and stderr (one pipe, read while it
     runs; the rest is read and dropped, so it never blocks on a full pipe) in the result's
-    `output`. A Parked child's output is that pipe always: it is read whatever output_head says."""
+    `output`. A Parked child's output is that pipe when output_head asks for it, else /dev/null as
+    a fresh child's (only its shell's own complaint, a line, can reach the pipe then: left unread)."""
     t0 = time.perf_counter()
     if clock_env:
         env = {**(os.environ if env is None else env), clock_env: f"{time.monotonic():.6f}"}
     if isinstance(join, Parked):
         if stdout is not subprocess.DEVNULL or stderr is not subprocess.DEVNULL:
             raise ValueError("a Parked child's output is the pipe run() reads")
-        join.start(argv, cwd, env)
+        join.start(argv, cwd, env, output=bool(output_head))
         proc = join.proc
     elif output_head:
         proc = start(argv, join=join, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -180,7 +224,8 @@ def run(argv: Sequence[str], *, join: "Sequence[str] | Parked" = (), cwd: str | 
     head = bytearray()
     timed_out = False
     try:
-        timed_out = not _wait(proc.pid, out.fileno() if out is not None else None, timeout_s, head, output_head)
+        watch = out is not None and (output_head or not isinstance(join, Parked))   # else nothing writes it
+        timed_out = not _wait(proc.pid, out.fileno() if watch else None, timeout_s, head, output_head)
         if timed_out:
             (kill or (lambda: os.killpg(proc.pid, signal.SIGKILL)))()
         _, status, ru = os.wait4(proc.pid, 0)

@@ -83,6 +83,10 @@ def test_observer_counts_agree_with_cgroup_counters(run_tree):
             assert st.reclaim_begin == st.reclaim_end, (name, st)
             assert st.reclaim_begin <= c.max_events, (name, st, c)
             assert (st.reclaim_begin > 0) == (c.max_events > 0), (name, st, c)
+            if page_faults:      # the user faults: the kernel's count for the cgroup less a few in kernel mode
+                stat = ((cg.paths.get("memory") or cg.unified) / "memory.stat").read_text().split()
+                pgfault = int(stat[stat.index("pgfault") + 1])
+                assert 0.9 * pgfault <= st.page_faults <= pgfault, (name, st.page_faults, pgfault)
             if name == "fits":
                 assert res.exit_code == 0 and c.oom_kills == 0 and st.reclaim_begin == 0
             else:

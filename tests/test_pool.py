@@ -2,6 +2,10 @@
 before exec, environment, directory, missing program, timeout) and leave nothing behind."""
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
 import pytest
 
 from pytest_agentcgroup.arms import Arm
@@ -114,3 +118,96 @@ def test_parked_shell_that_cannot_join_fails_its_step_with_the_reason(tmp_path):
     assert parked.proc.returncode == 125                  # Parked waited for the shell: it has already failed
     with pytest.raises(SpawnError, match=r"'/bin/true': the parked shell could not join its cgroups \(.*gone/cgroup.procs\)"):
         run(["/bin/true"], join=parked, timeout_s=5)
+
+
+class Argv:
+    """An executor whose every step runs `argv`."""
+    name = "argv"
+
+    def __init__(self, argv):
+        self.argv = argv
+
+    def start(self, trace): pass
+
+    def stop(self): pass
+
+    def launch(self, step):
+        return Launch(self.argv, "/", 30.0)
+
+
+FORKS = """import os, sys, time
+n = 0
+for _ in range(40):
+    try:
+        pid = os.fork()
+    except BlockingIOError:            # EAGAIN: a pids limit refused the fork
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+t = time.process_time() + 0.2
+while time.process_time() < t:         # CPU the step's counters must show
+    pass
+open(sys.argv[1], "w").write(f"{n} {open('/proc/self/cgroup').read()}")
+"""
+
+
+@pytest.mark.parametrize("pool", [False, True], ids=["fresh", "pooled"])
+def test_a_step_without_pids_or_cpu_limits_is_still_bounded_and_measured(tree, tmp_path, pool):
+    # hybrid: such a step has no v1 pids or cpu cgroup of its own; it must join its parent's, so
+    # that a pids bound above it holds, and its CPU is still counted in its own counters
+    work = tree.workload("bounded-" + ("pooled" if pool else "fresh"))
+    work.set_pids_max(8)
+    out = tmp_path / "out"
+    trace = Trace("test/bounded", {"format": "test"}, (Step(0, "bash", {"command": "x"}),))
+    placement = ArmPlacement(Arm("static-toolcall", memory_max_mb=256), work, tree.controllers, pool=pool)
+    (r,) = replay(trace, Argv([sys.executable, "-c", FORKS, str(out)]), placement)
+    assert r.exit_code == 0, r
+    forked, cgroups = out.read_text().split(" ", 1)
+    assert int(forked) < 8                       # the workload's pids.max refused the rest
+    assert r.counters["pids_max_events"] + work.counters().pids_max_events >= 1, r.counters
+    assert r.counters["cpu_usec"] >= 150_000, r.counters
+    where = {}
+    for line in cgroups.splitlines():
+        _, names, path = line.split(":", 2)
+        where.update({name: path for name in (names.split(",") if names else ["unified"])})
+    for key in work.paths:                       # every hierarchy: the workload or a step cgroup below it
+        assert f"/{work.unified.name}" in where[key], (key, where)
+    if tree.host.mode == "hybrid":               # no pids or cpu limit: the workload's own v1 directories
+        assert all(where[k].endswith(f"/{work.unified.name}") for k in ("pids", "cpu") if k in work.paths), where
+    assert all(p.is_dir() for p in work.paths.values())        # a shared directory is the parent's: kept
+    assert not [d for p in work.paths.values() for d in p.iterdir() if d.is_dir()]   # no step cgroup left
+    work.remove()
+
+
+def test_removing_a_busy_cgroup_kills_and_removes_all_of_it(tree):
+    # the removal's fast path (one rmdir per directory) must fall back to kill and drain when the
+    # kernel refuses it: a child cgroup with a daemon in it below a step's cgroup
+    step = tree.workload("busy").child("s0", tree.controllers, inner=True)
+    leaf = step.child("daemon", tree.controllers)
+    run(["/bin/sh", "-c", "setsid sleep 300 & exit 0"], join=leaf.join_files(), timeout_s=10)
+    assert leaf.pids()
+    step.remove()
+    assert not [p for p in (*step.paths.values(), *leaf.paths.values()) if p.exists()]
+
+
+def test_parked_step_gets_default_signals_and_none_of_our_descriptors(tree, tmp_path):
+    # as a fresh spawn: SIGPIPE not ignored (Python ignores it; an ignored signal survives exec),
+    # and a descriptor we hold, inheritable or not, is not the step's
+    cg = tree.workload("parked-fds").child("p0", tree.controllers)
+    keep_r, keep_w = os.pipe()
+    os.set_inheritable(keep_w, True)
+    try:
+        out = tmp_path / "out"
+        res = run(["/bin/sh", "-c", f'grep SigIgn /proc/self/status > {out}; exec ls -l /proc/self/fd >> {out}'],
+                  join=Parked(cg.join_files()), timeout_s=10)
+        ours = f"pipe:[{os.fstat(keep_w).st_ino}]"
+    finally:
+        os.close(keep_r)
+        os.close(keep_w)
+    assert res.exit_code == 0
+    ignored, fds = out.read_text().split("\n", 1)
+    assert not int(ignored.split()[1], 16) >> (signal.SIGPIPE - 1) & 1, ignored
+    assert ours not in fds and "pipe:" not in fds, fds  # no output asked for: /dev/null, as a fresh spawn's
+    cg.remove()

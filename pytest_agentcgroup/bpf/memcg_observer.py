@@ -24,7 +24,7 @@ TRACEPOINTS = [
     ("vmscan:mm_vmscan_memcg_reclaim_end", "agcg_obs_rcl_end"),
     ("oom:mark_victim", "agcg_obs_oom"),
 ]
-PGFAULT_TP = ("exceptions:page_fault_user", "agcg_obs_pgfault")
+PGFAULT_TP = ("raw:page_fault_user", "agcg_obs_pgfault")     # exceptions:page_fault_user, raw
 RUNQ_TPS = [("sched:sched_wakeup", "agcg_obs_wakeup"), ("sched:sched_wakeup_new", "agcg_obs_wakeup"),
             ("sched:sched_switch", "agcg_obs_switch")]
 
@@ -89,18 +89,24 @@ class MemcgObserver(RingBufferProgram):
     def watch(self, *cgroup_ids: int) -> None:
         for cg in cgroup_ids:
             self._mark(cg, ctypes.c_uint32(1))
+            faults = self.prog["agcg_obs_pgf"] if self.page_faults else None
+            if faults is not None and faults.get(ctypes.c_uint64(cg)) is None:
+                faults[ctypes.c_uint64(cg)] = faults.Leaf()      # zero on every CPU
 
     def unwatch(self, *cgroup_ids: int) -> None:
         for cg in cgroup_ids:
-            self._unmark(cg, "agcg_obs_stats")
+            self._unmark(cg, "agcg_obs_stats", *(["agcg_obs_pgf"] if self.page_faults else []))
 
     def stats(self, cgroup_id: int) -> ObserverStats:
         st = ObserverStats()
         raw = self.prog["agcg_obs_stats"].get(ctypes.c_uint64(cgroup_id))
         if raw is not None:
             for f in fields(ObserverStats):
-                if f.name != "runq_hist_us":
+                if f.name not in ("runq_hist_us", "page_faults"):     # page faults: a map of their own
                     setattr(st, f.name, int(getattr(raw, f.name)))
+        if self.page_faults:
+            per_cpu = self.prog["agcg_obs_pgf"].get(ctypes.c_uint64(cgroup_id))
+            st.page_faults = sum(per_cpu) if per_cpu is not None else 0
         if self.runq:
             for k, v in self.prog["agcg_obs_runq"].items():
                 if k.cgroup_id == cgroup_id:

@@ -13,6 +13,7 @@ so code that would only fail on a v2 kernel fails on a hybrid one too.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -110,12 +111,8 @@ def _read_or(path: Path, default: str = "") -> str:
 
 
 def _keyed_text(text: str) -> dict[str, int]:
-    out = {}
-    for line in text.splitlines():
-        key, _, val = line.partition(" ")
-        if val.strip().lstrip("-").isdigit():
-            out[key] = int(val)
-    return out
+    pairs = (line.partition(" ")[::2] for line in text.splitlines())
+    return {key: int(val) for key, val in pairs if val.strip().lstrip("-").isdigit()}
 
 
 class Cgroup:
@@ -128,15 +125,22 @@ class Cgroup:
         self._earlier_breaches = 0              # upward crossings of soft limits set before it
         self._fds: dict[tuple[str, str], int] = {}   # counter files kept open (counters())
         self.refused: dict[str, str] = {}       # v2 inner node: optional controllers the kernel refused
+        # hybrid leaf: v1 controller -> the parent's directory its processes join instead of one of
+        # their own (make(share=)): under the parent's limits and counted there, none of this one's
+        self.shared: dict[str, Path] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
     @classmethod
     def make(cls, host: CgroupHost, parents: dict[str, Path], name: str,
-             controllers: tuple[str, ...] = ("memory",), *, inner: bool) -> "Cgroup":
-        """mkdir `name` under `parents`; an inner node (v2) then enables `controllers` for its children."""
+             controllers: tuple[str, ...] = ("memory",), *, inner: bool, share: tuple[str, ...] = ()) -> "Cgroup":
+        """mkdir `name` under `parents`; an inner node (v2) then enables `controllers` for its children.
+        `share` (hybrid, a leaf): v1 controllers whose directory is the parent's (`shared`)."""
         paths = {}
-        wanted = ["unified"] + ([c for c in controllers if c in parents] if host.mode == "hybrid" else [])
+        v1 = [c for c in controllers if c in parents] if host.mode == "hybrid" else []
+        shared = {c: parents[c] for c in v1 if c in share and not inner}
+        wanted = ["unified"] + [c for c in v1 if c not in shared]
         cg = cls(host, paths, inner=inner)
+        cg.shared = shared
         try:
             for key in wanted:
                 path = parents[key] / name
@@ -149,13 +153,14 @@ class Cgroup:
             raise
         return cg
 
-    def child(self, name: str, controllers: tuple[str, ...] = ("memory",), *, inner: bool = False) -> "Cgroup":
+    def child(self, name: str, controllers: tuple[str, ...] = ("memory",), *, inner: bool = False,
+              share: tuple[str, ...] = ()) -> "Cgroup":
         """A leaf (processes join it: a step, a tenant's process tree), or with inner=True a node
-        that only holds cgroups (a workload whose steps get cgroups of their own)."""
+        that only holds cgroups (a workload whose steps get cgroups of their own). `share`: see make()."""
         if not self.inner:
             raise CgroupKindError(f"{self.unified} is a leaf cgroup (processes join it): it cannot have "
                                   f"child cgroups; make it with inner=True to put {name!r} under it")
-        return Cgroup.make(self.host, self.paths, name, controllers, inner=inner)
+        return Cgroup.make(self.host, self.paths, name, controllers, inner=inner, share=share)
 
     def _enable_subtree(self, controllers) -> None:
         # v2: a cgroup's children get a controller only when the parent lists it in
@@ -178,7 +183,7 @@ class Cgroup:
         if self.inner:
             raise CgroupKindError(f"{self.unified} is an inner cgroup (it gives controllers to its "
                                   "children): no process may join it; make a leaf child for it")
-        return [str(p / "cgroup.procs") for p in self.paths.values()]
+        return [str(p / "cgroup.procs") for p in (*self.paths.values(), *self.shared.values())]
 
     def pids(self) -> list[int]:
         return [int(x) for x in _read_or(self.unified / "cgroup.procs").split()]
@@ -217,10 +222,8 @@ class Cgroup:
                 pids = [int(x) for d, _, _ in os.walk(self.unified)
                         for x in _read_or(Path(d) / "cgroup.procs").split()]
                 for pid in pids:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, 9)
-                    except ProcessLookupError:
-                        pass
                 if frozen or not pids or time.monotonic() > deadline:
                     return
                 time.sleep(0.01)
@@ -233,17 +236,26 @@ class Cgroup:
 
     def remove(self, *, timeout_s: float = 5.0) -> None:
         """Kill what is left, then rmdir this cgroup's directories (children first), with retries.
-
-        A killed process leaves its cgroup only once the kernel has finished tearing it down, so
-        rmdir can fail with EBUSY for a moment after cgroup.kill.
-        """
+        An empty cgroup costs one rmdir per directory; one the kernel refuses (EBUSY: processes or
+        children in it; a killed process stays until torn down) goes the full path, v1 first so
+        that the unified directory's cgroup.kill is still there."""
         self._close_files()
         if self._threshold_fd is not None:
             os.close(self._threshold_fd)
             self._threshold_fd = None
-        if "unified" in self.paths and self.unified.exists():
+        left = sorted(self.paths.values(), key=lambda p: p == self.paths.get("unified"))   # unified last
+        while left:
+            try:
+                os.rmdir(left[0])
+            except OSError as exc:
+                if exc.errno in (errno.EBUSY, errno.ENOTEMPTY):
+                    break                # processes or children in it: the full path below
+                if exc.errno != errno.ENOENT:
+                    raise
+            left.pop(0)
+        if left and "unified" in self.paths and self.unified.exists():
             self.kill()
-        for path in self.paths.values():
+        for path in left:
             remove_tree(path, timeout_s=timeout_s)
 
     def features(self) -> dict[str, bool]:

@@ -95,9 +95,16 @@ class ArmPlacement:
         # them otherwise costs every step file reads for zeros. Set True if something else limits it.
         self.workload_limited = arm.scope == "trace" and bool(arm.limits) or policy is not None
         self.step_cg: Cgroup | None = None
+        self._emptied = False            # kill_step found the step's cgroup empty
         self._before: Counters | None = None
         # pool: step cgroups `p<n>` made ahead and removed behind, off the critical path (pool.py)
         self.pool = StepPool(self._new_step_cgroup) if pool else None
+        # hybrid: a v1 pids or cpu cgroup of the step's own only where something sets a limit there;
+        # otherwise the step joins its parent's (Cgroup.shared), which bounds it and counts its
+        # refused forks (cpu_usec comes from the unified cpu.stat either way). mkdir and rmdir in
+        # two more hierarchies per step bought nothing but their cost.
+        self.share = tuple(c for c, own in (("pids", arm.pids_max is not None),
+                                            ("cpu", arm.needs_cpu or policy is not None)) if not own)
         self.sampler: UsageSampler | None = None
         if sample_usage_s:
             self.sample_usage(sample_usage_s)
@@ -109,7 +116,7 @@ class ArmPlacement:
             self.sampler = UsageSampler(period_s)
 
     def _new_step_cgroup(self, name: str) -> Cgroup:
-        cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers)
+        cg = (self.nest_in() if self.nest_in else self.workload).child(name, self.controllers, share=self.share)
         if self.policy is None and self.arm.scope == "step":
             apply_limits(self.arm, cg)
         elif self.policy is not None:       # the policy sets memory limits and the priority's cpu weight
@@ -178,15 +185,19 @@ class ArmPlacement:
             self.pool.close()
 
     def kill_step(self) -> None:
-        if self.step_cg is not None and self.step_cg.populated():   # an empty cgroup has nothing to kill
+        # an empty cgroup has nothing to kill, and stays empty (nothing joins a step's cgroup later):
+        # end_step need not ask again
+        self._emptied = self.step_cg is None or not self.step_cg.populated()
+        if not self._emptied:
             self.step_cg.kill()
 
     def end_step(self, step) -> dict[str, float]:
         cg, self.step_cg = self.step_cg, None
+        emptied, self._emptied = self._emptied, False
         usage = self.sampler.stop() if self.sampler else {}
         try:
             deadline = time.monotonic() + 5.0
-            while cg.populated() and time.monotonic() < deadline:   # killed processes take a moment to go
+            while not emptied and cg.populated() and time.monotonic() < deadline:   # killed ones take a moment
                 time.sleep(0.002)
             own = cg.counters()
             env = self._workload_counters().minus(self._before)

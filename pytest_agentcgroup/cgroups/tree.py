@@ -29,8 +29,9 @@ _ROOT_RE = re.compile(rf"^{PREFIX}(\d+)-(\d+)(?:-\d+)?$")
 _made = itertools.count()      # run roots this process made: one process may hold several at once
 #: What the run's cgroups get. cpu (cpu.weight/cpu.max, v1 cpu.shares/cfs quota: arms with CPU
 #: settings) is used where the host has it, for every arm alike, so that arms differ only by their
-#: settings: on hybrid every step also joins a v1 cpu cgroup (run root > test > step), so the run
-#: competes for CPU as one group with the host's other processes at its own cpu cgroup's level.
+#: settings: on hybrid every step also joins a v1 cpu cgroup (run root > test, > step where the arm
+#: sets CPU), so the run competes for CPU as one group with the host's other processes at its own
+#: cpu cgroup's level; likewise pids (a step's own v1 pids cgroup only where the arm sets pids_max).
 #: cpu is optional (node.OPTIONAL): left out where it is not delegated or the kernel refuses it (v2),
 #: or not mounted (v1); RunTree.refused says why.
 CONTROLLERS = ("memory", "pids", "cpu")
