@@ -49,12 +49,28 @@ def write_oom_corpus(root: Path) -> Path:
     return root
 
 
+# exp1's claims for the guest's one trace (write_oom_corpus): its step 1 is above 512 MiB, so the
+# shipped claims about the smoke traces (no step reaches 512 MiB) do not apply to it
+VM_EXP1_CLAIMS = """claims = [
+  "static-toolcall.oom_kills == unlimited.oom_kills + 1",     # the one step above 512 MiB, killed once
+  "agentcgroup.oom_kills == 0",                               # throttled and granted, not killed
+]
+"""
+
+
 def write_vm_config(path: Path, repo: Path = vmharness.REPO) -> Path:
     """experiments/agentcgroup.toml, arms and budgets as shipped, minus its latency budgets
     (`latency_overhead_*`): they are sized for the host, and qemu's software emulation runs code
-    ~10x slower, so they would fail for the emulator's sake, not for anything cgroup v2 does."""
-    shipped = (repo / "experiments" / "agentcgroup.toml").read_text().splitlines(keepends=True)
-    path.write_text("".join(ln for ln in shipped if not re.match(r"\s*latency_overhead_\w+\s*=", ln)))
+    ~10x slower, so they would fail for the emulator's sake, not for anything cgroup v2 does; and
+    exp1's claims replaced by the guest trace's (VM_EXP1_CLAIMS)."""
+    shipped = (repo / "experiments" / "agentcgroup.toml").read_text()
+    text = "".join(ln for ln in shipped.splitlines(keepends=True)
+                   if not re.match(r"\s*latency_overhead_\w+\s*=", ln))
+    exp1 = text.index("[experiments.exp1]")
+    start = text.index("\nclaims = [", exp1) + 1
+    end = text.index("\n]\n", start) + 3
+    assert text.find("\n[", exp1 + 1) > start, "exp1's claims are not in its own table"
+    path.write_text(text[:start] + VM_EXP1_CLAIMS + text[end:])
     return path
 
 
