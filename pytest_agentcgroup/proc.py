@@ -155,8 +155,9 @@ class _Shell:
     """/bin/sh started with posix_spawn in a session of its own, its stdin and stdout pipes to us,
     its stderr /dev/null, and no other descriptor of ours (those Python makes are close-on-exec;
     inheritable ones are closed for it): what Popen(..., start_new_session=True, close_fds=True)
-    gives, for about half of Popen's own work in this process. The Popen attributes Parked and
-    run() use: pid, stdin, stdout, returncode, wait(), kill()."""
+    gives, for about half of Popen's own work in this process. The Popen attributes that Parked,
+    run() and long-lived parked children (exp5's base memory) use: pid, stdin, stdout, returncode,
+    wait(), poll(), kill()."""
 
     def __init__(self, argv: list[str], env: dict):
         r_in, w_in = os.pipe()
@@ -188,6 +189,13 @@ class _Shell:
     def wait(self) -> int:
         if self.returncode is None:
             self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def kill(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -37,6 +38,19 @@ def test_parked_missing_program_is_a_spawn_error_and_leaves_no_process():
     with pytest.raises(SpawnError, match="no-such-program"):
         run(["/nonexistent/no-such-program"], join=parked, timeout_s=5)
     assert parked.proc.returncode is not None
+
+
+def test_a_long_lived_parked_child_polls_like_popen():
+    """exp5's base memory: a parked child started and left running, polled until it is resident."""
+    parked = Parked()
+    parked.start(["sleep", "30"], None, None)
+    child = parked.proc
+    assert child.poll() is None
+    child.kill()
+    deadline = time.monotonic() + 5
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert child.poll() == -signal.SIGKILL and child.wait() == -signal.SIGKILL
 
 
 def test_parked_timeout_kills_the_step(tree):
