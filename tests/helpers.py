@@ -162,3 +162,14 @@ def start_study(pytester, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             # a shell that started us in the background ignores SIGINT; undo that
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def git_workspace(root: Path) -> Path:
+    """A small git repository at root/repo (one commit of a buggy calc.py): an agent's workspace."""
+    repo = root / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
+        subprocess.run(["git", *identity, *args], cwd=repo, check=True)
+    return repo

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cgroups_or_skip
+from helpers import cgroups_or_skip, git_workspace
 from pytest_agentcgroup.notes import stopped_note
 from pytest_agentcgroup.traces.ir import read_traces
 
@@ -53,13 +53,7 @@ def host():
 
 @pytest.fixture
 def workspace(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    identity = ["-c", "user.name=t", "-c", "user.email=t@t"]
-    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "init"]):
-        subprocess.run(["git", *identity, *args], cwd=repo, check=True)
-    return repo
+    return git_workspace(tmp_path)
 
 
 @pytest.fixture
