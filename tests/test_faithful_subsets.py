@@ -11,19 +11,20 @@ import pytest
 from pytest_agentcgroup.cli import main
 from pytest_agentcgroup.metrics import source_faithfulness as rule
 from pytest_agentcgroup.traces import sweep
-from pytest_agentcgroup.traces.ir import Measure, Profile, Step, Trace, write_trace
+from pytest_agentcgroup.traces.ir import Measure, Outcome, Profile, Step, Trace, write_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def trace(tid: str, verdict: str | None, *, fmt: str = "mini-swe-agent", profiled: bool = True,
-          rule_version: str = rule.RULE_VERSION, peak: float = 10.0) -> Trace:
+          rule_version: str = rule.RULE_VERSION, peak: float = 10.0, recorded: bool = True) -> Trace:
     src: dict = {"format": fmt}
     if profiled:
         src["profiled"] = {"by": "agentcgroup traces profile"}
         if verdict is not None:
             src["faithfulness"] = {"rule": rule_version, "verdict": verdict}
-    step = Step(0, "bash", {"command": "true"}, profile=Profile(peak_mb=Measure(peak, "recorded")))
+    step = Step(0, "bash", {"command": "true"}, profile=Profile(peak_mb=Measure(peak, "recorded")),
+                recorded_outcome=Outcome("ok", 0) if recorded else None)
     return Trace(tid, src, (step,))
 
 
@@ -35,6 +36,8 @@ def test_left_out_by_the_stored_verdict_of_a_trace_replayed_here():
     assert rule.left_out(trace("a/old", "pass", rule_version="faithful/0")) == "unverified"
     # a profile not replayed here (derived from the source's samples, synthetic): nothing to judge
     assert rule.left_out(trace("a/derived", None, profiled=False)) is None
+    # passed on steps other than its commands: none of its commands' outcomes is recorded
+    assert rule.left_out(trace("a/edits", "pass", recorded=False)) == "unverified"
 
 
 def corpus(tmp_path: Path) -> Path:

@@ -171,8 +171,8 @@ def test_sweep_cli_draws_from_a_subset_and_refuses_to_overwrite_its_inputs(capsy
     traces = str(ROOT / "traces")
     assert main(["traces", "sweep", traces, "--from", "recorded", "--smoke", "s"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# skipped 59 of 123 traces of recorded: 20 unfaithful")
-    assert "\n# paper-recorded subset: 50 of the 64 traces of recorded taken" in out
+    assert out.startswith("# skipped 60 of 123 traces of recorded: 20 unfaithful")
+    assert "\n# paper-recorded subset: 50 of the 63 traces of recorded taken" in out
     assert "# s: mini-swe-agent/sympy__sympy-21847, openhands-rows/numpy__numpydoc-101/2, " in out
     assert "# s-1hz: claude-code/haiku/simonw__files-to-prompt-44\n" in out
     for args, said in ((["--from", "nosuch"], "no subset 'nosuch' (--from)"),

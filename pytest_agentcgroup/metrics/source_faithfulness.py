@@ -106,12 +106,16 @@ class TraceVerdict:
 def left_out(trace: Trace) -> str | None:
     """Why an experiment's subset leaves `trace` out (module docstring): "unfaithful" (profiled here,
     stored verdict fail), "unverified" (profiled here, stored verdict unverified, missing, or by
-    another rule version); None when it is taken."""
+    another rule version, or none of its commands has a recorded outcome: then what passed was its
+    edits, not its work); None when it is taken."""
     src = trace.source if isinstance(trace.source, dict) else {}
     if "profiled" not in src:
         return None
     stored = src.get("faithfulness")
     if not isinstance(stored, dict) or stored.get("rule") != RULE_VERSION:
+        return "unverified"
+    commands = [s for s in trace.steps if s.tool == "bash"]
+    if commands and all(recorded_outcome(s) is None for s in commands):
         return "unverified"
     return {"pass": None, "fail": "unfaithful"}.get(stored.get("verdict"), "unverified")
 
