@@ -59,6 +59,8 @@ arms = ["{name}"]
         assert rec["reserved_gib_s"] == pytest.approx(rec["step_limit_mb"] * held / 1024, abs=2e-6)
         assert 0 < rec["step_limit_us"] < 50_000            # measured on the call's path: well under 50 ms
     kills = [r["step_id"] for r in recs if r["oom_kills"]]
+    if name != "predict":
+        assert not any("limit_fold" in r for r in recs)                  # no model, no fold
     if name == "vpa":
         # step 3 (python -m pytest, 48 MiB) is killed at ~11 MiB, and step 4 gets at least its bump,
         # L + 100 MiB (more: among 4 samples the bump's is the p90, +15 %)
@@ -71,6 +73,7 @@ arms = ["{name}"]
         assert 40 < recs[4]["step_limit_mb"] < 100
     if name == "predict":
         fold = limits.fold
+        assert fold and {r["limit_fold"] for r in recs} == {fold}           # the run says which fold tested it
         training = Model.load(MODEL).training("task", fold)
         assert not [t for t in training if t.endswith("/numba__numba-5721")]     # neither model's run of it
         # the model's limits are fixed before the replay: exactly the steps whose recorded peak is above

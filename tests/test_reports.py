@@ -272,3 +272,18 @@ def test_characterization_page_from_traces_or_the_configs_corpus(tmp_path, capsy
     assert 'href="characterization.html"' not in (out / "index.html").read_text()
     assert cli.main(["report", str(results), "-o", str(out), "--characterize", str(tmp_path / "nope")]) == 1
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_a_compressed_run_reads_as_its_metrics_jsonl(tmp_path):
+    """A published run may keep metrics.jsonl gzip'd (docs/results/runs/): the same records; a damaged
+    archive is one message naming it."""
+    import gzip
+    recs = [step_rec(step_id=i, config=arm) for i in range(3) for arm in ("unlimited", "static-toolcall")]
+    plain = write_results(tmp_path / "plain", recs)
+    packed = write_results(tmp_path / "packed", recs)
+    (packed / "metrics.jsonl.gz").write_bytes(gzip.compress((packed / "metrics.jsonl").read_bytes()))
+    (packed / "metrics.jsonl").unlink()
+    assert load(packed).steps.drop(columns="run").equals(load(plain).steps.drop(columns="run"))
+    (packed / "metrics.jsonl.gz").write_bytes(b"\x1f\x8b not gzip after all")
+    with pytest.raises(ResultsError, match=r"metrics\.jsonl\.gz: cannot read: "):
+        load(packed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,27 @@ def test_hostile_trace_ids_stay_text_in_their_cell(tmp_path):
     outside = [line.replace(f"`` {hostile.replace('|', chr(92) + '|')} ``", "") for line in page.splitlines()
                if not line.startswith(":alt:")]          # an option value: an attribute, escaped by docutils
     assert not [line for line in outside if re.search(r"(?<!\\)<img", line)], "no raw HTML anywhere else"
+
+
+def test_the_page_says_which_traces_each_fold_tested_and_how_many_trained_it(tmp_path):
+    """A predict arm's steps carry the fold that held their trace out: the page lists the traces per
+    fold and the size of its training set (the model the config names)."""
+    from pytest_agentcgroup.limits.model import Model
+    root = Path(__file__).resolve().parents[1]
+    model = Model.load(root / "experiments" / "predict-recorded.json")
+    recs = [step_rec(trace_id=t, config="predict", step_id=i, limit_fold=f, step_limit_mb=50.0)
+            for t, f in (("t/a", "task-2"), ("t/b", "task-2"), ("t/c", "task-4")) for i in range(2)]
+    recs += [step_rec(trace_id="t/a", config="unlimited", step_id=i) for i in range(2)]
+    run = write_results(tmp_path / "r", recs)
+    (run / "summary.json").write_text(json.dumps([{"experiment": "exp1", "config": c, "oom_kills": 0}
+                                                  for c in ("predict", "unlimited")]))
+    config = root / "experiments" / "exp1-paper.toml"
+    assert cli.main(["report", str(run), "-o", str(tmp_path / "page"), "--markdown", "--config", str(config)]) == 0
+    page = (tmp_path / "page" / "results.md").read_text()
+    section = page.split("## Held-out folds", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert rows == [
+        f"| `predict` | `task-2` | 2 | {len(model.training('task', 'task-2'))} of predict-recorded.json (by task) | `t/a`, `t/b` |",
+        f"| `predict` | `task-4` | 1 | {len(model.training('task', 'task-4'))} of predict-recorded.json (by task) | `t/c` |"]
+    assert cli.main(["report", str(run), "-o", str(tmp_path / "bare"), "--markdown"]) == 0
+    assert "(no config given)" in (tmp_path / "bare" / "results.md").read_text()

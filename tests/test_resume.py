@@ -118,6 +118,25 @@ def test_matrix_axes_are_test_ids_and_record_fields(pytester):
     assert sorted((s["seed"], s["params"]["ablation"]) for s in summary) == [(1, "as-is"), (1, "half-limit")]
 
 
+def test_an_arm_no_point_changes_runs_once_per_seed_named_by_no_point(pytester):
+    """A sweep of static-toolcall's limit: unlimited, static-env and static-high would measure the same
+    thing at every point, so they run once per seed; an override of the experiment (time_scale) changes
+    every arm, so then every arm runs at every point."""
+    write_study(pytester.path)
+    pytester.makepyfile(test_exp1=EXP_MODULE)
+    with open(pytester.path / "study.toml", "a") as f:
+        f.write('[experiments.exp1.matrix]\nseeds = [0, 1]\nablations = [{ name = "p50", arms = { static-toolcall = '
+                '{ memory_max_mb = 64 } } }, { name = "max", arms = { static-toolcall = { memory_max_mb = 512 } } }]\n')
+    ids = sorted(line.split("[")[1].rstrip("]") for line in run_study(pytester, "--collect-only", "-q").outlines
+                 if "::" in line)
+    assert ids == sorted([f"{arm}:oom-once:seed{s}" for arm in ("unlimited", "static-env", "static-high") for s in (0, 1)]
+                         + [f"static-toolcall:oom-once:seed{s}:{p}" for s in (0, 1) for p in ("p50", "max")])
+    with open(pytester.path / "study.toml", "a") as f:
+        f.write('sizes = [{ name = "fast", time_scale = 0.5 }]\n')
+    ids = [line for line in run_study(pytester, "--collect-only", "-q").outlines if "::" in line]
+    assert len(ids) == 4 * 2 * 2 and "test_exp1.py::test_exp1[unlimited:oom-once:seed1:max:fast]" in ids
+
+
 def test_bad_matrix_is_one_clear_message(pytester):
     write_study(pytester.path)
     pytester.makepyfile(test_exp1=EXP_MODULE)

@@ -210,6 +210,8 @@ class ArmPlacement:
             acted = {**acted, "step_limit_mb": self.step_limit_mb}
             if self.step_limit_us is not None:
                 acted["step_limit_us"] = self.step_limit_us
+            if getattr(self.limits, "fold", None):     # a model's limits: the fold that held this trace out
+                acted["limit_fold"] = self.limits.fold
             if self.limits is not None:
                 self.limits.observe(step, self.step_limit_mb,
                                     own.peak_bytes / MB if own.peak_bytes is not None else None, own.oom_kills > 0)

@@ -139,17 +139,35 @@ def generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(f"--agentcgroup-subset: {exc}", pytrace=False)
     with_seed = any(v.seed for v in exp.matrix)       # seeds are distinct: more than one means a non-zero one
     cases = []
-    for variant, vexp, varms in exp.variants(conf.arms):       # the matrix: seeds x ablations x sizes
+    variants = exp.variants(conf.arms)
+    for variant, vexp, varms in variants:       # the matrix: seeds x ablations x sizes
         vtraces = trace_ids
         if vexp.subset != exp.subset:
             try:
                 vtraces = corpus.ids(setting(metafunc.config, "subset", marker=marker, experiment=vexp))
             except TraceError as exc:
                 pytest.fail(f"{conf.path}: experiments.{name}.matrix: {exc}", pytrace=False)
-        cases += [Case(vexp, t, varms[a], variant, with_seed) for a in arm_names for t in vtraces]
+        for a in arm_names:
+            if swept(variants, a):
+                cases += [Case(vexp, t, varms[a], variant, with_seed) for t in vtraces]
+            elif variant is first_of_seed(variants, variant.seed):
+                # no point changes what this arm runs: it runs once per seed, named by no point
+                cases += [Case(vexp, t, varms[a], cfgmod.Variant(seed=variant.seed), with_seed) for t in vtraces]
     families = Counter(short_id(t) for t in corpus.files)
     cases = [replace(c, full_id=True) if families[short_id(c.trace_id)] > 1 else c for c in cases]
     metafunc.parametrize("agentcgroup_case", cases, ids=[str(c) for c in cases], scope="function")
+
+
+def swept(variants: list, arm: str) -> bool:
+    """True when some point of the matrix changes what `arm` runs: it overrides the experiment (its
+    subset, executor, time scale...) or the arm itself. An arm no point changes (unlimited, oracle,
+    an arm whose limits come from the trace) would measure the same thing at every point."""
+    return any(set(v.overrides) - {"arms"} or arm in v.overrides.get("arms", {}) for v, _, _ in variants)
+
+
+def first_of_seed(variants: list, seed: int):
+    """The first point of the matrix with `seed`."""
+    return next(v for v, _, _ in variants if v.seed == seed)
 
 
 def shard_of(nodeid: str, n: int) -> int:

@@ -115,6 +115,8 @@ def step_record(result, step: Step, *, config: str, time_scale: float, executor:
         rec["step_limit_mb"] = _round(c["step_limit_mb"])
         if c.get("step_limit_us") is not None:
             rec["step_limit_us"] = _round(c["step_limit_us"])
+        if c.get("limit_fold"):      # the model's fold that held the trace out (limits/model.py)
+            rec["limit_fold"] = c["limit_fold"]
     if "kind" in c:                  # policy arms: what the priorities were keyed by, and the priority
         rec["kind"], rec["priority"] = c["kind"], c.get("priority")
         # the cpu weight its priority gave the step's cgroup; None where the rules give none or the

@@ -14,7 +14,9 @@ Records without `seed` are seed 0; without `params`, no sweep axes ({}).
 """
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,7 +26,7 @@ from ..metrics.compare import test_values
 from ..metrics.metric import Metric
 from ..metrics.records import METRICS, SUMMARY_METRICS
 from ..metrics.registry import REGISTRY
-from ..metrics.store import METRICS_FILE, NoRun, resolve_run, worker_dirs
+from ..metrics.store import METRICS_FILE, PACKED_METRICS_FILE, NoRun, resolve_run, worker_dirs
 
 #: Every column a report shows, with unit, direction and provenance: the store's METRICS, as a test's
 #: or an arm's summary holds them (SUMMARY_METRICS: oom_kills there is the steps' sum), plus what a
@@ -107,6 +109,9 @@ def metrics_files(directory: str | Path) -> list[Path]:
     except NoRun as exc:
         raise ResultsError(str(exc)) from None
     top = d / METRICS_FILE
+    packed = d / PACKED_METRICS_FILE
+    if not top.is_file() and packed.is_file():
+        return [packed]         # a published run, compressed for the repository (docs/results/runs/)
     workers = [w / METRICS_FILE for w in worker_dirs(d) if (w / METRICS_FILE).is_file()]
     if top.is_file() and not (workers and min(w.stat().st_mtime for w in workers) > top.stat().st_mtime):
         return [top]            # a serial run's, or the workers' merged by the controller after they ended
@@ -116,11 +121,12 @@ def metrics_files(directory: str | Path) -> list[Path]:
 
 
 def read_metrics(path: str | Path, run: str) -> list[dict]:
-    """The step records of one metrics.jsonl, checked; `run` labels where they came from."""
+    """The step records of one metrics.jsonl (or metrics.jsonl.gz), checked; `run` labels where they
+    came from."""
     path = Path(path)
     records = []
     try:
-        with open(path, encoding="utf-8") as fh:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
@@ -134,8 +140,8 @@ def read_metrics(path: str | Path, run: str) -> list[dict]:
                 records.append(_checked(rec, where, run))
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror}") from None
+    except (OSError, EOFError, zlib.error) as exc:       # gzip's BadGzipFile is an OSError
+        raise ResultsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     return records
 
 

@@ -222,6 +222,35 @@ def _sweep_section(reserve) -> str:
             + table(heads, rows, [False] * 4 + [True] * (len(heads) - 4)))
 
 
+def _folds_section(res: Results, config) -> str:
+    """Per arm with a model of command classes (limit_from = "predict") and fold: the traces the run
+    replayed under the fold's limits (held out of its training: the records' limit_fold) and, where the
+    config names the model, how many traces trained it (limits/model.py training)."""
+    steps = res.steps
+    if "limit_fold" not in steps or steps["limit_fold"].isna().all():
+        return ""
+    models = {}
+    if config is not None:
+        from ..config import ConfigError, load as load_config
+        from ..limits.model import Model, ModelError
+        try:
+            arms = load_config(config).arms
+            models = {a.name: (Model.load(a.knobs["model"]), a.knobs["folds"], a.knobs["model"])
+                      for a in arms.values() if a.limit_from == "predict"}
+        except (ConfigError, ModelError) as exc:
+            raise ResultsError(f"{config}: {exc}") from None
+    rows = []
+    for (arm, fold), sel in steps.dropna(subset=["limit_fold"]).groupby(["config", "limit_fold"], sort=True):
+        tested = sorted(sel["trace_id"].unique())
+        model = models.get(arm)
+        trained = f"{len(model[0].training(model[1], fold))} of {Path(model[2]).name} (by {model[1]})" if model else "(no config given)"
+        rows.append([code(arm), code(fold), str(len(tested)), trained, ", ".join(code(t) for t in tested)])
+    return ("## Held-out folds\n\nEach trace replayed under an arm with a model of command classes took its limits "
+            "from the fold that held its task out: the model never saw it (recorded in each step's `limit_fold`).\n\n"
+            + table(["arm", "fold", "traces tested (count)", "traces trained (count, model)", "traces tested"], rows,
+                    [False, False, True, False, False]))
+
+
 def _ablation_section(deltas) -> str:
     if deltas.empty:
         return ""
@@ -257,6 +286,9 @@ def _page(runs: list[RunFiles], names: list[str], res: Results, outs, config, ti
     if sweep:
         parts.append(sweep)
     parts.append("## Figures\n\n" + "\n\n".join(_figure(name, caption) for name, caption in outs.figures))
+    folds = _folds_section(res, config)
+    if folds:
+        parts.append(folds)
     ablation = _ablation_section(outs.deltas)
     if ablation:
         parts.append(ablation)
