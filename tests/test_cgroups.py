@@ -502,3 +502,34 @@ def test_a_systemd_unit_is_used_only_when_delegated_to_us(tree):
     except OSError as exc:
         pytest.skip(f"cannot set trusted.delegate on {scope.unified}: {exc.strerror} (needs root)")
     assert undelegated_systemd_unit(scope.unified, systemd=True) is None
+
+
+def test_a_steps_wait_for_memory_is_its_own_pressure_stall(tree, tmp_path):
+    """PSI memory.pressure of the step's cgroup (v2 tree, both layouts): a step that reads 256 MiB
+    of a file not in the page cache under a 32 MiB hard limit waits for reclaim again and again (clean
+    pages: reclaimed, never an OOM kill); a step that allocates 8 MiB under no limit waits for
+    nothing measurable."""
+    if not Path("/proc/pressure/memory").exists():
+        pytest.skip("this kernel has no PSI (/proc/pressure/memory: CONFIG_PSI off or psi=0)")
+    work = tree.workload("stall")
+
+    class Step:
+        step_id = 0
+
+    def stall_ms(arm: Arm, argv: list[str]) -> float:
+        placement = ArmPlacement(arm, work, tree.controllers)
+        res = run(argv, join=placement.begin_step(Step), timeout_s=60)
+        counters = placement.end_step(Step)
+        assert res.exit_code == 0 and res.signal is None, res
+        return counters["mem_stall_usec"] / 1000
+    data = tmp_path / "data"
+    with open(data, "wb") as fh:
+        for _ in range(256):
+            fh.write(os.urandom(1 << 20))
+        fh.flush()
+        os.fsync(fh.fileno())
+        os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)     # out of the cache: the step reads it in
+    tight = stall_ms(Arm("static-toolcall", memory_max_mb=32), ["cat", str(data)])
+    free = stall_ms(Arm("unlimited"), [sys.executable, "-c", ALLOC, "8"])
+    print(f"stall: {tight:.1f} ms reading 256 MiB under 32 MiB, {free:.3f} ms allocating 8 MiB unlimited")
+    assert tight > 1.0 and tight > 10 * free, (tight, free)

@@ -172,3 +172,13 @@ def test_policy_kills_and_worst_step_latency_budgets():
     got = [str(v) for v in check(recs, {"policy_kills": 0, "latency_overhead_max_ms": 10000}, Arm("agentcgroup"))]
     assert got == ["t step 3: policy_kills = 1, budget <= 0 for the trace",
                    "t step 3: latency_overhead_ms = 20000, budget <= 10000 ms (latency_overhead_max_ms)"]
+
+
+def test_a_step_that_waited_too_long_for_memory_breaks_its_stall_budget():
+    recs = [{**_rec(i, 1, 0), "mem_stall_ms": s} for i, s in enumerate((0.0, 12.5, None, 3.0))]
+    assert check(recs, {"mem_stall_max_ms": 20}, Arm("static-high")) == []
+    recs[2].update(mem_stall_ms=108000.0, timed_out=True)            # held at memory.high until its timeout
+    assert [str(v) for v in check(recs, {"mem_stall_max_ms": 10000}, Arm("static-high"))] == [
+        "t step 2: mem_stall_ms = 108000, budget <= 10000 ms (mem_stall_max_ms: the step waited for memory, "
+        "then timed out)"]
+    assert check([{**r, "mem_stall_ms": None} for r in recs], {"mem_stall_max_ms": 0}, Arm("static-high")) == []

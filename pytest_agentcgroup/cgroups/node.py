@@ -55,14 +55,20 @@ class Counters:
     max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
     oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
     pids_max_events: int = 0   # forks refused at pids.max: pids.events(.local, 6.13+) max (v2 | v1 pids)
+    # time some task of the cgroup (and its children) waited for memory: reclaim, a throttle at
+    # memory.high, refaults (v2 memory.pressure "some" total, PSI; in the unified tree of both
+    # layouts, where a v1 memcg's reclaim is charged too); None without PSI
+    mem_stall_usec: int | None = 0
     # v2 before 5.2 has no memory.events.local: memory.events counts this cgroup *and* its children
     events_hierarchical: bool = False
 
     def minus(self, before: "Counters") -> "Counters":
-        """Event deltas; peak and cpu are kept as they are now (they are not events)."""
-        cpu = None if self.cpu_usec is None or before.cpu_usec is None else self.cpu_usec - before.cpu_usec
-        return Counters(self.peak_bytes, cpu,
-                        *(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)[2:-1]),
+        """Deltas of the events, the cpu time and the stall; the peak is kept as it is now."""
+        def delta(now, then):
+            return None if now is None or then is None else now - then
+        return Counters(self.peak_bytes, delta(self.cpu_usec, before.cpu_usec),
+                        *(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)[2:-2]),
+                        delta(self.mem_stall_usec, before.mem_stall_usec),
                         events_hierarchical=self.events_hierarchical)
 
 
@@ -108,6 +114,15 @@ def _read_or(path: Path, default: str = "") -> str:
         return os.read(fd, 1 << 16).decode()
     finally:
         os.close(fd)
+
+
+def _stall_usec(pressure: str) -> int | None:
+    """The `some` line's total (µs) of a PSI pressure file; None for an empty one (no PSI)."""
+    for line in pressure.splitlines():
+        if line.startswith("some "):
+            total = line.rpartition("total=")[2]
+            return int(total) if total.isdigit() else None
+    return None
 
 
 def _keyed_text(text: str) -> dict[str, int]:
@@ -371,6 +386,7 @@ class Cgroup:
         # kernel generate them afresh), and a file this kernel lacks is looked for only once.
         c = Counters()
         c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec")    # None: no cpu.stat
+        c.mem_stall_usec = _stall_usec(self._read("unified", "memory.pressure"))
         pids_key = "unified" if self.host.mode == "v2" else "pids"
         # v2 pids.events counts the subtree's refused forks since 6.13; pids.events.local (6.13+)
         # is this cgroup's own, which pids.events was before (and is on v1)

@@ -219,7 +219,9 @@ class ArmPlacement:
                 "high_events": own.high_events + env.high_events,
                 "max_events": own.max_events + env.max_events,
                 "oom_kills": own.oom_kills + env.oom_kills,
-                "pids_max_events": own.pids_max_events + env.pids_max_events, **usage, **acted}
+                "pids_max_events": own.pids_max_events + env.pids_max_events,
+                # the step's own: the workload's pressure holds the step's (PSI is hierarchical)
+                "mem_stall_usec": own.mem_stall_usec, **usage, **acted}
 
 
 def _without(env: Counters, own: Counters) -> Counters:
@@ -227,4 +229,4 @@ def _without(env: Counters, own: Counters) -> Counters:
     at a time per placement, so the step is the only child that counted during it)."""
     return Counters(env.peak_bytes, env.cpu_usec, max(0, env.high_events - own.high_events),
                     max(0, env.max_events - own.max_events), max(0, env.oom_kills - own.oom_kills),
-                    env.pids_max_events)
+                    env.pids_max_events, env.mem_stall_usec)

@@ -26,6 +26,9 @@ METRICS = {m.name: m for m in (
            "hundreds per step, timing-dependent) | v1 upward usage-threshold crossings (cgroup.event_control: a few)"),
     Metric("mem_max_events", "count", "lower", "recorded", "v2 memory.events.local max | v1 memory.failcnt"),
     Metric("oom_kills", "count", "lower", "recorded", _KERNEL_OOM),
+    Metric("mem_stall_ms", "ms", "lower", "recorded",
+           "time some task of the step waited for memory (reclaim, a throttle at memory.high): PSI memory.pressure "
+           "`some` total of the step's cgroup in the v2 tree (both layouts); null without PSI"),
     Metric("throttles", "count", "lower", "recorded",
            "policy arms: in-kernel SIGSTOPs at memcg reclaim (bpf/reclaim_throttle.bpf.c ring-buffer events)"),
     Metric("freezes", "count", "lower", "recorded", "policy arms: cgroup.freeze escalations by the controller"),
@@ -51,6 +54,8 @@ METRICS = {m.name: m for m in (
            "steps with mem_high_events > 0: steps that went above the soft limit (the same on v1 and v2)"),
     Metric("mem_max_events_total", "count", "lower", "derived", "sum of mem_max_events"),
     Metric("timeouts", "count", "lower", "derived", "steps killed at their timeout"),
+    Metric("mem_stall_s_total", "s", "lower", "derived", "sum of mem_stall_ms over the steps, in seconds (null without PSI)"),
+    Metric("mem_stall_ms_max", "ms", "lower", "derived", "the longest mem_stall_ms of one step (null without PSI)"),
     Metric("throttles_total", "count", "lower", "derived", "sum of throttles"),
     Metric("freezes_total", "count", "lower", "derived", "sum of freezes"),
     Metric("policy_kills_total", "count", "lower", "derived", "sum of policy_kills"),
@@ -98,6 +103,7 @@ def step_record(result, step: Step, *, config: str, time_scale: float, executor:
         "max_rss_mb": _round(c["peak_bytes"] / MB) if c.get("peak_bytes") is not None else None,
         "mem_high_events": c.get("high_events", 0), "mem_max_events": c.get("max_events", 0),
         "oom_kills": c.get("oom_kills", 0), "pids_max_events": c.get("pids_max_events", 0),
+        "mem_stall_ms": _round(c["mem_stall_usec"] / 1000.0) if c.get("mem_stall_usec") is not None else None,
         # what a policy arm's controller did to the step (0 under static arms)
         "throttles": c.get("throttles", 0), "freezes": c.get("freezes", 0),
         "policy_kills": c.get("policy_kills", 0),
@@ -149,6 +155,7 @@ def percentile(values, q: float) -> float | None:
 def summarize(records: list[dict], config: str) -> dict:
     """The summary.json object of one config (arm), over all its traces' step records."""
     lat = [r["latency_ms"] for r in records if r["latency_ms"] is not None]
+    stalls = [r["mem_stall_ms"] for r in records if r.get("mem_stall_ms") is not None]
     return {
         "config": config,
         "traces": len({r["trace_id"] for r in records}),
@@ -163,6 +170,8 @@ def summarize(records: list[dict], config: str) -> dict:
         "mem_max_events_total": sum(r["mem_max_events"] for r in records),
         "oom_kills": sum(r["oom_kills"] for r in records),
         "timeouts": sum(1 for r in records if r["timed_out"]),
+        "mem_stall_s_total": _round(sum(stalls) / 1000.0) if stalls else None,
+        "mem_stall_ms_max": _round(max(stalls)) if stalls else None,
         "throttles_total": sum(r.get("throttles", 0) for r in records),
         "freezes_total": sum(r.get("freezes", 0) for r in records),
         "policy_kills_total": sum(r.get("policy_kills", 0) for r in records),

@@ -50,6 +50,9 @@ REGISTRY: dict[str, Metric] = {m.name: m for m in (
     _summary("pids_max_events_total", "+200%+50"),
     _summary("throttles_total", "+100%+5"),
     _summary("freezes_total", "+100%+2"),
+    # time waiting for memory follows reclaim and load: compared only when a rule names it
+    _summary("mem_stall_s_total", None),
+    _summary("mem_stall_ms_max", None),
     _summary("latency_p50_ms", "+100%+100"),
     _summary("latency_p95_ms", "+100%+500", regression=True),
     _summary("latency_p99_ms", None),

@@ -25,7 +25,8 @@ SUMMARY = [("traces", "traces"), ("total_steps", "steps"), ("latency_p50_ms", "p
            ("latency_p95_ms", "p95 latency"), ("latency_p99_ms", "p99 latency"), ("oom_kills", "OOM kills"),
            ("mem_max_events_total", "hard-limit hits"), ("mem_high_events_total", "soft-limit breaches"),
            ("timeouts", "timeouts"), ("throttles_total", "throttles"), ("freezes_total", "freezes"),
-           ("policy_kills_total", "policy kills"), ("pids_max_events_total", "forks refused")]
+           ("policy_kills_total", "policy kills"), ("pids_max_events_total", "forks refused"),
+           ("mem_stall_s_total", "waited for memory")]
 HEADINGS = {"run": "results dir", "experiment": "experiment", "trace_id": "trace", "config": "arm",
             "seed": "seed", "params": "params", "executor": "executor", "profiles": "step profiles",
             "total_steps": "steps",

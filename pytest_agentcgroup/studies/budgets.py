@@ -7,6 +7,7 @@
                                      # of real commands: their run-to-run noise is not the harness's)
     latency_overhead_max_ms = 5000   # the worst step (a step parked for good breaks it; of a real
                                      # command, one its trace gives a duration)
+    mem_stall_max_ms = 10000         # no step waits longer for memory (PSI: reclaim, memory.high throttling)
 
     [experiments.exp1.budgets.agentcgroup]    # policy arms (bpf/controller.py) also have
     throttles = "predicted"          # low-priority steps above the soft limit are throttled, no other
@@ -28,7 +29,7 @@ from ..metrics.faithfulness import REAL_EXECUTORS
 from ..metrics.records import percentile
 
 BUDGET_KEYS = ("oom_kills", "mem_high_events", "throttles", "policy_kills", "latency_overhead_p95_ms",
-               "latency_overhead_max_ms")
+               "latency_overhead_max_ms", "mem_stall_max_ms")
 _PREDICTABLE = ("oom_kills", "mem_high_events", "throttles")
 MARGIN_MB = 32.0           # ± around a limit inside which a prediction is not made
 MARGIN_FRACTION = 0.05
@@ -55,7 +56,7 @@ def validate(budget: dict, where: str) -> dict:
     for key, val in budget.items():
         if key not in BUDGET_KEYS:
             raise BudgetError(f"{where}.{key}: unknown budget; expected one of {', '.join(BUDGET_KEYS)}")
-        if key.startswith("latency"):
+        if key.startswith("latency") or key == "mem_stall_max_ms":
             ok = isinstance(val, (int, float)) and not isinstance(val, bool) and val >= 0
         else:
             ok = (val == "predicted" and key in _PREDICTABLE) or (isinstance(val, int) and not isinstance(val, bool) and val >= 0)
@@ -138,6 +139,12 @@ def check(records: list[dict], budget: dict, arm: Arm) -> list[Violation]:
         if p95 is not None and p95 > budget["latency_overhead_p95_ms"]:
             out.append(Violation(trace_id, worst["step_id"], "latency_overhead_p95_ms", round(p95, 1),
                                  f"<= {budget['latency_overhead_p95_ms']} ms"))
+    if "mem_stall_max_ms" in budget:
+        stalled = max((r for r in records if r.get("mem_stall_ms") is not None), key=lambda r: r["mem_stall_ms"], default=None)
+        if stalled is not None and stalled["mem_stall_ms"] > budget["mem_stall_max_ms"]:
+            out.append(Violation(trace_id, stalled["step_id"], "mem_stall_ms", stalled["mem_stall_ms"],
+                                 f"<= {budget['mem_stall_max_ms']} ms (mem_stall_max_ms: the step waited for memory"
+                                 + (", then timed out" if stalled.get("timed_out") else "") + ")"))
     return out
 
 
