@@ -287,3 +287,20 @@ def test_a_compressed_run_reads_as_its_metrics_jsonl(tmp_path):
     (packed / "metrics.jsonl.gz").write_bytes(b"\x1f\x8b not gzip after all")
     with pytest.raises(ResultsError, match=r"metrics\.jsonl\.gz: cannot read: "):
         load(packed)
+
+
+def test_a_traces_memory_figure_shows_swept_and_unswept_arms_together(tmp_path):
+    """In a sweep an arm no point changes has no params: the per-trace figure draws it beside each
+    swept arm at its first point, and the bar figure averages a swept arm over its points."""
+    recs = [step_rec(step_id=i, config="unlimited", max_rss_mb=30.0) for i in range(2)]
+    recs += [step_rec(step_id=i, config="static-toolcall", params={"ablation": p}, max_rss_mb=m,
+                      oom_kills=k if i == 1 else 0)
+             for p, m, k in (("p50", 20.0, 1), ("max", 30.0, 0)) for i in range(2)]
+    res = load(write_results(tmp_path / "r", recs))
+    fig = figures.memory_vs_limit(res.steps, "t/a")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(x.startswith("unlimited") for x in labels) and any(x.startswith("static-toolcall") for x in labels), labels
+    assert "ablation" in fig.axes[0].get_title()
+    bars = figures.kills_and_breaches(res.tests)
+    kills = [b.get_height() for b in bars.axes[0].containers[0]]
+    assert kills == [0, 0.5]          # unlimited: 0; static-toolcall: 1 kill at p50, 0 at max

@@ -386,7 +386,10 @@ class Cgroup:
         # kernel generate them afresh), and a file this kernel lacks is looked for only once.
         c = Counters()
         c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec")    # None: no cpu.stat
-        c.mem_stall_usec = _stall_usec(self._read("unified", "memory.pressure"))
+        try:
+            c.mem_stall_usec = _stall_usec(self._read("unified", "memory.pressure"))
+        except OSError:              # PSI off at boot, on kernels that keep the file (EOPNOTSUPP)
+            c.mem_stall_usec = None
         pids_key = "unified" if self.host.mode == "v2" else "pids"
         # v2 pids.events counts the subtree's refused forks since 6.13; pids.events.local (6.13+)
         # is this cgroup's own, which pids.events was before (and is on v1)

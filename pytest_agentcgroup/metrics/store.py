@@ -56,8 +56,6 @@ from pathlib import Path
 from .records import summarize
 
 METRICS_FILE = "metrics.jsonl"
-#: a published run's metrics, gzip'd for the repository (docs/results/runs/): read by reports/ only
-PACKED_METRICS_FILE = METRICS_FILE + ".gz"
 SUMMARY_FILE = "summary.json"
 COMPLETE_FILE = "complete.json"       # written when a run's session ended: the run is finished
 RUN_FILE = "run.json"                 # written when the run is made: what, where and from what code
@@ -97,10 +95,8 @@ def unfinished_run(results: Path) -> Path | None:
 
 
 def holds_results(d: Path) -> bool:
-    """DIR is itself a run: its own metrics.jsonl (or a published run's packed one), or xdist workers'
-    gw*/metrics.jsonl."""
-    return (d / METRICS_FILE).is_file() or (d / PACKED_METRICS_FILE).is_file() \
-        or any((w / METRICS_FILE).is_file() for w in worker_dirs(d))
+    """DIR is itself a run: its own metrics.jsonl, or xdist workers' gw*/metrics.jsonl."""
+    return (d / METRICS_FILE).is_file() or any((w / METRICS_FILE).is_file() for w in worker_dirs(d))
 
 
 def resolve_run(path: str | Path, *, exclude: Path | None = None) -> Path:

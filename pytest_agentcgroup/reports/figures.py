@@ -50,14 +50,16 @@ def latency_cdf(steps) -> Figure:
 
 
 def kills_and_breaches(tests) -> Figure:
-    """OOM kills, hard-limit hits and soft-limit breaches per arm, summed over its traces."""
+    """OOM kills, hard-limit hits and soft-limit breaches per arm, summed over its traces (the mean
+    over its sweep points where it ran at several: an arm no point changes runs at one)."""
     counters = [("oom_kills", "OOM kills"), ("mem_max_events_total", "hard-limit hits (max events)"),
                 ("mem_high_events_total", "soft-limit breaches (high events)")]
     names, sums = [], {k: [] for k, _ in counters}
     for name, sel in _series(tests):
         names.append(name)
         for k, _ in counters:
-            sums[k].append(int(sel[k].sum()))
+            per_point = sel.groupby("params")[k].sum()
+            sums[k].append(round(float(per_point.mean()), 1) if len(per_point) > 1 else int(per_point.sum()))
     fig, ax = plt.subplots(figsize=(7, 4))
     width = 0.8 / len(counters)
     for i, (k, what) in enumerate(counters):
@@ -65,7 +67,8 @@ def kills_and_breaches(tests) -> Figure:
         bars = ax.bar(xs, sums[k], width, label=what)
         ax.bar_label(bars, fontsize=7)
     ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("count (recorded by the kernel, summed over traces)")
+    ax.set_ylabel("count (recorded by the kernel, summed over traces;\nmean over sweep points)"
+                  if tests["params"].nunique() > 1 else "count (recorded by the kernel, summed over traces)")
     ax.set_title("OOM kills and limit breaches per arm")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -76,11 +79,14 @@ def memory_vs_limit(steps, trace_id: str, limits: dict[str, dict] | None = None)
     """One trace's per-step memory peak under each arm, the trace's own peak, and each arm's limits
     (`limits`: arm -> Arm.limits, from the experiment config; omitted when unknown)."""
     tr = steps[steps["trace_id"] == trace_id]
-    point = ""                           # one seed and sweep point: the first in the results
+    point = ""                           # one seed, and each arm at its first sweep point in the results
     if tr["seed"].nunique() > 1 or tr["params"].nunique() > 1:
-        seed, params = tr["seed"].iloc[0], tr["params"].iloc[0]
-        tr = tr[(tr["seed"] == seed) & (tr["params"] == params)]
-        point = f" (seed {seed}{', ' + params if params else ''})"
+        seed = tr["seed"].iloc[0]
+        tr = tr[tr["seed"] == seed]
+        first = tr.groupby("config", sort=False)["params"].first()     # "" for an arm no point changes
+        tr = tr[tr["params"] == tr["config"].map(first)]
+        named = sorted({p for p in first if p})
+        point = f" (seed {seed}{', ' + ', '.join(named) if named else ''})"
     fig, ax = plt.subplots(figsize=(8, 4))
     wanted = tr.drop_duplicates("step_id").sort_values("step_id")
     if wanted["replayed_peak_mb"].notna().any():
@@ -142,12 +148,13 @@ def frontier(frame) -> Figure:
     multi_run, multi_exp = sel["run"].nunique() > 1, sel["experiment"].nunique() > 1
     corpora = sel["profiles"].nunique() > 1
     arms: dict[tuple, int] = {}                    # run, experiment, arm -> its colour and marker
+    many = sel.groupby(["run", "experiment", "config"]).ngroups
     labels: dict[tuple, tuple[list, str]] = {}     # one label per spot: the sweep values that land there
     for key, arm in sel.groupby(["run", "experiment", "config", "profiles"], sort=False):
         i = arms.setdefault(key[:3], len(arms))
         arm = arm.sort_values("reserved_gib_s")
         name = series_name(dict(zip(["run", "experiment", "config"], key[:3])), multi_run, multi_exp)
-        color = f"C{i % 10}"
+        color = f"C{i}" if many <= 10 else plt.get_cmap("tab20")(i % 20)     # eleven arms: no colour twice
         hollow = corpora and key[3] != "recorded"
         # arms can coincide (static-env and static-toolcall on traces of one tool call at a time):
         # marker, size and dash differ per arm so that a line drawn over another still shows

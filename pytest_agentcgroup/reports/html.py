@@ -186,7 +186,8 @@ def arm_summaries(res: Results) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in res.records:
         groups.setdefault((r["run"], r["experiment"], r["config"]), []).append(r)
-    return [{"run": run, "experiment": exp, **summarize(recs, cfg)} for (run, exp, cfg), recs in groups.items()]
+    return [{"run": run, "experiment": exp, **summarize(recs, cfg),
+             "points": len({json.dumps(r["params"], sort_keys=True) for r in recs})} for (run, exp, cfg), recs in groups.items()]
 
 
 BASELINE_ARM = "unlimited"
@@ -200,7 +201,8 @@ def _headlines(summaries: list[dict]) -> str:
         b = base.get((s["run"], s["experiment"]))
         text = (f"<b>{e(s['config'])}</b> ({e(s['experiment'] or '-')}): {s['oom_kills']} OOM kill(s), "
                 f"{s['mem_max_events_total']} hard-limit hit(s), {s['mem_high_events_total']} soft-limit breach(es) "
-                f"(count, derived: sums of the kernel's per-step counts) over {s['traces']} trace(s), {s['total_steps']} step(s)")
+                f"(count, derived: sums of the kernel's per-step counts) over {s['traces']} trace(s), {s['total_steps']} step(s)"
+                + (f" at {s['points']} sweep points" if s.get("points", 1) > 1 else ""))
         if s["latency_p95_ms"] is not None:
             text += f"; p95 step latency {s['latency_p95_ms']:.1f} ms"
             if b is not None and s is not b and b["latency_p95_ms"] is not None:

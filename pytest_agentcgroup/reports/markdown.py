@@ -198,7 +198,7 @@ def _tests_table(res: Results, several: bool) -> str:
         ids.append(("params", "params"))
     if tests["profiles"].nunique() > 1:
         ids.append(("profiles", "step profiles"))
-    rows = [[code(r[k]) if k != "seed" else str(r[k]) for k, _ in ids] + [shown_value(r[k], k) for k, _ in TEST_COLUMNS]
+    rows = [[(code(r[k]) if r[k] != "" else "-") if k != "seed" else str(r[k]) for k, _ in ids] + [shown_value(r[k], k) for k, _ in TEST_COLUMNS]
             for r in tests.to_dict("records")]
     return table([text(label) for _, label in ids] + [heading(k, label) for k, label in TEST_COLUMNS], rows,
                  [k == "seed" for k, _ in ids] + [True] * len(TEST_COLUMNS))
@@ -245,7 +245,12 @@ def _folds_section(res: Results, config) -> str:
     for (arm, fold), sel in steps.dropna(subset=["limit_fold"]).groupby(["config", "limit_fold"], sort=True):
         tested = sorted(sel["trace_id"].unique())
         model = models.get(arm)
-        trained = f"{len(model[0].training(model[1], fold))} of {Path(model[2]).name} (by {model[1]})" if model else "(no config given)"
+        if model is None:
+            trained = "(no config given)" if config is None else f"(no predict arm {arm} in {Path(config).name})"
+        elif fold not in model[0].data["folds"][model[1]] and fold != "all":
+            trained = f"(no fold {fold} in {Path(model[2]).name})"
+        else:
+            trained = f"{len(model[0].training(model[1], fold))} of {Path(model[2]).name} (by {model[1]})"
         rows.append([code(arm), code(fold), str(len(tested)), trained, ", ".join(code(t) for t in tested)])
     return ("## Held-out folds\n\nEach trace replayed under an arm with a model of command classes took its limits "
             "from the fold that held its task out: the model never saw it (recorded in each step's `limit_fold`).\n\n"
