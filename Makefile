@@ -68,7 +68,7 @@ report: setup
 	@$(AGENTCGROUP) report results -o report --config experiments/agentcgroup.toml
 
 # Experiment 1 as a frontier: every arm at static limits swept over the trace-peak percentiles of the
-# recorded corpus's paper subset (experiments/exp1-paper.toml, 15 min with PYTEST_ARGS="-n 2"; the
+# recorded corpus's paper subset (experiments/exp1-paper.toml, 22 min with PYTEST_ARGS="-n 2"; the
 # 1 Hz-derived corpus's: PAPER_CONFIG=experiments/exp1-paper-derived.toml, 1 h 20 min; see
 # docs/experiments/exp1.md), then its report with the kills-vs-reserved-memory figure in
 # report-paper/index.html. No baseline gate: a measurement.
