@@ -5,7 +5,8 @@ replay is handed a Placement (placement.py ArmPlacement) by the pytest side, and
 each step's kind (a kind_of function).
 """
 from .host import CgroupHost, CgroupUnavailable, detect
-from .node import Cgroup, Counters
+from .counters import Counters
+from .node import Cgroup
 from .tree import RunTree
 
 __all__ = ["CgroupHost", "CgroupUnavailable", "detect", "Cgroup", "Counters", "RunTree"]

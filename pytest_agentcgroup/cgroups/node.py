@@ -17,9 +17,9 @@ import contextlib
 import errno
 import os
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .counters import Counters, keyed_text, stall_usec
 from .host import CgroupHost, CgroupUnavailable
 
 MB = 1024 * 1024
@@ -43,33 +43,6 @@ def v1_shares(weight: int) -> int:
 
 class CgroupKindError(RuntimeError):
     """A process joining an inner cgroup, or a child made under a leaf (see the module docstring)."""
-
-
-@dataclass
-class Counters:
-    """Kernel counters of one cgroup, read from cgroupfs. Local to the cgroup (not its children),
-    except where `events_hierarchical` says the kernel only had the hierarchical memory.events."""
-    peak_bytes: int | None = 0  # v2 memory.peak (5.19+; None before) | v1 memory.max_usage_in_bytes
-    cpu_usec: int | None = 0   # v2 cpu.stat usage_usec (the unified tree has it in both layouts); None: not read
-    high_events: int = 0       # v2 memory.events.local high | v1 upward usage-threshold crossings
-    max_events: int = 0        # v2 memory.events.local max | v1 memory.failcnt
-    oom_kills: int = 0         # v2 memory.events.local oom_kill | v1 memory.oom_control oom_kill
-    pids_max_events: int = 0   # forks refused at pids.max: pids.events(.local, 6.13+) max (v2 | v1 pids)
-    # time some task of the cgroup (and its children) waited for memory: reclaim, a throttle at
-    # memory.high, refaults (v2 memory.pressure "some" total, PSI; in the unified tree of both
-    # layouts, where a v1 memcg's reclaim is charged too); None without PSI
-    mem_stall_usec: int | None = 0
-    # v2 before 5.2 has no memory.events.local: memory.events counts this cgroup *and* its children
-    events_hierarchical: bool = False
-
-    def minus(self, before: "Counters") -> "Counters":
-        """Deltas of the events, the cpu time and the stall; the peak is kept as it is now."""
-        def delta(now, then):
-            return None if now is None or then is None else now - then
-        return Counters(self.peak_bytes, delta(self.cpu_usec, before.cpu_usec),
-                        *(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)[2:-2]),
-                        delta(self.mem_stall_usec, before.mem_stall_usec),
-                        events_hierarchical=self.events_hierarchical)
 
 
 def _write(path: Path, value: str) -> None:
@@ -114,20 +87,6 @@ def _read_or(path: Path, default: str = "") -> str:
         return os.read(fd, 1 << 16).decode()
     finally:
         os.close(fd)
-
-
-def _stall_usec(pressure: str) -> int | None:
-    """The `some` line's total (µs) of a PSI pressure file; None for an empty one (no PSI)."""
-    for line in pressure.splitlines():
-        if line.startswith("some "):
-            total = line.rpartition("total=")[2]
-            return int(total) if total.isdigit() else None
-    return None
-
-
-def _keyed_text(text: str) -> dict[str, int]:
-    pairs = (line.partition(" ")[::2] for line in text.splitlines())
-    return {key: int(val) for key, val in pairs if val.strip().lstrip("-").isdigit()}
 
 
 class Cgroup:
@@ -385,16 +344,16 @@ class Cgroup:
         # Read on every step's critical path: the files stay open (pread at offset 0 makes the
         # kernel generate them afresh), and a file this kernel lacks is looked for only once.
         c = Counters()
-        c.cpu_usec = _keyed_text(self._read("unified", "cpu.stat")).get("usage_usec")    # None: no cpu.stat
+        c.cpu_usec = keyed_text(self._read("unified", "cpu.stat")).get("usage_usec")    # None: no cpu.stat
         try:
-            c.mem_stall_usec = _stall_usec(self._read("unified", "memory.pressure"))
+            c.mem_stall_usec = stall_usec(self._read("unified", "memory.pressure"))
         except OSError:              # PSI off at boot, on kernels that keep the file (EOPNOTSUPP)
             c.mem_stall_usec = None
         pids_key = "unified" if self.host.mode == "v2" else "pids"
         # v2 pids.events counts the subtree's refused forks since 6.13; pids.events.local (6.13+)
         # is this cgroup's own, which pids.events was before (and is on v1)
         pids_events = self._read(pids_key, "pids.events.local") or self._read(pids_key, "pids.events")
-        c.pids_max_events = _keyed_text(pids_events).get("max", 0)
+        c.pids_max_events = keyed_text(pids_events).get("max", 0)
         if self.host.mode == "v2":
             # memory.peak is 5.19+. Before, the peak is unknown (None), never memory.current
             # relabelled: a usage read after the step has ended is not its peak.
@@ -402,14 +361,14 @@ class Cgroup:
             c.peak_bytes = int(peak) if peak else None
             local = self._read("unified", "memory.events.local")      # 5.2+
             c.events_hierarchical = not local
-            ev = _keyed_text(local or self._read("unified", "memory.events"))
+            ev = keyed_text(local or self._read("unified", "memory.events"))
             c.high_events, c.max_events, c.oom_kills = ev.get("high", 0), ev.get("max", 0), ev.get("oom_kill", 0)
             return c
         if "memory" not in self.paths:
             return c
         c.peak_bytes = int(self._read("memory", "memory.max_usage_in_bytes"))
         c.max_events = int(self._read("memory", "memory.failcnt"))
-        c.oom_kills = _keyed_text(self._read("memory", "memory.oom_control")).get("oom_kill", 0)
+        c.oom_kills = keyed_text(self._read("memory", "memory.oom_control")).get("oom_kill", 0)
         c.high_events = self._upward_crossings()
         return c
 

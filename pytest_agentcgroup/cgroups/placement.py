@@ -17,7 +17,8 @@ import time
 from typing import Callable, Protocol
 
 from ..arms import Arm, ArmError
-from .node import MB, Cgroup, Counters
+from .counters import Counters
+from .node import MB, Cgroup
 from .pool import StepPool
 from .usage import UsageSampler
 
