@@ -284,6 +284,13 @@ def test_a_compressed_run_reads_as_its_metrics_jsonl(tmp_path):
     (packed / "metrics.jsonl.gz").write_bytes(gzip.compress((packed / "metrics.jsonl").read_bytes()))
     (packed / "metrics.jsonl").unlink()
     assert load(packed).steps.drop(columns="run").equals(load(plain).steps.drop(columns="run"))
+    results = tmp_path / "results"                  # a results directory whose newest run is packed
+    results.mkdir()
+    packed = packed.rename(results / "0001_20261202T171322")
+    assert len(load(results).records) == len(recs)
+    from pytest_agentcgroup.metrics.gate import GateError, load as load_baseline
+    with pytest.raises(GateError, match=r"a published run, its records gzip'd .*gunzip it"):
+        load_baseline(results)
     (packed / "metrics.jsonl.gz").write_bytes(b"\x1f\x8b not gzip after all")
     with pytest.raises(ResultsError, match=r"metrics\.jsonl\.gz: cannot read: "):
         load(packed)

@@ -87,6 +87,9 @@ def read_shard(path: str | Path) -> Shard:
         raise MergeError(f"{run / store.COMPLETE_FILE}: cannot read: {exc}") from None
     # a run killed under an older version may still hold its xdist workers' files: read them as a
     # resume would, writing nothing
+    if not (run / store.METRICS_FILE).is_file() and (run / store.PACKED_METRICS_FILE).is_file():
+        raise MergeError(f"{run}: a published run, its records gzip'd ({store.PACKED_METRICS_FILE}); "
+                         f"gunzip it into {store.METRICS_FILE} to merge it")
     records = store.merged_records(run, keep=store.read_records(run / store.METRICS_FILE))
     return Shard(run, facts, complete if isinstance(complete, dict) else None, records, k, n)
 

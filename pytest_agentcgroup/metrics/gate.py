@@ -23,7 +23,7 @@ from pathlib import Path
 from . import compare as core
 from .compare import Rule
 from .registry import REGISTRY
-from .store import METRICS_FILE, NoRun, read_records, resolve_run, run_key
+from .store import METRICS_FILE, PACKED_METRICS_FILE, NoRun, read_records, resolve_run, run_key
 
 SCHEMA = "agentcgroup-baseline/1"
 SHOW = 10                     # new/missing entries listed by name; the rest are counted
@@ -67,6 +67,9 @@ def load(path: str | Path) -> dict[Key, dict]:
             path = resolve_run(path) / METRICS_FILE
         except NoRun as exc:
             raise GateError(f"baseline {exc}") from None
+        if not path.exists() and path.with_name(PACKED_METRICS_FILE).exists():
+            raise GateError(f"baseline {path.parent}: a published run, its records gzip'd ({PACKED_METRICS_FILE}); "
+                            f"gunzip it into {METRICS_FILE} to gate against it")
     if not path.exists():
         raise GateError(f"baseline {path}: no such file (regenerate it: see docs/gate.md, 'Regression gate')")
     if path.suffix == ".jsonl":

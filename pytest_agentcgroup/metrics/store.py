@@ -56,6 +56,7 @@ from pathlib import Path
 from .records import summarize
 
 METRICS_FILE = "metrics.jsonl"
+PACKED_METRICS_FILE = METRICS_FILE + ".gz"
 SUMMARY_FILE = "summary.json"
 COMPLETE_FILE = "complete.json"       # written when a run's session ended: the run is finished
 RUN_FILE = "run.json"                 # written when the run is made: what, where and from what code
@@ -95,8 +96,10 @@ def unfinished_run(results: Path) -> Path | None:
 
 
 def holds_results(d: Path) -> bool:
-    """DIR is itself a run: its own metrics.jsonl, or xdist workers' gw*/metrics.jsonl."""
-    return (d / METRICS_FILE).is_file() or any((w / METRICS_FILE).is_file() for w in worker_dirs(d))
+    """DIR is itself a run: its own metrics.jsonl (or a published run's, gzip'd: PACKED_METRICS_FILE,
+    which only reports/ reads), or xdist workers' gw*/metrics.jsonl."""
+    return (d / METRICS_FILE).is_file() or (d / PACKED_METRICS_FILE).is_file() \
+        or any((w / METRICS_FILE).is_file() for w in worker_dirs(d))
 
 
 def resolve_run(path: str | Path, *, exclude: Path | None = None) -> Path:

@@ -93,15 +93,17 @@ def memory_vs_limit(steps, trace_id: str, limits: dict[str, dict] | None = None)
         prov = ",".join(sorted(wanted["profile_source"].dropna().astype(str).unique())) or "unknown"
         ax.bar(wanted["step_id"], wanted["replayed_peak_mb"].fillna(0), color="0.85",
                label=f"trace's peak (MiB, {prov})")
-    for i, (name, sel) in enumerate(_series(tr)):
+    series = list(_series(tr))
+    for i, (name, sel) in enumerate(series):
         sel = sel.sort_values("step_id")
-        color = f"C{i % 10}"
+        color = f"C{i}" if len(series) <= 10 else plt.get_cmap("tab20")(i % 20)     # no colour twice
         ax.plot(sel["step_id"], sel["max_rss_mb"], marker=".", color=color, label=f"{name}: measured peak")
         killed = sel[sel["oom_kills"] > 0]
         if len(killed):
             ax.scatter(killed["step_id"], killed["max_rss_mb"], marker="x", s=80, color=color, zorder=5,
                        label=f"{name}: OOM-killed step")
-        arm_limits = (limits or {}).get(str(sel["config"].iloc[0]), {})
+        # a swept arm ran at its point's limits, not the config's: no line rather than a wrong one
+        arm_limits = (limits or {}).get(str(sel["config"].iloc[0]), {}) if not sel["params"].iloc[0] else {}
         for key, style in (("memory_max_mb", "--"), ("memory_high_mb", ":")):
             if key in arm_limits:
                 ax.axhline(arm_limits[key], linestyle=style, color=color, linewidth=1,

@@ -26,7 +26,7 @@ from ..metrics.compare import test_values
 from ..metrics.metric import Metric
 from ..metrics.records import METRICS, SUMMARY_METRICS
 from ..metrics.registry import REGISTRY
-from ..metrics.store import METRICS_FILE, NoRun, resolve_run, worker_dirs
+from ..metrics.store import METRICS_FILE, PACKED_METRICS_FILE, NoRun, resolve_run, worker_dirs
 
 #: Every column a report shows, with unit, direction and provenance: the store's METRICS, as a test's
 #: or an arm's summary holds them (SUMMARY_METRICS: oom_kills there is the steps' sum), plus what a
@@ -100,22 +100,17 @@ def params_key(params: dict) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":")) if params else ""
 
 
-#: a published run's metrics, gzip'd for the repository (docs/results/runs/)
-PACKED_METRICS_FILE = METRICS_FILE + ".gz"
-
-
 def metrics_files(directory: str | Path) -> list[Path]:
     """The metrics.jsonl files of a run (a run directory, `results/latest`, or a results directory,
     which means its newest run: metrics/store.py resolve_run): its own, else one per xdist worker
     (gw*/) — also when its own is older than all of the workers' (left by an earlier run)."""
-    packed = Path(directory) / PACKED_METRICS_FILE
-    if packed.is_file() and not (Path(directory) / METRICS_FILE).is_file():
-        return [packed]         # a published run, compressed for the repository: reports read it, nothing else
     try:
         d = resolve_run(directory)
     except NoRun as exc:
         raise ResultsError(str(exc)) from None
     top = d / METRICS_FILE
+    if not top.is_file() and (d / PACKED_METRICS_FILE).is_file():
+        return [d / PACKED_METRICS_FILE]    # a published run, compressed for the repository
     workers = [w / METRICS_FILE for w in worker_dirs(d) if (w / METRICS_FILE).is_file()]
     if top.is_file() and not (workers and min(w.stat().st_mtime for w in workers) > top.stat().st_mtime):
         return [top]            # a serial run's, or the workers' merged by the controller after they ended

@@ -261,7 +261,8 @@ def _page(res: Results, tests, figs, deltas, config, char_from=(), reserve=None)
              ("trace characterization", f"characterization.html, of {', '.join(map(str, char_from))}" if char_from
               else "none (give --characterize or --config)"),
              ("generated", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))]
-    summary_keys = (["run"] if len(runs) > 1 else []) + ["experiment", "config"] + [k for k, _ in SUMMARY]
+    summary_keys = (["run"] if len(runs) > 1 else []) + ["experiment", "config"] + [k for k, _ in SUMMARY] \
+        + (["points"] if any(s["points"] > 1 for s in summaries) else [])        # sums over an arm's sweep points
     run_keys = [k for k in tests.columns if k != "run" or len(runs) > 1]
     if not axes:
         run_keys.remove("params")
@@ -292,7 +293,7 @@ Hover a column heading for where its number comes from; <a href="columns.csv">co
 {'<p><a href="characterization.html">Trace characterization</a> (memory peaks per tool kind, beside the AgentCgroup paper)</p>' if char_from else ''}
 <h2>Summary per arm</h2>
 {_headlines(summaries)}
-{_table(summaries, summary_keys, {"config": "arm", "run": "results dir", **dict(SUMMARY)}, "summary")}
+{_table(summaries, summary_keys, {"config": "arm", "run": "results dir", **dict(SUMMARY), "points": "sweep points (summed)"}, "summary")}
 {_reservation_section(reserve) if reserve is not None else ""}
 <h2>Figures</h2>
 {figs_html}

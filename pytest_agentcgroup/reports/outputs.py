@@ -75,7 +75,7 @@ def write_outputs(res: Results, out: str | Path, *, config: str | Path | None = 
              "Empirical CDF of each executed step's wall-clock latency (ms, recorded), per arm; log scale."),
             ("kills_breaches.png", figures.kills_and_breaches(tests),
              "OOM kills, hard-limit hits and soft-limit breaches per arm, each a kernel counter (count, "
-             "recorded), summed over the arm's traces.")]
+             "recorded), summed over the arm's traces (the mean over its sweep points where it ran at several).")]
     for t in traces or memory_traces(tests):
         figs.append((f"memory_{slug(t)}.png", figures.memory_vs_limit(steps, t, limits),
                      f"{t}: each step's measured memory peak (MiB, recorded) per arm, the trace's own peak "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..metrics.store import COMPLETE_FILE, METRICS_FILE, RUN_FILE, SUMMARY_FILE, NoRun, holds_results, resolve_run
-from .frames import PACKED_METRICS_FILE, ResultsError
+from .frames import ResultsError
 
 #: The files a published run must hold: a finished run (complete.json) that recorded how it was
 #: made (run.json). A page of any run needs only its records and summary.json.
@@ -33,12 +33,11 @@ def read_run(directory: str | Path, *, require: tuple[str, ...] = ()) -> RunFile
     """The provenance files of one run (a run directory, `latest`, or a results directory = its
     newest run). Records and summary.json are needed; `require` names further files that must be
     there (PUBLISHED_FILES for a published page). ResultsError names every missing file at once."""
-    packed = (Path(directory) / PACKED_METRICS_FILE).is_file()      # a published run, compressed
     try:
-        d = Path(directory) if packed else resolve_run(directory)
+        d = resolve_run(directory)
     except NoRun as exc:
         raise ResultsError(str(exc)) from None
-    missing = ([] if packed or holds_results(d) else [METRICS_FILE]) + [
+    missing = ([] if holds_results(d) else [METRICS_FILE]) + [
         f for f in (SUMMARY_FILE, *require) if not (d / f).is_file()]
     if missing:
         raise ResultsError(f"{d}: no {', '.join(missing)} — a results page is made from a run's "

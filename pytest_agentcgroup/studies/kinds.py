@@ -49,7 +49,7 @@ SESSION = "the end of the session"        # where a trace x arm experiment's cla
 #: per-test metrics a sum over an arm's tests means something for (counts, totals, GiB·s); not
 #: percentiles, ratios or peaks
 SUMMED = tuple(m for m in REGISTRY if not m.startswith("latency_p") and not m.endswith("_max")
-               and m not in ("utilization", "peak_rss_mb"))
+               and m not in ("utilization", "reserved_vs_oracle", "peak_rss_mb"))
 
 
 def check_kind(kind, where: str) -> str:
