@@ -516,12 +516,13 @@ def test_a_steps_wait_for_memory_is_its_own_pressure_stall(tree, tmp_path):
     class Step:
         step_id = 0
 
-    def stall_ms(arm: Arm, argv: list[str]) -> float:
+    def stall_ms(arm: Arm, argv: list[str]) -> tuple[float, float | None]:
         placement = ArmPlacement(arm, work, tree.controllers)
         res = run(argv, join=placement.begin_step(Step), timeout_s=60)
         counters = placement.end_step(Step)
         assert res.exit_code == 0 and res.signal is None, res
-        return counters["mem_stall_usec"] / 1000
+        peak = counters["peak_bytes"] / MB if counters["peak_bytes"] is not None else None
+        return counters["mem_stall_usec"] / 1000, peak
     data = tmp_path / "data"
     with open(data, "wb") as fh:
         for _ in range(256):
@@ -529,7 +530,11 @@ def test_a_steps_wait_for_memory_is_its_own_pressure_stall(tree, tmp_path):
         fh.flush()
         os.fsync(fh.fileno())
         os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)     # out of the cache: the step reads it in
-    tight = stall_ms(Arm("static-toolcall", memory_max_mb=32), ["cat", str(data)])
-    free = stall_ms(Arm("unlimited"), [sys.executable, "-c", ALLOC, "8"])
+    tight, peak = stall_ms(Arm("static-toolcall", memory_max_mb=32), ["cat", str(data)])
+    if peak is not None and peak < 16:
+        # virtiofs without a guest page cache (the VM harness's root): reads charge the step nothing
+        pytest.skip(f"reading {data} charged the step {peak:.1f} MiB: its filesystem keeps no page cache "
+                    "in this kernel, so there is nothing to reclaim")
+    free, _ = stall_ms(Arm("unlimited"), [sys.executable, "-c", ALLOC, "8"])
     print(f"stall: {tight:.1f} ms reading 256 MiB under 32 MiB, {free:.3f} ms allocating 8 MiB unlimited")
     assert tight > 1.0 and tight > 10 * free, (tight, free)

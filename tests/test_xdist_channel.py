@@ -28,7 +28,7 @@ import xdist  # noqa: E402,F401  (the `test` extra installs it: missing is a bro
 
 #: what the machine's clock and the kernel's timing decide: not the same in two runs of one test
 MEASURED = {"latency_ms", "cpu_ms", "max_rss_mb", "mem_high_events", "mem_max_events", "used_gib_s", "usage_samples",
-            "utilization", "idle_reserved_gib_s"}
+            "utilization", "idle_reserved_gib_s", "mem_stall_ms"}
 #: a summary's figures that do not depend on timing (the study's OOM kills are its limits')
 STEADY = ("experiment", "config", "seed", "params", "total_steps", "executed_steps", "oom_kills", "timeouts")
 FILES = ["complete.json", "metrics.jsonl", "run.json", "summary.json"]
