@@ -538,3 +538,23 @@ def test_a_steps_wait_for_memory_is_its_own_pressure_stall(tree, tmp_path):
     free, _ = stall_ms(Arm("unlimited"), [sys.executable, "-c", ALLOC, "8"])
     print(f"stall: {tight:.1f} ms reading 256 MiB under 32 MiB, {free:.3f} ms allocating 8 MiB unlimited")
     assert tight > 1.0 and tight > 10 * free, (tight, free)
+
+
+def test_v2_a_step_held_at_memory_high_waits_for_memory(tree):
+    """Pure v2: a step allocating 32 MiB of anonymous memory under a 16 MiB memory.high (no swap:
+    nothing to reclaim) is throttled by the kernel, not killed; its wait is its PSI memory stall."""
+    if tree.host.mode != "v2":
+        pytest.skip("memory.high is cgroup v2's: this host's memory controller is v1")
+    if not Path("/proc/pressure/memory").exists():
+        pytest.skip("this kernel has no PSI (/proc/pressure/memory: CONFIG_PSI off or psi=0)")
+    work = tree.workload("held")
+    placement = ArmPlacement(Arm("static-high", memory_high_mb=16), work, tree.controllers)
+
+    class Step:
+        step_id = 0
+    res = run([sys.executable, "-c", ALLOC, "32"], join=placement.begin_step(Step), timeout_s=120)
+    counters = placement.end_step(Step)
+    stall = counters["mem_stall_usec"] / 1000
+    print(f"held at memory.high: {stall:.1f} ms waiting for memory, {counters['high_events']} high events")
+    assert res.exit_code == 0 and res.signal is None and counters["oom_kills"] == 0, res
+    assert counters["high_events"] >= 1 and stall > 1.0, (stall, counters)
