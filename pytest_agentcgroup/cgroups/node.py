@@ -347,8 +347,10 @@ class Cgroup:
         c.cpu_usec = keyed_text(self._read("unified", "cpu.stat")).get("usage_usec")    # None: no cpu.stat
         try:
             c.mem_stall_usec = stall_usec(self._read("unified", "memory.pressure"))
-        except OSError:              # PSI off at boot, on kernels that keep the file (EOPNOTSUPP)
-            c.mem_stall_usec = None
+        except OSError:              # PSI off at boot, on kernels that keep the file (EOPNOTSUPP):
+            c.mem_stall_usec = None  # not asked again (as a file the kernel lacks)
+            os.close(self._fds[("unified", "memory.pressure")])
+            self._fds[("unified", "memory.pressure")] = -1
         pids_key = "unified" if self.host.mode == "v2" else "pids"
         # v2 pids.events counts the subtree's refused forks since 6.13; pids.events.local (6.13+)
         # is this cgroup's own, which pids.events was before (and is on v1)
